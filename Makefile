@@ -1,0 +1,28 @@
+# Two commands on a fresh machine with only python3:
+#   make run   - create .venv, build the built-in corpus into the default store, show it
+#   make test  - create .venv and run the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: run test venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[server,dev]'
+	touch $@
+
+run: venv
+	$(BIN)/nextpara build
+	$(BIN)/nextpara info
+
+test: venv
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,221 @@
+"""Read documents as ordered paragraphs.
+
+Three sources, one shape (:class:`Document`):
+
+* JSON Lines, one document per line, the format of ``shared/corpora/peps.jsonl``:
+  ``{"doc_id": "...", "title": "...", "paragraphs": ["...", ...]}``; an optional
+  ``"vectors": [[float, ...], ...]`` (one per paragraph) carries precomputed embeddings.
+* A directory of ``.txt`` / ``.md`` files: one document per file (doc_id = path relative
+  to the directory), paragraphs separated by blank lines; markdown headings and fenced
+  code blocks are dropped.
+* ``builtin``: the default corpus made from the running interpreter (see builtin_corpus.py).
+
+Paragraph order inside a document is kept; a paragraph's stable identity is
+(doc_id, position). A malformed line raises :class:`CorpusFormatError` naming file and
+line, unless the reader was made with ``skip_bad=True``, which counts it in ``skipped``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .errors import CorpusFormatError, InvalidInputError
+
+BUILTIN = "builtin"
+TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+MAX_DOC_ID_CHARS = 512
+
+
+def text_hash(text: str) -> str:
+    """The identity of a paragraph's text: sha256 of its UTF-8 bytes, hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Document:
+    """One document: its id, title and paragraphs in reading order."""
+
+    doc_id: str
+    paragraphs: list[str]
+    title: str = ""
+    vectors: Sequence[Sequence[float]] | None = None  # one per paragraph, when precomputed
+    source: str = field(default="", compare=False)  # "file:line" it came from, for messages
+
+
+def validate_document(doc: Document, where: str = "") -> None:
+    """Raise InvalidInputError if ``doc`` cannot be stored; ``where`` prefixes the message."""
+    at = f"{where}: " if where else ""
+    if not isinstance(doc.doc_id, str) or not doc.doc_id.strip():
+        raise InvalidInputError(f"{at}doc_id must be a non-empty string, got {doc.doc_id!r}")
+    if len(doc.doc_id) > MAX_DOC_ID_CHARS:
+        raise InvalidInputError(f"{at}doc_id is {len(doc.doc_id)} characters, at most {MAX_DOC_ID_CHARS}")
+    if not isinstance(doc.paragraphs, list) or not doc.paragraphs:
+        raise InvalidInputError(f"{at}document {doc.doc_id!r} has no paragraphs")
+    for i, text in enumerate(doc.paragraphs):
+        if not isinstance(text, str):
+            raise InvalidInputError(f"{at}document {doc.doc_id!r} paragraph {i} is {type(text).__name__}, not a string")
+        if not text.strip():
+            raise InvalidInputError(f"{at}document {doc.doc_id!r} paragraph {i} is empty")
+        if "\x00" in text:
+            raise InvalidInputError(f"{at}document {doc.doc_id!r} paragraph {i} contains a NUL character")
+    if doc.vectors is not None:
+        if len(doc.vectors) != len(doc.paragraphs):
+            raise InvalidInputError(
+                f"{at}document {doc.doc_id!r} has {len(doc.paragraphs)} paragraphs but {len(doc.vectors)} vectors"
+            )
+        for i, vec in enumerate(doc.vectors):
+            if not isinstance(vec, (list, tuple)) or not vec:
+                raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} is not a non-empty list of numbers")
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vec):
+                raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} has a non-numeric, NaN or inf value")
+
+
+def _document_from_json(obj: object) -> Document:
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in ("doc_id", "paragraphs") if k not in obj]
+    if missing:
+        raise ValueError(f"missing field(s) {', '.join(missing)}")
+    title = obj.get("title") or ""
+    if not isinstance(title, str):
+        raise ValueError(f"title must be a string, got {type(title).__name__}")
+    return Document(doc_id=obj["doc_id"], paragraphs=obj["paragraphs"], title=title, vectors=obj.get("vectors"))
+
+
+class CorpusReader:
+    """Iterate the documents of a corpus path (JSONL file, directory, or ``builtin``).
+
+    ``skipped`` counts malformed documents passed over when ``skip_bad`` is set; read it
+    after iterating. Duplicate doc_ids within one corpus are malformed too.
+    """
+
+    def __init__(self, path: str | os.PathLike, skip_bad: bool = False):
+        self.path = str(path)
+        self.skip_bad = skip_bad
+        self.skipped = 0
+        self.skipped_reasons: list[str] = []
+        if self.path != BUILTIN and not os.path.exists(self.path):
+            raise InvalidInputError(f"corpus {self.path!r} does not exist")
+
+    def __iter__(self) -> Iterator[Document]:
+        seen: dict[str, str] = {}
+        for doc in self._documents():
+            if doc.doc_id in seen:
+                self._bad(InvalidInputError(f"{doc.source}: duplicate doc_id {doc.doc_id!r} (first at {seen[doc.doc_id]})"))
+                continue
+            seen[doc.doc_id] = doc.source
+            yield doc
+
+    def _bad(self, error: Exception) -> None:
+        if not self.skip_bad:
+            raise error
+        self.skipped += 1
+        if len(self.skipped_reasons) < 20:
+            self.skipped_reasons.append(str(error))
+
+    def _documents(self) -> Iterator[Document]:
+        if self.path == BUILTIN:
+            from .builtin_corpus import builtin_documents
+
+            yield from builtin_documents()
+        elif os.path.isdir(self.path):
+            yield from self._read_dir(Path(self.path))
+        elif self.path.endswith((".jsonl", ".json", ".ndjson")):
+            yield from self._read_jsonl(self.path)
+        elif self.path.endswith(TEXT_SUFFIXES):
+            yield from self._read_text_files(Path(self.path).parent, [Path(self.path)])
+        else:
+            raise InvalidInputError(
+                f"corpus {self.path!r}: expected a .jsonl file, a directory of .txt/.md files, or 'builtin'"
+            )
+
+    def _read_jsonl(self, path: str) -> Iterator[Document]:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    doc = _document_from_json(json.loads(raw.decode("utf-8")))
+                    doc.source = f"{path}:{lineno}"
+                    validate_document(doc)
+                except UnicodeDecodeError as e:
+                    self._bad(CorpusFormatError(path, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
+                    continue
+                except json.JSONDecodeError as e:
+                    self._bad(CorpusFormatError(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})"))
+                    continue
+                except (ValueError, TypeError) as e:
+                    self._bad(CorpusFormatError(path, lineno, str(e)))
+                    continue
+                yield doc
+
+    def _read_dir(self, root: Path) -> Iterator[Document]:
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+        if not files:
+            raise InvalidInputError(f"corpus directory {str(root)!r} holds no .txt or .md files")
+        yield from self._read_text_files(root, files)
+
+    def _read_text_files(self, root: Path, files: list[Path]) -> Iterator[Document]:
+        for path in files:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as e:
+                self._bad(CorpusFormatError(str(path), 0, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
+                continue
+            paragraphs = split_paragraphs(text, markdown=path.suffix.lower() != ".txt")
+            if not paragraphs:
+                self._bad(CorpusFormatError(str(path), 0, "no paragraphs after dropping headings and code"))
+                continue
+            doc_id = path.relative_to(root).as_posix()
+            yield Document(doc_id=doc_id, paragraphs=paragraphs, title=path.stem, source=f"{path}:0")
+
+
+_HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
+    """Split text into paragraphs at blank lines; drop headings and fenced code blocks.
+
+    Lines inside a paragraph are joined with single spaces. With ``markdown``, lines
+    starting with ``#`` are headings and are dropped; reST-style underlined headings are
+    dropped in either mode.
+    """
+    paragraphs: list[str] = []
+    current: list[str] = []
+    in_fence = False
+
+    def flush() -> None:
+        if current:
+            joined = " ".join(" ".join(current).split())
+            if joined:
+                paragraphs.append(joined)
+            current.clear()
+
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for i, line in enumerate(lines):
+        if _FENCE.match(line):
+            flush()
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        if not line.strip():
+            flush()
+            continue
+        if markdown and line.lstrip().startswith("#"):
+            flush()
+            continue
+        if _HEADING_UNDERLINE.match(line):
+            current.clear()  # the line above was a heading title
+            continue
+        current.append(line.strip())
+    flush()
+    return paragraphs

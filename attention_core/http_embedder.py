@@ -1,0 +1,99 @@
+"""An OpenAI-compatible HTTP embeddings endpoint.
+
+Wire format (the one OpenAI and compatible servers speak)::
+
+    POST {base_url}/embeddings
+    Authorization: Bearer $OPENAI_API_KEY
+    {"model": "text-embedding-ada-002", "input": ["text", ...]}
+    -> {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [...]}, ...],
+        "model": "...", "usage": {...}}
+
+Texts go in batches of ``batch_size``; 429 and 5xx answers (and connection errors) are
+retried with exponential backoff, honouring ``Retry-After``; other 4xx answers fail at
+once with the server's message. Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Sequence
+
+import numpy as np
+
+from .embedders import normalize_rows
+from .errors import FailedPreconditionError, InvalidInputError, NextparaError
+
+log = logging.getLogger(__name__)
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class EmbeddingServiceError(NextparaError):
+    """The embeddings endpoint failed after all retries, or refused the request."""
+
+
+class OpenAIEmbedder:
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 batch_size: int = 256, max_retries: int = 5, timeout: float = 60.0, backoff: float = 0.5):
+        self.model = model
+        self.name = f"openai:{model}"
+        self.base_url = (base_url or os.environ.get("NEXTPARA_EMBEDDINGS_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.api_key_env = api_key_env
+        self.batch_size = batch_size
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.backoff = backoff
+        self.dim: int | None = None
+        self.requests_sent = 0
+
+    def _post(self, texts: list[str]) -> list[list[float]]:
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise FailedPreconditionError(f"embedder {self.name}: environment variable {self.api_key_env} is not set")
+        body = json.dumps({"model": self.model, "input": texts}).encode()
+        request = urllib.request.Request(
+            f"{self.base_url}/embeddings", data=body, method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+        )
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                self.requests_sent += 1
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    payload = json.loads(response.read())
+                data = sorted(payload["data"], key=lambda item: item["index"])
+                if len(data) != len(texts):
+                    raise EmbeddingServiceError(f"{self.base_url}: sent {len(texts)} texts, got {len(data)} embeddings")
+                return [item["embedding"] for item in data]
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:500].decode("utf-8", "replace")
+                if e.code != 429 and e.code < 500:
+                    raise EmbeddingServiceError(f"{self.base_url}/embeddings answered {e.code}: {detail}") from e
+                retry_after = e.headers.get("Retry-After")
+                reason = f"HTTP {e.code}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                reason = str(e)
+            except (KeyError, TypeError, ValueError) as e:
+                raise EmbeddingServiceError(f"{self.base_url}/embeddings: malformed answer ({e})") from e
+            if attempt == self.max_retries:
+                raise EmbeddingServiceError(f"{self.base_url}/embeddings failed {attempt + 1} times, last: {reason}")
+            delay = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else self.backoff * 2**attempt
+            log.warning("embeddings request failed (%s); retry %d/%d in %.1fs", reason, attempt + 1, self.max_retries, delay)
+            time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            rows.extend(self._post(list(texts[start:start + self.batch_size])))
+        if not rows:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        dims = {len(r) for r in rows}
+        if len(dims) != 1 or (self.dim is not None and self.dim not in dims):
+            raise InvalidInputError(f"{self.name}: expected vectors of dimension {self.dim}, got {sorted(dims)}")
+        self.dim = dims.pop()
+        return normalize_rows(np.asarray(rows, dtype=np.float32), where=f"{self.name} answer")

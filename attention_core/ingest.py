@@ -1,0 +1,141 @@
+"""Ingestion: corpus -> embeddings -> store, in acknowledged batches, with progress.
+
+Documents are embedded and written in batches of about ``batch_paragraphs`` paragraphs;
+each batch is one store transaction, so a kill at any moment loses at most the batch in
+flight and never leaves a partial document. Documents whose content is already stored
+unchanged are skipped before embedding. The index snapshot is written once at the end
+(and loading replays anything after the last snapshot, see store.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .corpus import CorpusReader, Document
+from .embedders import Embedder, PrecomputedEmbedder, make_embedder
+from .embedding_cache import CachedEmbedder
+from .errors import InvalidInputError
+from .progress import progress_bar
+from .store import ParagraphStore, open_store
+
+log = logging.getLogger(__name__)
+
+
+def default_data_dir() -> Path:
+    """``$NEXTPARA_DATA_DIR``, else ``$XDG_DATA_HOME/nextpara`` (``~/.local/share/nextpara``)."""
+    env = os.environ.get("NEXTPARA_DATA_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")) / "nextpara"
+
+
+@dataclass
+class BuildReport:
+    data_dir: str
+    documents_read: int = 0
+    documents_skipped_bad: int = 0
+    documents_added: int = 0
+    documents_replaced: int = 0
+    documents_unchanged: int = 0
+    paragraphs_embedded: int = 0
+    paragraphs_written: int = 0
+    cache_hits: int = 0
+    embed_seconds: float = 0.0
+    total_seconds: float = 0.0
+    skipped_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def paragraphs_per_second(self) -> float:
+        return self.paragraphs_embedded / self.embed_seconds if self.embed_seconds else 0.0
+
+
+def _batches(docs: Sequence[Document], batch_paragraphs: int) -> Iterator[list[Document]]:
+    batch: list[Document] = []
+    size = 0
+    for doc in docs:
+        batch.append(doc)
+        size += len(doc.paragraphs)
+        if size >= batch_paragraphs:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _embedder_for(spec: str, docs: Sequence[Document], use_cache: bool, **kwargs) -> Embedder:
+    if spec.startswith("precomputed"):
+        with_vectors = [d for d in docs if d.vectors is not None]
+        missing = [d.doc_id for d in docs if d.vectors is None]
+        if missing:
+            raise InvalidInputError(f"embedder {spec} needs vectors with every document; {len(missing)} have none, "
+                                    f"first {missing[0]!r} ({next(d.source for d in docs if d.vectors is None)})")
+        dims = {len(v) for d in with_vectors for v in d.vectors}
+        if len(dims) > 1:
+            raise InvalidInputError(f"corpus vectors have mixed dimensions {sorted(dims)}")
+        return PrecomputedEmbedder(spec.partition(":")[2], dim=dims.pop() if dims else None)
+    embedder = make_embedder(spec, **kwargs)
+    return CachedEmbedder(embedder) if use_cache else embedder
+
+
+def build(corpus: str, data_dir: str | os.PathLike | None = None, *, embedder: str = "minilm", index: str = "flat",
+          skip_bad: bool = False, batch_paragraphs: int = 1024, use_cache: bool = True, quiet: bool = False,
+          embedder_options: dict | None = None) -> BuildReport:
+    """Read ``corpus``, embed what changed, upsert it into the store, snapshot. Returns a report."""
+    started = time.perf_counter()
+    data_dir = Path(data_dir) if data_dir else default_data_dir()
+    report = BuildReport(data_dir=str(data_dir))
+    reader = CorpusReader(corpus, skip_bad=skip_bad)
+    docs = list(progress_bar(reader, desc="read corpus", unit="doc", quiet=quiet))
+    report.documents_read, report.documents_skipped_bad = len(docs), reader.skipped
+    report.skipped_reasons = reader.skipped_reasons
+    if not docs:
+        raise InvalidInputError(f"corpus {corpus!r} holds no documents")
+    emb = _embedder_for(embedder, docs, use_cache, **(embedder_options or {}))
+    dim = emb.dim
+    if dim is None:  # a remote model tells its dimension by answering
+        dim = emb.embed([docs[0].paragraphs[0]]).shape[1]
+    store = open_store(data_dir, embedder_name=emb.name, dim=dim, embedder_spec=embedder, index=index)
+    try:
+        skip = store.unchanged(docs)
+        report.documents_unchanged = len(skip)
+        todo = [d for d in docs if d.doc_id not in skip]
+        with progress_bar(total=sum(len(d.paragraphs) for d in todo), desc="embed+store", unit="para", quiet=quiet) as bar:
+            for batch in _batches(todo, batch_paragraphs):
+                t0 = time.perf_counter()
+                if isinstance(emb, PrecomputedEmbedder):
+                    vectors = [np.asarray(d.vectors, dtype=np.float32) for d in batch]
+                else:
+                    flat = emb.embed([p for d in batch for p in d.paragraphs])
+                    bounds = np.cumsum([0] + [len(d.paragraphs) for d in batch])
+                    vectors = [flat[bounds[i]:bounds[i + 1]] for i in range(len(batch))]
+                    report.paragraphs_embedded += len(flat)
+                report.embed_seconds += time.perf_counter() - t0
+                result = store.add_documents(batch, vectors)
+                report.documents_added += result.added
+                report.documents_replaced += result.replaced
+                report.documents_unchanged += result.unchanged
+                report.paragraphs_written += result.paragraphs
+                bar.update(sum(len(d.paragraphs) for d in batch))
+                log.info("stored %d documents through %r (generation %d)", len(batch), batch[-1].doc_id, result.generation)
+        with progress_bar(total=1, desc="snapshot index", unit="step", quiet=quiet) as bar:
+            store.snapshot()
+            bar.update(1)
+    finally:
+        store.close()
+    if isinstance(emb, CachedEmbedder):
+        report.cache_hits = emb.hits
+        report.paragraphs_embedded = emb.misses
+        emb.close()
+    report.total_seconds = time.perf_counter() - started
+    return report
+
+
+def open_default(data_dir: str | os.PathLike | None, readonly: bool = True) -> ParagraphStore:
+    return open_store(Path(data_dir) if data_dir else default_data_dir(), readonly=readonly)

@@ -1,0 +1,119 @@
+"""Atomic on-disk snapshots of the vector index, and the manifest that names the current one.
+
+Layout of a data directory::
+
+    paragraphs.sqlite        documents, paragraphs and their vectors (WAL mode): the truth
+    snapshots/g<N>/          index.faiss, ids.npy, vectors.npy as of SQLite generation N
+    manifest.json            format version, embedder, index, counts, current snapshot
+
+A snapshot is written into ``snapshots/.tmp-g<N>``, every file fsynced, the directory
+renamed to ``snapshots/g<N>`` and fsynced; only then is ``manifest.json`` replaced
+(write to a temporary name, fsync, rename, fsync the directory). A process killed at any
+instant therefore leaves the old manifest pointing at a complete old snapshot, or the new
+manifest pointing at a complete new one. Writes acknowledged after the snapshot live in
+SQLite, and loading replays them (see store.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from .errors import StoreMismatchError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SNAPSHOTS = "snapshots"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_durably(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_npy_durably(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        np.save(f, array)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def replace_file_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new file, never a torn one."""
+    tmp = path.with_name(path.name + ".tmp")
+    write_bytes_durably(tmp, data)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_snapshot(data_dir: Path, generation: int, index_bytes: bytes, ids: np.ndarray, vectors: np.ndarray) -> str:
+    """Write a complete snapshot directory and return its name (relative to data_dir)."""
+    root = data_dir / SNAPSHOTS
+    root.mkdir(exist_ok=True)
+    name = f"g{generation:08d}"
+    tmp = root / f".tmp-{name}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    write_bytes_durably(tmp / "index.faiss", index_bytes)
+    write_npy_durably(tmp / "ids.npy", np.asarray(ids, dtype=np.int64))
+    write_npy_durably(tmp / "vectors.npy", np.asarray(vectors, dtype=np.float32))
+    fsync_dir(tmp)
+    final = root / name
+    if final.exists():  # a previous run wrote this generation but died before the manifest
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_dir(root)
+    return f"{SNAPSHOTS}/{name}"
+
+
+def read_snapshot(data_dir: Path, name: str) -> tuple[bytes, np.ndarray, np.ndarray]:
+    path = data_dir / name
+    ids = np.load(path / "ids.npy")
+    vectors = np.load(path / "vectors.npy")
+    index_bytes = (path / "index.faiss").read_bytes()
+    if len(ids) != len(vectors):
+        raise StoreMismatchError(f"snapshot {path}: {len(ids)} ids but {len(vectors)} vectors")
+    return index_bytes, ids, vectors
+
+
+def remove_stale_snapshots(data_dir: Path, keep: str | None) -> None:
+    root = data_dir / SNAPSHOTS
+    if not root.is_dir():
+        return
+    for entry in root.iterdir():
+        if keep is None or f"{SNAPSHOTS}/{entry.name}" != keep:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def read_manifest(data_dir: Path) -> dict | None:
+    path = data_dir / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise StoreMismatchError(f"{path} is not valid JSON ({e}); it is written atomically, so it was edited by hand") from e
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise StoreMismatchError(
+            f"{path} has format_version {version!r}; this nextpara reads format {FORMAT_VERSION} and older: upgrade nextpara")
+    return manifest
+
+
+def write_manifest(data_dir: Path, manifest: dict) -> None:
+    replace_file_atomically(data_dir / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())

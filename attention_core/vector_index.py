@@ -1,0 +1,143 @@
+"""The FAISS index over paragraph vectors: inner product on unit vectors (= cosine).
+
+Index types, through FAISS's index factory, all wrapped in ``IDMap2`` so FAISS returns
+our paragraph ids:
+
+=========  ==============================  ============================================
+``flat``   ``IDMap2,Flat``                 exact; the default
+``hnsw``   ``IDMap2,HNSW32,Flat``          graph; efConstruction 80, efSearch 128
+``ivf``    ``IDMap2,IVF{nlist},Flat``      nlist = 4*sqrt(N) (at most N/39), nprobe 16;
+                                           trained on the vectors present when built
+``auto``   flat below 100,000 vectors, hnsw from there; re-decided at every snapshot
+=========  ==============================  ============================================
+
+Any other string is passed to ``faiss.index_factory`` as is (``IDMap2,`` is prefixed).
+HNSW cannot remove vectors, so removed ids become tombstones that every search filters
+out with an ``IDSelector``; the index is rebuilt without them once they exceed 20%.
+An IVF index with too few vectors to train answers by exact search until it can train.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import faiss
+import numpy as np
+
+from .errors import InvalidInputError
+
+AUTO_HNSW_FROM = 100_000
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 128
+IVF_NPROBE = 16
+IVF_MIN_POINTS_PER_LIST = 39  # FAISS warns below this many training points per list
+TOMBSTONE_REBUILD_FRACTION = 0.2
+
+
+@dataclass
+class IndexChoice:
+    """What was asked for (``requested``) and the factory string in use."""
+
+    requested: str
+    factory: str
+    params: dict = field(default_factory=dict)
+
+
+def choose_index(requested: str, n: int) -> IndexChoice:
+    """Resolve a requested index type to a factory string for a corpus of ``n`` vectors."""
+    kind = requested.lower()
+    if kind == "auto":
+        return IndexChoice("auto", *_factory("hnsw" if n >= AUTO_HNSW_FROM else "flat", n))
+    if kind in ("flat", "hnsw", "ivf"):
+        return IndexChoice(kind, *_factory(kind, n))
+    if not requested.strip():
+        raise InvalidInputError("index type must not be empty: use flat, hnsw, ivf, auto or a FAISS factory string")
+    factory = requested if requested.startswith("IDMap") else f"IDMap2,{requested}"
+    return IndexChoice(requested, factory, {})
+
+
+def _factory(kind: str, n: int) -> tuple[str, dict]:
+    if kind == "flat":
+        return "IDMap2,Flat", {}
+    if kind == "hnsw":
+        return f"IDMap2,HNSW{HNSW_M},Flat", {"efConstruction": HNSW_EF_CONSTRUCTION, "efSearch": HNSW_EF_SEARCH}
+    nlist = max(1, min(int(4 * math.sqrt(max(n, 1))), n // IVF_MIN_POINTS_PER_LIST))
+    return f"IDMap2,IVF{nlist},Flat", {"nlist": nlist, "nprobe": min(IVF_NPROBE, nlist)}
+
+
+class VectorIndex:
+    """A FAISS index plus the tombstones of removed ids it cannot drop itself."""
+
+    def __init__(self, choice: IndexChoice, dim: int, index: faiss.Index | None = None):
+        self.choice = choice
+        self.dim = dim
+        try:
+            self.index = index if index is not None else faiss.index_factory(dim, choice.factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as e:
+            raise InvalidInputError(f"FAISS cannot build index {choice.factory!r}: {str(e).splitlines()[0]}") from e
+        self._inner = faiss.downcast_index(faiss.downcast_index(self.index).index)
+        if isinstance(self._inner, faiss.IndexHNSW) and index is None:
+            self._inner.hnsw.efConstruction = choice.params.get("efConstruction", HNSW_EF_CONSTRUCTION)
+        self.tombstones: set[int] = set()
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def is_trained(self) -> bool:
+        return bool(self.index.is_trained)
+
+    def can_train_on(self, n: int) -> bool:
+        return n >= self.choice.params.get("nlist", 1) * IVF_MIN_POINTS_PER_LIST if "nlist" in self.choice.params else n > 0
+
+    def train(self, vectors: np.ndarray) -> None:
+        self.index.train(vectors)
+
+    def ids(self) -> np.ndarray:
+        return faiss.vector_to_array(faiss.downcast_index(self.index).id_map).astype(np.int64)
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        if len(ids):
+            self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
+
+    def remove(self, ids: np.ndarray) -> None:
+        if not len(ids):
+            return
+        if isinstance(self._inner, faiss.IndexHNSW):
+            self.tombstones.update(int(i) for i in ids)
+        else:
+            self.index.remove_ids(np.asarray(ids, dtype=np.int64))
+
+    def needs_rebuild(self) -> bool:
+        return len(self.tombstones) > TOMBSTONE_REBUILD_FRACTION * max(self.ntotal, 1)
+
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) per query, excluding ``exclude`` and tombstones; -1 ids pad short rows."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        blocked = np.asarray(sorted(self.tombstones), dtype=np.int64)
+        if exclude is not None and len(exclude):
+            blocked = np.union1d(blocked, np.asarray(exclude, dtype=np.int64))
+        selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(blocked)) if len(blocked) else None
+        if isinstance(self._inner, faiss.IndexHNSW):
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.choice.params.get("efSearch", HNSW_EF_SEARCH), k))
+        elif isinstance(self._inner, faiss.IndexIVF):
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=self.choice.params.get("nprobe", IVF_NPROBE))
+        else:
+            params = faiss.SearchParameters(sel=selector)
+        k_eff = max(1, min(k, self.ntotal))
+        scores, ids = self.index.search(queries, k_eff, params=params)
+        if k_eff < k:  # pad so every caller sees (m, k)
+            scores = np.pad(scores, ((0, 0), (0, k - k_eff)), constant_values=-np.inf)
+            ids = np.pad(ids, ((0, 0), (0, k - k_eff)), constant_values=-1)
+        return scores, ids
+
+    def serialize(self) -> np.ndarray:
+        return faiss.serialize_index(self.index)
+
+    @classmethod
+    def deserialize(cls, data: np.ndarray, choice: IndexChoice, dim: int) -> "VectorIndex":
+        index = faiss.deserialize_index(data)
+        if index.d != dim:
+            raise InvalidInputError(f"index file has dimension {index.d}, the store expects {dim}")
+        return cls(choice, dim, index=index)

@@ -1,0 +1,44 @@
+"""The ``nextpara`` command: one entry point whose subcommands live with the layer they drive.
+
+``python -m nextpara`` and the ``nextpara`` console script both run :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from nextpara import __version__
+
+
+def make_parser() -> argparse.ArgumentParser:
+    from nextpara.attention_core import cli as core_cli
+
+    parser = argparse.ArgumentParser(prog="nextpara", description="Next-paragraph retrieval: build, train, serve, query.")
+    parser.add_argument("--version", action="version", version=f"nextpara {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    core_cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("nextpara").setLevel(logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO)
+    from nextpara.attention_core.errors import NextparaError
+
+    try:
+        return int(args.func(args) or 0)
+    except NextparaError as e:
+        print(f"nextpara {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"nextpara {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for the ``nextpara.v1`` protocol package."""

@@ -1,0 +1,79 @@
+"""Shared fixtures: a private embedding cache, the real MiniLM embedder, corpus helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = REPO.parent / "shared" / "corpora"
+PEPS = CORPORA / "peps.jsonl"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Tests never touch the user's embedding cache or default data dir."""
+    root = tmp_path_factory.mktemp("home")
+    old = {k: os.environ.get(k) for k in ("NEXTPARA_CACHE_DIR", "NEXTPARA_DATA_DIR")}
+    os.environ["NEXTPARA_CACHE_DIR"] = str(root / "cache")
+    os.environ["NEXTPARA_DATA_DIR"] = str(root / "data")
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from nextpara.attention_core.embedders import make_embedder
+
+    return make_embedder("minilm")
+
+
+@pytest.fixture
+def peps_path() -> Path:
+    if not PEPS.exists():
+        pytest.skip(f"{PEPS} is absent: the shared corpora are only on the project's machines")
+    return PEPS
+
+
+def unit_vectors(n: int, dim: int, seed: int = 0, clusters: int = 0) -> np.ndarray:
+    """Seeded unit vectors; with ``clusters`` they gather around that many centres (like real embeddings)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    if clusters:
+        centres = rng.standard_normal((clusters, dim)).astype(np.float32) * 3
+        x += centres[rng.integers(0, clusters, n)]
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def write_vector_corpus(path: Path, n_docs: int, n_paragraphs: int, dim: int, seed: int = 0) -> list[dict]:
+    """A JSONL corpus with precomputed vectors; returns the documents written."""
+    vecs = unit_vectors(n_docs * n_paragraphs, dim, seed)
+    docs = []
+    with open(path, "w") as f:
+        for d in range(n_docs):
+            doc = {"doc_id": f"doc-{d:05d}", "title": f"Document {d}",
+                   "paragraphs": [f"Paragraph {p} of document {d}, seed {seed}." for p in range(n_paragraphs)],
+                   "vectors": vecs[d * n_paragraphs:(d + 1) * n_paragraphs].round(6).tolist()}
+            f.write(json.dumps(doc) + "\n")
+            docs.append(doc)
+    return docs
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600):
+    """Run ``python -m nextpara ARGS`` as a user would; returns the CompletedProcess."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "nextpara", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})

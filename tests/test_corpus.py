@@ -1,0 +1,100 @@
+import json
+
+import pytest
+
+from nextpara.attention_core.corpus import CorpusReader, split_paragraphs
+from nextpara.attention_core.errors import CorpusFormatError, InvalidInputError
+
+
+def write_lines(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_jsonl_keeps_order_and_fields(tmp_path):
+    p = write_lines(tmp_path / "c.jsonl", [
+        json.dumps({"doc_id": "a", "title": "A", "paragraphs": ["first one here", "second one here"]}),
+        "",
+        json.dumps({"doc_id": "b", "paragraphs": ["only"]}),
+    ])
+    docs = list(CorpusReader(p))
+    assert [d.doc_id for d in docs] == ["a", "b"]
+    assert docs[0].paragraphs == ["first one here", "second one here"] and docs[0].title == "A"
+    assert docs[1].title == ""
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"paragraphs": ["x"]}), "missing field(s) doc_id"),
+    (json.dumps({"doc_id": "x", "paragraphs": []}), "has no paragraphs"),
+    (json.dumps({"doc_id": "x", "paragraphs": ["ok", 3]}), "paragraph 1 is int"),
+    (json.dumps({"doc_id": "x", "paragraphs": ["ok", "  "]}), "paragraph 1 is empty"),
+    (json.dumps({"doc_id": "", "paragraphs": ["ok"]}), "doc_id must be a non-empty string"),
+    (json.dumps([1, 2]), "expected a JSON object"),
+    (json.dumps({"doc_id": "x", "paragraphs": ["a", "b"], "vectors": [[1.0]]}), "2 paragraphs but 1 vectors"),
+    ('{"doc_id": "x", "paragraphs": ["a"], "vectors": [[NaN]]}', "NaN or inf"),
+])
+def test_malformed_line_names_file_and_line(tmp_path, line, reason):
+    good = json.dumps({"doc_id": "good", "paragraphs": ["fine paragraph"]})
+    p = write_lines(tmp_path / "c.jsonl", [good, line, good.replace("good", "good2")])
+    with pytest.raises(CorpusFormatError) as err:
+        list(CorpusReader(p))
+    assert err.value.line == 2 and err.value.path == str(p)
+    assert f"{p}:2:" in str(err.value) and reason in str(err.value)
+    reader = CorpusReader(p, skip_bad=True)
+    assert [d.doc_id for d in reader] == ["good", "good2"]
+    assert reader.skipped == 1 and reason in reader.skipped_reasons[0]
+
+
+def test_invalid_utf8_and_duplicate_ids(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(b'{"doc_id": "a", "paragraphs": ["x"]}\n{"doc_id": "\xff", "paragraphs": ["x"]}\n'
+                  b'{"doc_id": "a", "paragraphs": ["y"]}\n')
+    with pytest.raises(CorpusFormatError, match=r":2: not valid UTF-8"):
+        list(CorpusReader(p))
+    reader = CorpusReader(p, skip_bad=True)
+    assert [d.doc_id for d in reader] == ["a"] and reader.skipped == 2
+    assert any("duplicate doc_id 'a'" in r for r in reader.skipped_reasons)
+
+
+def test_missing_and_unknown_corpus(tmp_path):
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        CorpusReader(tmp_path / "nope.jsonl")
+    (tmp_path / "x.csv").write_text("a,b")
+    with pytest.raises(InvalidInputError, match="expected a .jsonl file"):
+        list(CorpusReader(tmp_path / "x.csv"))
+
+
+def test_text_directory_drops_headings_and_code(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.md").write_text(
+        "# Title\n\nFirst paragraph\ncontinues here.\n\n```python\nprint('code')\n\nmore code\n```\n\n## Section\nSecond paragraph.\n")
+    (tmp_path / "a.txt").write_text("One.\n\n\n\nTwo\n=====\n\nThree.\r\n")
+    (tmp_path / "ignored.csv").write_text("x")
+    docs = list(CorpusReader(tmp_path))
+    assert [d.doc_id for d in docs] == ["a.txt", "sub/b.md"]
+    assert docs[0].paragraphs == ["One.", "Three."]  # reST-underlined heading dropped
+    assert docs[1].paragraphs == ["First paragraph continues here.", "Second paragraph."]
+
+
+def test_split_paragraphs_plain_text_keeps_hash_lines():
+    assert split_paragraphs("# not a heading in txt\n\nnext", markdown=False) == ["# not a heading in txt", "next"]
+
+
+def test_builtin_corpus_is_stable_and_clean():
+    first = list(CorpusReader("builtin"))
+    second = list(CorpusReader("builtin"))
+    assert [(d.doc_id, d.paragraphs) for d in first] == [(d.doc_id, d.paragraphs) for d in second]
+    ids = [d.doc_id for d in first]
+    assert len(ids) == len(set(ids)) and len(first) > 100
+    assert any(i.startswith("topic:") for i in ids) and any(i.startswith("module:") for i in ids)
+    paragraphs = [p for d in first for p in d.paragraphs]
+    assert len(paragraphs) > 3000
+    assert not any(p.startswith(">>>") or len(p.split()) < 5 for p in paragraphs)
+
+
+@pytest.mark.corpus
+def test_peps_corpus_reads_whole(peps_path):
+    docs = list(CorpusReader(peps_path))
+    assert len(docs) == 734
+    assert sum(len(d.paragraphs) for d in docs) == 43588
