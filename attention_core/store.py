@@ -122,7 +122,7 @@ class ParagraphStore:
         stale = np.setdiff1d(self.index.ids(), self._ids)
         self.index.remove(stale)
         if not self.index.is_trained and self.index.can_train_on(len(self._ids)):
-            self._rebuild_index(choice)
+            self._rebuild_index(choose_index(self.requested_index, len(self._ids)))
         elif self.index.is_trained:
             self.index.add(self._vectors[np.isin(self._ids, added)], added)
         if len(added) or len(stale):
@@ -285,8 +285,17 @@ class ParagraphStore:
         self._append(added, vectors)
         if self.index.is_trained:
             self.index.add(vectors, added)
-        elif self.index.can_train_on(len(self._ids)):
-            self._rebuild_index(self.index.choice)
+        # an untrained (IVF) index answers by exact search until the next snapshot trains it
+
+    def _outgrown(self, wanted: IndexChoice) -> bool:
+        """True when the corpus size calls for another index: auto switching type, IVF untrained or nlist off by 2x."""
+        current = self.index.choice
+        if self.requested_index == "auto":
+            return wanted.factory != current.factory
+        if "nlist" in wanted.params and len(self._ids):
+            ratio = wanted.params["nlist"] / current.params.get("nlist", 1)
+            return not self.index.is_trained or ratio > 2 or ratio < 0.5
+        return False
 
     def snapshot(self) -> str | None:
         """Save the index and vectors atomically and point the manifest at them."""
@@ -294,8 +303,8 @@ class ParagraphStore:
         with self._mutex:
             generation = self.generation
             wanted = choose_index(self.requested_index, len(self._ids))
-            if (self.requested_index == "auto" and wanted.factory != self.index.choice.factory) or self.index.needs_rebuild():
-                self._rebuild_index(wanted if self.requested_index == "auto" else self.index.choice)
+            if self._outgrown(wanted) or self.index.needs_rebuild():
+                self._rebuild_index(wanted)
             if generation == self.snapshot_generation and (self.data_dir / snap.MANIFEST).exists():
                 return self.snapshot_name
             name = snap.write_snapshot(self.data_dir, generation, self.index.serialize().tobytes(), self._ids, self._vectors)

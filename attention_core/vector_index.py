@@ -6,14 +6,16 @@ our paragraph ids:
 =========  ==============================  ============================================
 ``flat``   ``IDMap2,Flat``                 exact; the default
 ``hnsw``   ``IDMap2,HNSW32,Flat``          graph; efConstruction 80, efSearch 128
-``ivf``    ``IDMap2,IVF{nlist},Flat``      nlist = 4*sqrt(N) (at most N/39), nprobe 16;
+``ivf``    ``IVF{nlist},Flat``              nlist = 4*sqrt(N) (at most N/39), nprobe 16;
                                            trained on the vectors present when built
 ``auto``   flat below 100,000 vectors, hnsw from there; re-decided at every snapshot
 =========  ==============================  ============================================
 
-Any other string is passed to ``faiss.index_factory`` as is (``IDMap2,`` is prefixed).
-HNSW cannot remove vectors, so removed ids become tombstones that every search filters
-out with an ``IDSelector``; the index is rebuilt without them once they exceed 20%.
+Any other string is passed to ``faiss.index_factory`` (``IDMap2,`` is prefixed unless it is
+an IVF index, which keeps ids itself: IDMap2 over IVF cannot remove ids).
+Flat and IVF indexes remove vectors; the others (HNSW...) cannot, so removed ids become
+tombstones that every search filters out with an ``IDSelector``; the index is rebuilt
+without them once they exceed 20%.
 An IVF index with too few vectors to train answers by exact search until it can train.
 """
 
@@ -52,7 +54,7 @@ def choose_index(requested: str, n: int) -> IndexChoice:
         return IndexChoice(kind, *_factory(kind, n))
     if not requested.strip():
         raise InvalidInputError("index type must not be empty: use flat, hnsw, ivf, auto or a FAISS factory string")
-    factory = requested if requested.startswith("IDMap") else f"IDMap2,{requested}"
+    factory = requested if requested.startswith("IDMap") or requested.startswith("IVF") else f"IDMap2,{requested}"
     return IndexChoice(requested, factory, {})
 
 
@@ -62,7 +64,7 @@ def _factory(kind: str, n: int) -> tuple[str, dict]:
     if kind == "hnsw":
         return f"IDMap2,HNSW{HNSW_M},Flat", {"efConstruction": HNSW_EF_CONSTRUCTION, "efSearch": HNSW_EF_SEARCH}
     nlist = max(1, min(int(4 * math.sqrt(max(n, 1))), n // IVF_MIN_POINTS_PER_LIST))
-    return f"IDMap2,IVF{nlist},Flat", {"nlist": nlist, "nprobe": min(IVF_NPROBE, nlist)}
+    return f"IVF{nlist},Flat", {"nlist": nlist, "nprobe": min(IVF_NPROBE, nlist)}
 
 
 class VectorIndex:
@@ -75,7 +77,8 @@ class VectorIndex:
             self.index = index if index is not None else faiss.index_factory(dim, choice.factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as e:
             raise InvalidInputError(f"FAISS cannot build index {choice.factory!r}: {str(e).splitlines()[0]}") from e
-        self._inner = faiss.downcast_index(faiss.downcast_index(self.index).index)
+        outer = faiss.downcast_index(self.index)
+        self._inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexIDMap) else outer
         if isinstance(self._inner, faiss.IndexHNSW) and index is None:
             self._inner.hnsw.efConstruction = choice.params.get("efConstruction", HNSW_EF_CONSTRUCTION)
         self.tombstones: set[int] = set()
@@ -95,6 +98,12 @@ class VectorIndex:
         self.index.train(vectors)
 
     def ids(self) -> np.ndarray:
+        """Every id the index holds (tombstoned ones included)."""
+        if isinstance(self._inner, faiss.IndexIVF):
+            lists = self._inner.invlists
+            parts = [faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
+                     for i in range(lists.nlist) if lists.list_size(i)]
+            return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         return faiss.vector_to_array(faiss.downcast_index(self.index).id_map).astype(np.int64)
 
     def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
@@ -104,10 +113,10 @@ class VectorIndex:
     def remove(self, ids: np.ndarray) -> None:
         if not len(ids):
             return
-        if isinstance(self._inner, faiss.IndexHNSW):
-            self.tombstones.update(int(i) for i in ids)
-        else:
+        if isinstance(self._inner, (faiss.IndexFlat, faiss.IndexIVF)):
             self.index.remove_ids(np.asarray(ids, dtype=np.int64))
+        else:
+            self.tombstones.update(int(i) for i in ids)
 
     def needs_rebuild(self) -> bool:
         return len(self.tombstones) > TOMBSTONE_REBUILD_FRACTION * max(self.ntotal, 1)

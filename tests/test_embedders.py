@@ -1,0 +1,92 @@
+"""Embedders: the real MiniLM model, the cache, and the OpenAI-compatible HTTP embedder."""
+
+import numpy as np
+import pytest
+
+from nextpara.attention_core.embedders import MINILM_NAME, PrecomputedEmbedder, make_embedder
+from nextpara.attention_core.embedding_cache import CachedEmbedder
+from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError
+from nextpara.attention_core.http_embedder import EmbeddingServiceError, OpenAIEmbedder
+from nextpara.attention_core.ingest import build
+from nextpara.attention_core.store import open_store
+
+from openai_fake import FakeEmbeddingsServer, fake_vector
+
+TEXTS = ["The cat sat on the mat.", "A cat was sitting on a rug.", "Quarterly revenue grew by four percent."]
+
+
+def test_minilm_shape_normalisation_and_meaning(minilm):
+    v = minilm.embed(TEXTS)
+    assert minilm.name == MINILM_NAME and v.shape == (3, 384) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.3  # paraphrases closer than unrelated text
+    assert minilm.embed([]).shape == (0, 384)
+
+
+def test_cache_hits_cost_no_model_time(minilm, tmp_path):
+    cached = CachedEmbedder(minilm, tmp_path / "cache.sqlite")
+    first = cached.embed(TEXTS + TEXTS[:1])
+    assert (cached.hits, cached.misses) == (0, 4)
+    again = CachedEmbedder(minilm, tmp_path / "cache.sqlite")  # a new process would see the same file
+    second = again.embed(TEXTS[::-1])
+    assert (again.hits, again.misses) == (3, 0)
+    np.testing.assert_array_equal(second, first[:3][::-1])
+    other = CachedEmbedder(PrecomputedEmbedder("other-model", dim=384), tmp_path / "cache.sqlite")
+    with pytest.raises(FailedPreconditionError, match="cannot embed text"):
+        other.embed(TEXTS[:1])  # the key includes the embedder: MiniLM's vectors are not reused
+
+
+def test_unknown_embedder_spec():
+    with pytest.raises(InvalidInputError, match="unknown embedder 'word2vec'"):
+        make_embedder("word2vec")
+    with pytest.raises(FailedPreconditionError, match="does not exist"):
+        make_embedder("sentence-transformers:/nonexistent/model").embed(["x"])
+
+
+def test_openai_wire_format_batching_and_retries(monkeypatch):
+    monkeypatch.setenv("TEST_KEY", "test-key")
+    with FakeEmbeddingsServer(dim=1536) as server:
+        emb = OpenAIEmbedder("text-embedding-ada-002", base_url=server.base_url, api_key_env="TEST_KEY",
+                             batch_size=2, backoff=0.01)
+        server.fail_next = [429, 503]
+        v = emb.embed(TEXTS)
+        assert v.shape == (3, 1536) and emb.dim == 1536 and emb.name == "openai:text-embedding-ada-002"
+        expected = np.asarray([fake_vector(t, 1536) for t in TEXTS], np.float32)
+        np.testing.assert_allclose(v, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-6)
+        ok = [r for r in server.requests if r["path"] == "/v1/embeddings"]
+        assert len(ok) == 4  # two failures retried, then two batches of at most 2
+        assert ok[-1]["body"] == {"model": "text-embedding-ada-002", "input": [TEXTS[2]]}
+        assert all(r["auth"] == "Bearer test-key" for r in ok)
+        server.fail_next = [400]
+        with pytest.raises(EmbeddingServiceError, match="answered 400: .*simulated 400"):
+            emb.embed(["x"])
+        server.fail_next = [500] * 3
+        emb.max_retries = 2
+        with pytest.raises(EmbeddingServiceError, match="failed 3 times, last: HTTP 500"):
+            emb.embed(["y"])
+    monkeypatch.delenv("TEST_KEY")
+    with pytest.raises(FailedPreconditionError, match="TEST_KEY is not set"):
+        emb.embed(["z"])
+
+
+def test_build_with_openai_embedder(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("# A\n\nFirst paragraph of a.\n\nSecond paragraph of a.\n")
+    (corpus / "b.txt").write_text("Only paragraph of b.\n")
+    with FakeEmbeddingsServer(dim=1536) as server:
+        options = {"base_url": server.base_url}
+        report = build(str(corpus), tmp_path / "store", embedder="openai:text-embedding-ada-002", quiet=True,
+                       embedder_options=options, use_cache=False)
+        assert report.paragraphs_written == 3 and report.documents_added == 2
+        with open_store(tmp_path / "store", readonly=True) as store:
+            assert store.dim == 1536 and store.embedder_name == "openai:text-embedding-ada-002"
+            query = OpenAIEmbedder("text-embedding-ada-002", base_url=server.base_url).embed(["Second paragraph of a."])
+            _, ids = store.search(query, 1)
+            assert store.get_paragraphs(ids[0])[0].text == "Second paragraph of a."
+        n = len(server.requests)
+        again = build(str(corpus), tmp_path / "store", embedder="openai:text-embedding-ada-002", quiet=True,
+                      embedder_options=options, use_cache=False)
+        assert again.documents_unchanged == 2 and again.paragraphs_embedded == 0
+        assert len(server.requests) == n + 1  # only the dimension probe; unchanged documents are not embedded

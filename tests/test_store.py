@@ -1,0 +1,176 @@
+"""The store: round trips, search against brute force for every index type, upsert/delete, refusals."""
+
+import json
+
+import numpy as np
+import pytest
+
+from nextpara.attention_core.corpus import Document
+from nextpara.attention_core.errors import (FailedPreconditionError, InvalidInputError, NotFoundError,
+                                            StoreLockedError, StoreMismatchError)
+from nextpara.attention_core.store import open_store
+
+from conftest import unit_vectors
+
+DIM = 32
+INDEX_TYPES = ["flat", "hnsw", "ivf", "auto"]
+
+
+def make_docs(n_docs, n_par, seed=0, dim=DIM, prefix="d"):
+    vecs = unit_vectors(n_docs * n_par, dim, seed, clusters=20)
+    docs = [Document(doc_id=f"{prefix}{i}", title=f"T{i}", paragraphs=[f"{prefix}{i} paragraph {j} seed {seed}" for j in range(n_par)])
+            for i in range(n_docs)]
+    return docs, [vecs[i * n_par:(i + 1) * n_par] for i in range(n_docs)]
+
+
+def new_store(path, index="flat", dim=DIM):
+    return open_store(path, embedder_name="test-embedder", dim=dim, index=index)
+
+
+def test_round_trip_and_reload(tmp_path):
+    docs, vecs = make_docs(5, 4)
+    with new_store(tmp_path) as store:
+        result = store.add_documents(docs, vecs)
+        assert (result.added, result.paragraphs) == (5, 20)
+        paras = store.get_paragraphs([3, 1])
+        assert [(p.doc_id, p.position) for p in paras] == [("d0", 2), ("d0", 0)]
+        store.snapshot()
+    with open_store(tmp_path, readonly=True) as store:
+        assert store.count_documents() == 5 and store.count_paragraphs() == 20
+        assert store.get_paragraphs([20])[0].text == "d4 paragraph 3 seed 0"
+        np.testing.assert_allclose(store.vectors([1, 20]), np.stack([vecs[0][0], vecs[4][3]]), atol=1e-6)
+        manifest = json.loads((tmp_path / "manifest.json").read_text())
+        assert manifest["counts"] == {"documents": 5, "paragraphs": 20}
+        assert manifest["embedder"] == {"name": "test-embedder", "spec": "test-embedder", "dim": DIM}
+
+
+def brute_force(vectors, ids, queries, k, exclude):
+    scores = queries @ vectors.T
+    scores[:, np.isin(ids, list(exclude))] = -np.inf
+    return ids[np.argsort(-scores, axis=1, kind="stable")[:, :k]]
+
+
+@pytest.mark.parametrize("index", INDEX_TYPES)
+def test_search_matches_brute_force(tmp_path, index):
+    docs, vecs = make_docs(200, 20, seed=1)  # 4,000 vectors
+    queries = unit_vectors(50, DIM, seed=2, clusters=20)
+    exclude = set(range(1, 4001, 7))
+    with new_store(tmp_path, index=index) as store:
+        store.add_documents(docs, vecs)
+        store.snapshot()
+    for readonly in (False, True):  # in memory as built, and loaded from the snapshot
+        with open_store(tmp_path, readonly=readonly) as store:
+            all_ids = np.arange(1, 4001)
+            expected = brute_force(np.concatenate(vecs), all_ids, queries, 10, exclude)
+            scores, got = store.search(queries, 10, exclude_ids=exclude)
+            assert not np.isin(got, list(exclude)).any()
+            assert (np.diff(scores, axis=1) <= 1e-6).all()
+            if index in ("flat", "auto"):
+                np.testing.assert_array_equal(got, expected)
+            else:
+                recall = np.mean([len(set(g) & set(e)) / 10 for g, e in zip(got, expected)])
+                assert recall >= 0.9, f"{index} recall@10 {recall:.3f}"
+
+
+@pytest.mark.parametrize("index", INDEX_TYPES)
+def test_upsert_and_delete_visible_now_and_after_reload(tmp_path, index):
+    docs, vecs = make_docs(100, 10, seed=3)
+    with new_store(tmp_path, index=index) as store:
+        store.add_documents(docs, vecs)
+        store.snapshot()
+        target = vecs[7][2]
+        assert store.search(target, 1)[1][0, 0] == 73  # d7 paragraph 2
+        # upsert d7 with new text and vectors: old ids vanish, new ids appear
+        new_doc, new_vecs = make_docs(1, 3, seed=4, prefix="x")
+        new_doc[0].doc_id = "d7"
+        r = store.add_documents(new_doc, new_vecs)
+        assert (r.added, r.replaced) == (0, 1)
+        with pytest.raises(NotFoundError):
+            store.get_paragraphs([73])
+        assert store.search(target, 1)[1][0, 0] != 73
+        new_ids = store.search(new_vecs[0], 1)[1][:, 0]
+        assert [p.doc_id for p in store.get_paragraphs(new_ids)] == ["d7"] * 3
+        assert store.delete_documents(["d8"]) == 10
+        assert not np.isin(store.search(vecs[8], 5)[1], np.arange(81, 91)).any()
+        # an unchanged upsert changes nothing, not even ids
+        gen = store.generation
+        assert store.add_documents(docs[:2], vecs[:2]).unchanged == 2 and store.generation == gen
+    for snapshot_first in (False, True):
+        with open_store(tmp_path) as store:  # replayed from SQLite (no snapshot after the writes), then snapshotted
+            assert store.count_paragraphs() == 1000 - 10 - 10 + 3
+            assert set(store.search(new_vecs[0], 1)[1][:, 0]) == set(new_ids)
+            assert not np.isin(store.search(vecs[8], 5)[1], np.arange(71, 91)).any()
+            if snapshot_first:
+                store.snapshot()
+
+
+def test_bad_input_is_refused_and_changes_nothing(tmp_path):
+    docs, vecs = make_docs(3, 2)
+    with new_store(tmp_path) as store:
+        store.add_documents(docs, vecs)
+        gen = store.generation
+        bad_docs, bad_vecs = make_docs(2, 2, seed=9, prefix="new")
+        cases = [
+            (bad_docs, [bad_vecs[0], np.ones((2, DIM + 1))], "dimension 33, this store's embedder test-embedder has dimension 32"),
+            (bad_docs, [bad_vecs[0], np.full((2, DIM), np.nan)], "NaN"),
+            (bad_docs, [bad_vecs[0], np.zeros((2, DIM))], "zero vector"),
+            (bad_docs, [bad_vecs[0], bad_vecs[1][:1]], "expected 2 vectors"),
+            ([bad_docs[0], bad_docs[0]], bad_vecs, "appears twice"),
+            ([Document("e", [])], [np.zeros((0, DIM))], "has no paragraphs"),
+        ]
+        for d, v, message in cases:
+            with pytest.raises(InvalidInputError, match=message):
+                store.add_documents(d, v)
+        with pytest.raises(NotFoundError, match="unknown doc_id"):
+            store.delete_documents(["d0", "missing"])
+        with pytest.raises(NotFoundError, match="unknown paragraph id"):
+            store.get_paragraphs([1, 999])
+        with pytest.raises(InvalidInputError, match="dimension 32"):
+            store.search(np.ones(DIM + 2), 3)
+        assert store.generation == gen and store.count_documents() == 3 and store.count_paragraphs() == 6
+
+
+def test_exclusion_and_identical_texts(tmp_path):
+    docs, vecs = make_docs(4, 3)
+    docs[2].paragraphs[1] = docs[0].paragraphs[0]
+    with new_store(tmp_path) as store:
+        store.add_documents(docs, vecs)
+        assert list(store.ids_with_text([docs[0].paragraphs[0]])) == [1, 8]
+        scores, ids = store.search(vecs[0][0], 20, exclude_ids=[1, 2])
+        assert list(ids[0, -2:]) == [-1, -1] and 1 not in ids[0] and 2 not in ids[0]
+
+
+def test_refusals_name_expected_and_actual(tmp_path):
+    docs, vecs = make_docs(2, 2)
+    with new_store(tmp_path) as store:
+        store.add_documents(docs, vecs)
+        with pytest.raises(StoreLockedError, match="being written by another process"):
+            open_store(tmp_path)
+    with pytest.raises(StoreMismatchError, match="built by embedder 'test-embedder' .*not 'other'"):
+        open_store(tmp_path, embedder_name="other", dim=DIM)
+    with pytest.raises(StoreMismatchError, match="dimension 32, not 64"):
+        open_store(tmp_path, embedder_name="test-embedder", dim=64)
+    with pytest.raises(FailedPreconditionError, match="no nextpara store"):
+        open_store(tmp_path / "empty", readonly=True)
+    with pytest.raises(InvalidInputError, match="FAISS cannot build index"):
+        open_store(tmp_path / "bad-index", embedder_name="e", dim=DIM, index="NoSuchIndex")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["format_version"] = 99
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreMismatchError, match="format_version 99; this nextpara reads format 1"):
+        open_store(tmp_path, readonly=True)
+
+
+def test_writes_after_snapshot_survive_without_one(tmp_path):
+    """Acknowledged = committed to SQLite; a store closed without snapshot replays them on load."""
+    docs, vecs = make_docs(10, 3)
+    store = new_store(tmp_path)
+    store.add_documents(docs[:5], vecs[:5])
+    store.snapshot()
+    store.add_documents(docs[5:], vecs[5:])
+    store.delete_documents(["d0"])
+    store.close()  # no snapshot
+    with open_store(tmp_path, readonly=True) as reopened:
+        assert reopened.count_paragraphs() == 27 and reopened.snapshot_generation < reopened.generation
+        assert reopened.search(vecs[9][2], 1)[1][0, 0] == 30
+        assert 1 not in reopened.search(vecs[0][0], 27)[1][0]
