@@ -44,6 +44,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_data_dir(p)
     p.add_argument("-k", type=int, default=5, help="how many neighbours (default 5)")
     p.set_defaults(func=cmd_search)
+    register_model_commands(sub)
+
+
+def register_model_commands(sub: argparse._SubParsersAction) -> None:
+    from dataclasses import fields
+
+    p = sub.add_parser("train", help="train the attention reranker on a built store; saves model.safetensors there",
+                       description="Phase 1 trains the query head (full softmax over the store), phase 2 the scorer "
+                                   "on FAISS-mined candidate lists; early stopping on validation MRR@10.")
+    add_data_dir(p)
+    from .training import TrainConfig
+
+    for f in fields(TrainConfig):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                       help=f"(default {f.default})")
+    p.add_argument("--d-model", type=int, default=None, help="model width (default from RerankerConfig)")
+    p.add_argument("--layers", type=int, default=None, help="context encoder layers")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
+    from .ingest import default_data_dir
+    from .training import TrainConfig, train
+
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    model_cfg = {k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers}.items() if v is not None}
+    meta = train(args.data_dir or default_data_dir(), model_cfg, cfg, quiet=args.quiet)
+    v = meta["metrics"]["validation"]
+    print(f"trained model {meta['model_version']} in {meta['training']['seconds']}s: validation MRR@10 {v['mrr@10']:.4f}, "
+          f"Recall@1 {v['recall@1']:.4f}, stage-1 recall {v['stage1_recall']:.3f}")
+    return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:

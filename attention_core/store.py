@@ -341,6 +341,12 @@ class ParagraphStore:
                                 + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
         return [found[i] for i in ids]
 
+    def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
+        """(ids, doc_ids, positions, text_hashes) of every paragraph, ordered by (doc_id, position)."""
+        rows = self._db.execute("SELECT id, doc_id, position, text_hash FROM paragraphs ORDER BY doc_id, position").fetchall()
+        return (np.fromiter((r[0] for r in rows), np.int64, len(rows)), [r[1] for r in rows],
+                np.fromiter((r[2] for r in rows), np.int64, len(rows)), [r[3] for r in rows])
+
     def vectors(self, ids: Sequence[int]) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim); NotFoundError naming unknown ids."""
         ids = np.asarray(ids, dtype=np.int64)

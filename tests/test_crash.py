@@ -48,37 +48,41 @@ def check_store(data, acknowledged_through: str | None):
         return len(docs)
 
 
-def timed_reference_run(corpus, data):
-    """Seconds from start to the first acknowledged batch, and to the end, of an uninterrupted build."""
-    t0 = time.monotonic()
+def kill_after_ack(corpus, data, n_acks: int, jitter: float):
+    """Start a build, SIGKILL it ``jitter`` seconds after its n-th acknowledged batch; return the acks seen."""
     proc = start_build(corpus, data)
-    first_ack = None
-    for line in proc.stderr:
-        if first_ack is None and ACK.search(line):
-            first_ack = time.monotonic() - t0
-    assert proc.wait(timeout=300) == 0 and first_ack is not None
-    return first_ack, time.monotonic() - t0
+    acks = []
+    if n_acks == 0:
+        time.sleep(jitter)
+    else:
+        for line in proc.stderr:
+            if m := ACK.search(line):
+                acks.append(m.group(1))
+                if len(acks) == n_acks:
+                    break
+        time.sleep(jitter)
+    proc.send_signal(signal.SIGKILL)
+    _, rest = proc.communicate(timeout=60)
+    return acks + ACK.findall(rest)
 
 
 @pytest.mark.slow
 def test_sigkill_during_build_never_loses_acknowledged_documents(tmp_path):
     corpus = tmp_path / "big.jsonl"
     write_vector_corpus(corpus, N_DOCS, N_PAR, DIM, seed=5)
-    first_ack, end = timed_reference_run(corpus, tmp_path / "reference")
-    assert check_store(tmp_path / "reference", f"doc-{N_DOCS - 1:05d}") == N_DOCS
+    n_batches = N_DOCS * N_PAR // 300
     rng = random.Random(1234)
+    # kill before the first write, at random points between acknowledged batches, and during the final snapshot
+    plan = [(0, 1.0)] + [(rng.randint(1, n_batches - 1), rng.uniform(0, 0.05)) for _ in range(6)] + [(n_batches, 0.0)]
     partial = 0
-    for attempt in range(8):  # each a fresh store, killed somewhere between just before the first write and the end
+    for attempt, (n_acks, jitter) in enumerate(plan):
         data = tmp_path / f"store{attempt}"
-        proc = start_build(corpus, data)
-        time.sleep(rng.uniform(max(0.1, first_ack - 0.5), end))
-        proc.send_signal(signal.SIGKILL)
-        _, stderr = proc.communicate(timeout=60)
-        acks = ACK.findall(stderr)
+        acks = kill_after_ack(corpus, data, n_acks, jitter)
+        assert len(acks) >= n_acks
         if (data / "paragraphs.sqlite").exists():
             stored = check_store(data, acks[-1] if acks else None)
             partial += 0 < stored < N_DOCS
-    assert partial >= 3, "too few kills landed mid-build to prove anything"
+    assert partial >= 5, "too few kills landed mid-build to prove anything"
     finish = start_build(corpus, data)  # the last killed store resumes to completion
     assert finish.wait(timeout=300) == 0, finish.stderr.read()
     assert check_store(data, f"doc-{N_DOCS - 1:05d}") == N_DOCS

@@ -1,0 +1,34 @@
+"""Stage 1: candidate generation, the same code for training, evaluation and serving.
+
+Candidates are the union of two FAISS searches: the model's query vector (the predicted next
+paragraph) and the last context paragraph's own neighbours, each ``n`` deep, merged in that
+order without duplicates. Excluded ids (the context and every paragraph with identical text)
+are filtered out; searches ask for ``n`` plus the size of the largest exclusion set so every
+row still gets ``n`` results, which lets one batched FAISS call serve many queries.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .store import ParagraphStore
+
+
+def _search_filtered(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]]) -> list[list[int]]:
+    pad = max((len(e) for e in exclude), default=0)
+    _, ids = store.search(queries, n + pad)
+    out = []
+    for row, ex in zip(ids, exclude):
+        kept = [int(i) for i in row if i >= 0 and int(i) not in ex]
+        out.append(kept[:n])
+    return out
+
+
+def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_vectors: np.ndarray,
+                        exclude: Sequence[set[int]], n: int) -> list[np.ndarray]:
+    """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours."""
+    by_query = _search_filtered(store, query_vectors, n, exclude)
+    by_last = _search_filtered(store, last_vectors, n, exclude)
+    return [np.asarray(list(dict.fromkeys(a + b)), dtype=np.int64) for a, b in zip(by_query, by_last)]

@@ -1,0 +1,95 @@
+"""Self-describing model checkpoints in safetensors: loading never unpickles anything.
+
+``model.safetensors`` in the data directory holds the weights and, in its metadata, one JSON
+document: the model config (the loader rebuilds the model from it), the embedder name and
+dimension, the training corpus fingerprint, validation metrics, training config, code version
+and the model version (a hash of the weights) that responses name. Written to a temporary
+file, fsynced and renamed, so a kill leaves the old checkpoint or the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .errors import FailedPreconditionError, StoreMismatchError
+from .model import NextParagraphModel, RerankerConfig
+from .snapshot import fsync_dir
+
+CHECKPOINT = "model.safetensors"
+META_KEY = "nextpara"
+
+
+def code_version() -> str:
+    from nextpara import __version__
+
+    return __version__
+
+
+def weights_version(state: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(state):
+        h.update(name.encode())
+        h.update(state[name].detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:12]
+
+
+def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: dict) -> dict:
+    """Save atomically; returns the full metadata written (with model_version)."""
+    path = Path(path)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    from dataclasses import asdict
+
+    meta = {**meta, "model_config": asdict(model.cfg), "model_version": weights_version(state),
+            "code_version": code_version(), "format": 1,
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(state, str(tmp), metadata={META_KEY: json.dumps(meta)})
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return meta
+
+
+def read_checkpoint_meta(path: str | os.PathLike) -> dict:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get(META_KEY)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise FailedPreconditionError(f"{path} is not a nextpara safetensors checkpoint ({e}); "
+                                      "pickled checkpoints are refused, they could run code when loaded") from e
+    if raw is None:
+        raise FailedPreconditionError(f"{path} has no nextpara metadata: not a nextpara checkpoint")
+    return json.loads(raw)
+
+
+def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
+                    expect_dim: int | None = None) -> tuple[NextParagraphModel, dict]:
+    """Rebuild the model from the checkpoint's own config; refuse one trained for another embedder."""
+    path = Path(path)
+    if not path.exists():
+        raise FailedPreconditionError(f"no trained model at {path}: run `nextpara train`")
+    meta = read_checkpoint_meta(path)
+    emb = meta.get("embedder", {})
+    if expect_embedder is not None and emb.get("name") != expect_embedder:
+        raise StoreMismatchError(f"{path} was trained on embedder {emb.get('name')!r}, the store uses {expect_embedder!r}")
+    if expect_dim is not None and emb.get("dim") != expect_dim:
+        raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}")
+    model = NextParagraphModel(RerankerConfig(**meta["model_config"]))
+    try:
+        state = load_file(str(path))
+    except SafetensorError as e:
+        raise FailedPreconditionError(f"{path}: unreadable weights ({e})") from e
+    model.load_state_dict(state)
+    model.eval()
+    return model, meta

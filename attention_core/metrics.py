@@ -1,0 +1,34 @@
+"""Ranking metrics of the evaluation protocol: Recall@k and MRR@10 with 95% bootstrap intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+
+NO_HIT = 10**9
+
+
+def hit_rank(ranked_classes: np.ndarray, target_class: int) -> int:
+    """1-based rank of the first result whose text class equals the target's, NO_HIT if none."""
+    hits = np.flatnonzero(np.asarray(ranked_classes) == target_class)
+    return int(hits[0]) + 1 if len(hits) else NO_HIT
+
+
+def per_query(ranks: np.ndarray) -> dict[str, np.ndarray]:
+    ranks = np.asarray(ranks)
+    return {"recall@1": (ranks <= 1).astype(float), "recall@10": (ranks <= 10).astype(float),
+            "mrr@10": np.where(ranks <= 10, 1.0 / ranks, 0.0)}
+
+
+def summarize(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+    """Mean of each metric and its 95% bootstrap interval over queries (``<metric>_ci``)."""
+    values = per_query(ranks)
+    rng = np.random.default_rng(seed)
+    n = len(ranks)
+    picks = rng.integers(0, n, size=(n_boot, n)) if n else np.zeros((n_boot, 0), int)
+    out: dict[str, float] = {}
+    for name, v in values.items():
+        out[name] = float(v.mean()) if n else 0.0
+        if n:
+            boots = v[picks].mean(axis=1)
+            out[f"{name}_ci"] = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+    return out

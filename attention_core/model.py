@@ -1,0 +1,180 @@
+"""NextParagraphModel: attention over a sequence of paragraph embeddings.
+
+The mechanism is the textbook one, softmax(Q K^T / sqrt(d_k)) V with learned W_Q, W_K, W_V,
+several heads concatenated and projected, applied to a sequence whose tokens are paragraph
+embeddings:
+
+* a **context encoder** (pre-norm transformer layers, multi-head self-attention) reads the
+  context paragraphs, each with a position embedding (distance from the end), and outputs a
+  **query vector** in embedding space: the predicted next paragraph. It starts as
+  ``cos(last) + 0.5 cos(mean of context)`` (a residual on what cosine already knows) and learns
+  a correction; FAISS searches with it.
+* a **scorer** in which every candidate attends to the encoded context (cross-attention;
+  candidates never see each other's tokens) and gets one score: the query's cosine plus an MLP
+  over the attended context and similarity features (cosine to each context paragraph, to the
+  query, the pool's density around the candidate). The cross-attention weights over context
+  positions, per head, are what a caller sees as "which paragraphs drove the choice".
+
+Notation used for tensor shapes: B batch, L context length (right-aligned, padding first),
+K candidates, D embedding dimension, d model width, h heads, hs = d / h.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+POOL_TOP = 20  # neighbours in the candidate pool used for the density feature
+
+
+@dataclass
+class RerankerConfig:
+    embed_dim: int = 384  # D: the store's embedding dimension (384 MiniLM, 1536 ada-002)
+    d_model: int = 256  # width inside the model; small, the tokens are already semantic
+    n_heads: int = 4  # heads of every attention layer
+    n_context_layers: int = 2  # self-attention layers over the context
+    n_scorer_layers: int = 1  # cross-attention layers, candidates -> context
+    max_context: int = 8  # context paragraphs the model reads; older ones are dropped
+    dropout: float = 0.1  # on attention outputs and MLPs, training only
+    mlp_ratio: int = 2  # hidden width of the MLPs, in multiples of d_model
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if min(self.embed_dim, self.d_model, self.n_heads, self.max_context) < 1:
+            raise ValueError(f"embed_dim, d_model, n_heads and max_context must be positive: {asdict(self)}")
+
+    @property
+    def n_features(self) -> int:
+        return self.max_context + 5
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
+    """softmax(Q K^T / sqrt(d_k)) V, written out. q (B,h,Tq,hs), k/v (B,h,Tk,hs), mask (B,1|h,Tq,Tk) True=attend."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights  # (B, h, Tq, hs), (B, h, Tq, Tk)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_q, self.w_k, self.w_v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.w_o = nn.Linear(d, d)
+        self.dropout = dropout
+
+    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+        """x_q (B,Tq,d), x_kv (B,Tk,d), mask (B,Tq,Tk) True=attend -> (B,Tq,d), weights (B,h,Tq,Tk) or None."""
+        B, Tq, d = x_q.shape
+        Tk = x_kv.shape[1]
+        hs = d // self.n_heads
+        q = self.w_q(x_q).view(B, Tq, self.n_heads, hs).transpose(1, 2)  # (B, h, Tq, hs)
+        k = self.w_k(x_kv).view(B, Tk, self.n_heads, hs).transpose(1, 2)  # (B, h, Tk, hs)
+        v = self.w_v(x_kv).view(B, Tk, self.n_heads, hs).transpose(1, 2)  # (B, h, Tk, hs)
+        m = mask[:, None] if mask is not None else None  # (B, 1, Tq, Tk)
+        if need_weights:
+            out, weights = reference_attention(q, k, v, m)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=self.dropout if self.training else 0.0)
+            weights = None
+        out = out.transpose(1, 2).reshape(B, Tq, d)  # (B, Tq, d): heads concatenated
+        return self.w_o(out), weights
+
+
+class Block(nn.Module):
+    """Pre-norm attention + MLP; self-attention when x_kv is None, else cross-attention."""
+
+    def __init__(self, cfg: RerankerConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.ln_q, self.ln_kv, self.ln_mlp = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = MultiHeadAttention(d, cfg.n_heads, cfg.dropout)
+        self.mlp = nn.Sequential(nn.Linear(d, cfg.mlp_ratio * d), nn.GELU(), nn.Linear(cfg.mlp_ratio * d, d),
+                                 nn.Dropout(cfg.dropout))
+
+    def forward(self, x, x_kv=None, mask=None, need_weights=False):
+        q = self.ln_q(x)
+        kv = q if x_kv is None else self.ln_kv(x_kv)
+        a, weights = self.attn(q, kv, mask, need_weights)
+        x = x + a
+        return x + self.mlp(self.ln_mlp(x)), weights
+
+
+class NextParagraphModel(nn.Module):
+    def __init__(self, cfg: RerankerConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, D, L = cfg.d_model, cfg.embed_dim, cfg.max_context
+        self.in_proj = nn.Linear(D, d)
+        self.pos_emb = nn.Embedding(L, d)  # index = distance from the end of the context
+        self.type_emb = nn.Embedding(2, d)  # 0 context, 1 candidate
+        self.encoder = nn.ModuleList(Block(cfg) for _ in range(cfg.n_context_layers))
+        self.ln_enc = nn.LayerNorm(d)
+        self.query_out = nn.Linear(d, D)
+        nn.init.zeros_(self.query_out.weight)
+        nn.init.zeros_(self.query_out.bias)
+        self.mix = nn.Parameter(torch.tensor([1.0, 0.5]))  # weights of last and mean context in the query
+        self.scorer = nn.ModuleList(Block(cfg) for _ in range(cfg.n_scorer_layers))
+        self.feat_proj = nn.Linear(cfg.n_features, d)
+        self.score_mlp = nn.Sequential(nn.LayerNorm(2 * d), nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
+        self.query_scale = nn.Parameter(torch.tensor(20.0))  # logit scale of cos(query, candidate)
+
+    def encode(self, context: torch.Tensor, context_mask: torch.Tensor):
+        """context (B,L,D), context_mask (B,L) True=real -> query (B,D) unit vectors, states (B,L,d)."""
+        B, L, _ = context.shape
+        if L > self.cfg.max_context:
+            raise ValueError(f"context length {L} exceeds max_context ({self.cfg.max_context})")
+        distance = torch.arange(L - 1, -1, -1, device=context.device)  # (L,)
+        x = self.in_proj(context) + self.pos_emb(distance)[None] + self.type_emb.weight[0]  # (B, L, d)
+        attend = context_mask[:, None, :].expand(B, L, L)  # (B, L, L): keys that are real
+        for block in self.encoder:
+            x, _ = block(x, mask=attend)
+        x = self.ln_enc(x)
+        n = context_mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
+        mean = (context * context_mask[..., None]).sum(1) / n  # (B, D)
+        query = self.mix[0] * context[:, -1] + self.mix[1] * mean + self.query_out(x[:, -1])  # (B, D)
+        return F.normalize(query, dim=-1), x
+
+    def features(self, context, context_mask, candidates, candidate_mask, query):
+        """Similarity features per candidate (B,K,L+5), computed in embedding space."""
+        cos_ctx = (candidates @ context.transpose(1, 2)) * context_mask[:, None, :]  # (B, K, L)
+        cos_q = (candidates * query[:, None, :]).sum(-1, keepdim=True)  # (B, K, 1)
+        masked = cos_ctx.masked_fill(~context_mask[:, None, :], -1.0)
+        max_ctx = masked.max(-1, keepdim=True).values  # (B, K, 1)
+        mean_ctx = cos_ctx.sum(-1, keepdim=True) / context_mask.sum(1).clamp(min=1)[:, None, None]  # (B, K, 1)
+        others = masked[..., :-1].max(-1, keepdim=True).values if masked.shape[-1] > 1 else torch.zeros_like(max_ctx)
+        margin = cos_ctx[..., -1:] - others  # (B, K, 1): closer to the last than to any earlier paragraph
+        pool = candidates @ candidates.transpose(1, 2)  # (B, K, K)
+        pool = pool.masked_fill(~candidate_mask[:, None, :], -1.0)
+        pool = pool - 2.0 * torch.eye(pool.shape[-1], device=pool.device)  # not itself
+        top = pool.topk(min(POOL_TOP, max(pool.shape[-1] - 1, 1)), dim=-1).values.clamp(min=-1)
+        density = top.mean(-1, keepdim=True)  # (B, K, 1)
+        pad = self.cfg.max_context - cos_ctx.shape[-1]
+        cos_ctx = F.pad(cos_ctx, (pad, 0))  # (B, K, max_context): right-aligned like the context
+        return torch.cat([cos_ctx, cos_q, max_ctx, mean_ctx, margin, density], dim=-1)
+
+    def forward(self, context, context_mask, candidates, candidate_mask, need_weights: bool = False):
+        """Score candidates (B,K,D) for context (B,L,D).
+
+        Returns dict: ``query`` (B,D), ``scores`` (B,K) (-inf where candidate_mask is False),
+        ``attention`` (B,h,K,L) from the last scorer layer when need_weights.
+        """
+        query, ctx_states = self.encode(context, context_mask)
+        B, K, _ = candidates.shape
+        feats = self.features(context, context_mask, candidates, candidate_mask, query)  # (B, K, F)
+        c = self.in_proj(candidates) + self.type_emb.weight[1]  # (B, K, d)
+        attend = context_mask[:, None, :].expand(B, K, context.shape[1])  # (B, K, L)
+        weights = None
+        for block in self.scorer:
+            c, weights = block(c, ctx_states, mask=attend, need_weights=need_weights)
+        h = torch.cat([c, self.feat_proj(feats)], dim=-1)  # (B, K, 2d)
+        scores = self.query_scale * feats[..., self.cfg.max_context] + self.score_mlp(h).squeeze(-1)  # (B, K)
+        scores = scores.masked_fill(~candidate_mask, float("-inf"))
+        return {"query": query, "scores": scores, "attention": weights}

@@ -1,0 +1,260 @@
+"""Training the NextParagraphModel on a store: ``nextpara train``.
+
+Data: (up to L preceding paragraphs -> next paragraph) from training documents only (the
+fixed split rule, sequences.py). A paragraph whose text equals the target's is a positive,
+never a negative; the context and paragraphs with the context's texts are excluded everywhere.
+
+Phase 1, the query head: InfoNCE of the query vector against *every* paragraph of the store
+(a full softmax over N; at 44K paragraphs this is cheap on a CPU), so every same-document
+paragraph, every near-duplicate from other documents is a negative at once, weighted by how
+hard it is. Phase 2, the scorer: candidates are mined with FAISS exactly as inference mines them
+(candidates.py, with the phase-1 query head); queries whose list holds a positive train a
+listwise InfoNCE over the list (no target is inserted: inserting it into a list selected for
+high cosine teaches that high cosine is wrong), plus the phase-1 loss to keep the query head.
+Early stopping on validation MRR@10 of the whole pipeline. Deterministic under a seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from .candidates import generate_candidates
+from .metrics import hit_rank, summarize
+from .model import NextParagraphModel, RerankerConfig
+from .progress import progress_bar
+from .sequences import ParagraphSequences, Query
+from .store import ParagraphStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    max_context: int = 8  # L: context paragraphs per training query
+    n_candidates: int = 100  # per stage-1 source (query head, last paragraph)
+    phase1_epochs: int = 4  # query head, full softmax
+    phase2_epochs: int = 6  # scorer on mined lists (early stopping may end sooner)
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    temperature: float = 0.05  # of the full-softmax query loss
+    truncate_prob: float = 0.3  # chance a training context is cut to a random shorter length
+    max_train_queries: int = 40_000  # sampled from the training split
+    val_queries: int = 500
+    patience: int = 2  # epochs without a better validation MRR@10 before stopping
+    seed: int = 0
+
+
+def context_batch(seq: ParagraphSequences, contexts: list[np.ndarray], L: int):
+    """Right-aligned (B,L,D) tensor of context vectors and its (B,L) mask."""
+    B, D = len(contexts), seq.vectors.shape[1]
+    x = np.zeros((B, L, D), np.float32)
+    mask = np.zeros((B, L), bool)
+    for i, rows in enumerate(contexts):
+        rows = rows[-L:]
+        x[i, L - len(rows):] = seq.vectors[rows]
+        mask[i, L - len(rows):] = True
+    return torch.from_numpy(x), torch.from_numpy(mask)
+
+
+def candidate_batch(seq: ParagraphSequences, lists: list[np.ndarray]):
+    """(B,K,D) candidate vectors with (B,K) mask, K the longest list."""
+    K = max(len(rows) for rows in lists)
+    B, D = len(lists), seq.vectors.shape[1]
+    x = np.zeros((B, K, D), np.float32)
+    mask = np.zeros((B, K), bool)
+    for i, rows in enumerate(lists):
+        x[i, :len(rows)] = seq.vectors[rows]
+        mask[i, :len(rows)] = True
+    return torch.from_numpy(x), torch.from_numpy(mask)
+
+
+def multi_positive_nce(logits: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """-log( sum softmax over positives ), averaged; logits (B,K) with -inf for excluded."""
+    pos = logits.masked_fill(~positive, float("-inf"))
+    return (torch.logsumexp(logits, -1) - torch.logsumexp(pos, -1)).mean()
+
+
+class Trainer:
+    def __init__(self, store: ParagraphStore, seq: ParagraphSequences, model_cfg: RerankerConfig, cfg: TrainConfig,
+                 quiet: bool = False):
+        self.store, self.seq, self.cfg, self.quiet = store, seq, cfg, quiet
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.model = NextParagraphModel(model_cfg)
+        self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
+        # a target whose text repeats a context paragraph is excluded with it: nothing to learn from
+        self.train_q = [q for q in seq.queries("train", cfg.max_context, limit=cfg.max_train_queries, seed=cfg.seed)
+                        if seq.text_class[q.target] not in seq.text_class[q.context]]
+        self.val_q = seq.queries("validation", cfg.max_context, limit=cfg.val_queries, seed=cfg.seed + 1)
+        if not self.train_q or not self.val_q:
+            raise ValueError(f"too little data to train: {len(self.train_q)} training and {len(self.val_q)} "
+                             "validation queries (the split rule puts 80% / 10% of documents in each)")
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _exclusions(self, q: Query) -> np.ndarray:
+        return self.seq.same_text_rows(q.context)
+
+    def _contexts(self, batch: list[Query], train: bool) -> list[np.ndarray]:
+        out = []
+        for q in batch:
+            ctx = q.context
+            if train and len(ctx) > 1 and self.rng.random() < self.cfg.truncate_prob:
+                ctx = ctx[-int(self.rng.integers(1, len(ctx))):]
+            out.append(ctx)
+        return out
+
+    def _query_loss(self, query: torch.Tensor, batch: list[Query]) -> torch.Tensor:
+        logits = query @ self.all_vectors.T / self.cfg.temperature  # (B, N)
+        positive = torch.zeros_like(logits, dtype=torch.bool)
+        for i, q in enumerate(batch):
+            logits[i, self._exclusions(q)] = float("-inf")
+            positive[i, self.seq.same_text_rows(np.array([q.target]))] = True
+        return multi_positive_nce(logits, positive)
+
+    @torch.no_grad()
+    def query_vectors(self, contexts: list[np.ndarray]) -> np.ndarray:
+        self.model.eval()
+        out = []
+        for s in range(0, len(contexts), 512):
+            x, m = context_batch(self.seq, contexts[s:s + 512], self.model.cfg.max_context)
+            out.append(self.model.encode(x, m)[0].numpy())
+        return np.concatenate(out)
+
+    def mine(self, queries: list[Query]) -> list[np.ndarray]:
+        """Stage-1 candidate rows per query, exactly as inference generates them."""
+        contexts = [q.context for q in queries]
+        qv = self.query_vectors(contexts)
+        last = self.seq.vectors[[c[-1] for c in contexts]]
+        exclude = [set(self.seq.ids[self._exclusions(q)].tolist()) for q in queries]
+        ids = generate_candidates(self.store, qv, last, exclude, self.cfg.n_candidates)
+        return [np.asarray([self.seq.row_of_id[int(i)] for i in row], np.int64) for row in ids]
+
+    @torch.no_grad()
+    def rerank_rows(self, contexts: list[np.ndarray], lists: list[np.ndarray]) -> list[np.ndarray]:
+        self.model.eval()
+        ranked = []
+        for s in range(0, len(contexts), 256):
+            x, m = context_batch(self.seq, contexts[s:s + 256], self.model.cfg.max_context)
+            c, cm = candidate_batch(self.seq, lists[s:s + 256])
+            scores = self.model(x, m, c, cm)["scores"].numpy()
+            for row, sc in zip(lists[s:s + 256], scores):
+                ranked.append(row[np.argsort(-sc[:len(row)], kind="stable")])
+        return ranked
+
+    def validate(self) -> dict:
+        lists = self.mine(self.val_q)
+        ranked = self.rerank_rows([q.context for q in self.val_q], lists)
+        ranks = [hit_rank(self.seq.text_class[r[:10]], self.seq.text_class[q.target]) for r, q in zip(ranked, self.val_q)]
+        stage1 = np.mean([np.isin(self.seq.text_class[l], self.seq.text_class[q.target]).any()
+                          for l, q in zip(lists, self.val_q)])
+        return {**{k: v for k, v in summarize(np.array(ranks), n_boot=200).items()}, "stage1_recall": float(stage1)}
+
+    # ---- phases ----------------------------------------------------------------------
+    def _epoch(self, desc: str, batches, step) -> float:
+        self.model.train()
+        losses = []
+        with progress_bar(total=len(batches), desc=desc, unit="batch", quiet=self.quiet) as bar:
+            for batch in batches:
+                loss = step(batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"{desc}: loss became {loss.item()}; lower --lr")
+                self.opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                self.opt.step()
+                losses.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+        return float(np.mean(losses))
+
+    def _batches(self, items: list) -> list[list]:
+        order = self.rng.permutation(len(items))
+        return [[items[i] for i in order[s:s + self.cfg.batch_size]] for s in range(0, len(items), self.cfg.batch_size)]
+
+    def phase1_step(self, batch: list[Query]) -> torch.Tensor:
+        x, m = context_batch(self.seq, self._contexts(batch, train=True), self.model.cfg.max_context)
+        query, _ = self.model.encode(x, m)
+        return self._query_loss(query, batch)
+
+    def phase2_step(self, batch: list[tuple[Query, np.ndarray]]) -> torch.Tensor:
+        queries = [q for q, _ in batch]
+        lists = [rows for _, rows in batch]
+        x, m = context_batch(self.seq, self._contexts(queries, train=False), self.model.cfg.max_context)
+        c, cm = candidate_batch(self.seq, lists)
+        out = self.model(x, m, c, cm)
+        positive = torch.zeros_like(cm)
+        for i, (q, rows) in enumerate(batch):
+            positive[i, :len(rows)] = torch.from_numpy(self.seq.text_class[rows] == self.seq.text_class[q.target])
+        return multi_positive_nce(out["scores"], positive) + 0.5 * self._query_loss(out["query"], queries)
+
+    def fit(self) -> dict:
+        started = time.perf_counter()
+        history = []
+        best = {"mrr@10": -1.0}
+        best_state = None
+        for epoch in range(self.cfg.phase1_epochs):
+            loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{self.cfg.phase1_epochs}",
+                               self._batches(self.train_q), self.phase1_step)
+            history.append({"phase": 1, "epoch": epoch + 1, "loss": loss})
+            log.info("phase 1 epoch %d: loss %.4f", epoch + 1, loss)
+        stale = 0
+        for epoch in range(self.cfg.phase2_epochs):
+            lists = self.mine(self.train_q)  # re-mined with the current query head, as inference would
+            usable = [(q, rows) for q, rows in zip(self.train_q, lists)
+                      if np.isin(self.seq.text_class[rows], self.seq.text_class[q.target]).any()]
+            loss = self._epoch(f"phase 2 (scorer) epoch {epoch + 1}/{self.cfg.phase2_epochs}",
+                               self._batches(usable), self.phase2_step)
+            metrics = self.validate()
+            history.append({"phase": 2, "epoch": epoch + 1, "loss": loss, "usable_queries": len(usable), **metrics})
+            log.info("phase 2 epoch %d: loss %.4f, %d usable lists, validation MRR@10 %.4f R@1 %.4f stage-1 %.3f",
+                     epoch + 1, loss, len(usable), metrics["mrr@10"], metrics["recall@1"], metrics["stage1_recall"])
+            if metrics["mrr@10"] > best["mrr@10"]:
+                best, stale = metrics, 0
+                best_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+            else:
+                stale += 1
+                if stale >= self.cfg.patience:
+                    log.info("early stop: no better validation MRR@10 for %d epochs", stale)
+                    break
+        if best_state is not None:
+            self.model.load_state_dict(best_state)
+        return {"validation": best, "history": history, "train_queries": len(self.train_q),
+                "val_queries": len(self.val_q), "seconds": round(time.perf_counter() - started, 1),
+                "train_config": asdict(self.cfg)}
+
+
+def corpus_fingerprint(seq: ParagraphSequences) -> str:
+    """Identity of the training corpus: doc ids and paragraph texts, in order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for doc, rows in seq.doc_rows.items():
+        h.update(doc.encode() + b"\0" + seq.text_class[rows].tobytes())
+    return h.hexdigest()[:16]
+
+
+def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = None, quiet: bool = False) -> dict:
+    """Train on the store in ``data_dir`` and save the best checkpoint there; returns its metadata."""
+    from pathlib import Path
+
+    from .checkpoint import CHECKPOINT, save_checkpoint
+    from .store import open_store
+
+    cfg = cfg or TrainConfig()
+    with open_store(data_dir, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        mcfg = RerankerConfig(**{"embed_dim": store.dim, "max_context": cfg.max_context, **(model_cfg or {})})
+        trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet)
+        result = trainer.fit()
+        meta = {"embedder": {"name": store.embedder_name, "dim": store.dim},
+                "corpus_fingerprint": corpus_fingerprint(seq), "index_generation": store.generation,
+                "metrics": {"validation": result["validation"]}, "training": {k: v for k, v in result.items() if k != "validation"}}
+        return save_checkpoint(Path(store.data_dir) / CHECKPOINT, trainer.model, meta)
