@@ -16,7 +16,8 @@ import numpy as np
 from .store import ParagraphStore
 
 
-def _search_filtered(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]]) -> list[list[int]]:
+def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]]) -> list[list[int]]:
+    """Top-n ids per query row, never one of that row's excluded ids; one batched FAISS call."""
     pad = max((len(e) for e in exclude), default=0)
     _, ids = store.search(queries, n + pad)
     out = []
@@ -29,6 +30,6 @@ def _search_filtered(store: ParagraphStore, queries: np.ndarray, n: int, exclude
 def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_vectors: np.ndarray,
                         exclude: Sequence[set[int]], n: int) -> list[np.ndarray]:
     """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours."""
-    by_query = _search_filtered(store, query_vectors, n, exclude)
-    by_last = _search_filtered(store, last_vectors, n, exclude)
+    by_query = search_excluding(store, query_vectors, n, exclude)
+    by_last = search_excluding(store, last_vectors, n, exclude)
     return [np.asarray(list(dict.fromkeys(a + b)), dtype=np.int64) for a, b in zip(by_query, by_last)]

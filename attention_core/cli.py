@@ -63,6 +63,16 @@ def register_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=int, default=None, help="context encoder layers")
     p.set_defaults(func=cmd_train)
 
+    p = sub.add_parser("eval", help="evaluate baselines and the trained model on the test split (DESIGN.md protocol)")
+    add_data_dir(p)
+    p.add_argument("--queries", type=int, default=2000, help="test queries sampled (default 2000)")
+    p.add_argument("--context-length", type=int, default=4, help="L for the main table (default 4)")
+    p.add_argument("--latency-queries", type=int, default=100, help="queries timed one at a time (default 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", default=None, help="write the results as JSON here")
+    p.add_argument("--plot", default=None, metavar="DIR", help="write recall@k and attention heatmap PNGs here")
+    p.set_defaults(func=cmd_eval)
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
@@ -76,6 +86,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     v = meta["metrics"]["validation"]
     print(f"trained model {meta['model_version']} in {meta['training']['seconds']}s: validation MRR@10 {v['mrr@10']:.4f}, "
           f"Recall@1 {v['recall@1']:.4f}, stage-1 recall {v['stage1_recall']:.3f}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .eval_report import markdown_table, run_evaluation
+    from .ingest import default_data_dir
+
+    result = run_evaluation(args.data_dir or default_data_dir(), n_queries=args.queries, context_length=args.context_length,
+                            output=args.output, plot_dir=args.plot, latency_queries=args.latency_queries, seed=args.seed)
+    c = result["config"]
+    print(f"{c['queries']} test queries, L={c['context_length']}, {c['paragraphs']} paragraphs indexed, "
+          f"model {c['model_version']}\n")
+    print(markdown_table(result))
+    for path in result.get("plots", []):
+        print(f"wrote {path}")
     return 0
 
 

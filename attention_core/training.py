@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from .candidates import generate_candidates
+from .pipeline import RerankPipeline, pad_candidates, pad_contexts
 from .metrics import hit_rank, summarize
 from .model import NextParagraphModel, RerankerConfig
 from .progress import progress_bar
@@ -52,27 +52,13 @@ class TrainConfig:
 
 
 def context_batch(seq: ParagraphSequences, contexts: list[np.ndarray], L: int):
-    """Right-aligned (B,L,D) tensor of context vectors and its (B,L) mask."""
-    B, D = len(contexts), seq.vectors.shape[1]
-    x = np.zeros((B, L, D), np.float32)
-    mask = np.zeros((B, L), bool)
-    for i, rows in enumerate(contexts):
-        rows = rows[-L:]
-        x[i, L - len(rows):] = seq.vectors[rows]
-        mask[i, L - len(rows):] = True
-    return torch.from_numpy(x), torch.from_numpy(mask)
+    """Right-aligned (B,L,D) tensor of the context rows' vectors and its (B,L) mask."""
+    return pad_contexts([seq.vectors[rows] for rows in contexts], L)
 
 
 def candidate_batch(seq: ParagraphSequences, lists: list[np.ndarray]):
     """(B,K,D) candidate vectors with (B,K) mask, K the longest list."""
-    K = max(len(rows) for rows in lists)
-    B, D = len(lists), seq.vectors.shape[1]
-    x = np.zeros((B, K, D), np.float32)
-    mask = np.zeros((B, K), bool)
-    for i, rows in enumerate(lists):
-        x[i, :len(rows)] = seq.vectors[rows]
-        mask[i, :len(rows)] = True
-    return torch.from_numpy(x), torch.from_numpy(mask)
+    return pad_candidates([seq.vectors[rows] for rows in lists])
 
 
 def multi_positive_nce(logits: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
@@ -119,43 +105,23 @@ class Trainer:
             positive[i, self.seq.same_text_rows(np.array([q.target]))] = True
         return multi_positive_nce(logits, positive)
 
-    @torch.no_grad()
-    def query_vectors(self, contexts: list[np.ndarray]) -> np.ndarray:
-        self.model.eval()
-        out = []
-        for s in range(0, len(contexts), 512):
-            x, m = context_batch(self.seq, contexts[s:s + 512], self.model.cfg.max_context)
-            out.append(self.model.encode(x, m)[0].numpy())
-        return np.concatenate(out)
-
     def mine(self, queries: list[Query]) -> list[np.ndarray]:
         """Stage-1 candidate rows per query, exactly as inference generates them."""
-        contexts = [q.context for q in queries]
-        qv = self.query_vectors(contexts)
-        last = self.seq.vectors[[c[-1] for c in contexts]]
+        pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         exclude = [set(self.seq.ids[self._exclusions(q)].tolist()) for q in queries]
-        ids = generate_candidates(self.store, qv, last, exclude, self.cfg.n_candidates)
+        ids, _ = pipeline.candidates([self.seq.vectors[q.context] for q in queries], exclude)
         return [np.asarray([self.seq.row_of_id[int(i)] for i in row], np.int64) for row in ids]
-
-    @torch.no_grad()
-    def rerank_rows(self, contexts: list[np.ndarray], lists: list[np.ndarray]) -> list[np.ndarray]:
-        self.model.eval()
-        ranked = []
-        for s in range(0, len(contexts), 256):
-            x, m = context_batch(self.seq, contexts[s:s + 256], self.model.cfg.max_context)
-            c, cm = candidate_batch(self.seq, lists[s:s + 256])
-            scores = self.model(x, m, c, cm)["scores"].numpy()
-            for row, sc in zip(lists[s:s + 256], scores):
-                ranked.append(row[np.argsort(-sc[:len(row)], kind="stable")])
-        return ranked
 
     def validate(self) -> dict:
         lists = self.mine(self.val_q)
-        ranked = self.rerank_rows([q.context for q in self.val_q], lists)
-        ranks = [hit_rank(self.seq.text_class[r[:10]], self.seq.text_class[q.target]) for r, q in zip(ranked, self.val_q)]
+        pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
+        scored = pipeline.rank([self.seq.vectors[q.context] for q in self.val_q], [self.seq.ids[l] for l in lists],
+                               [self.seq.vectors[l] for l in lists])
+        ranks = [hit_rank(self.seq.text_class[[self.seq.row_of_id[int(i)] for i in s.ids[:10]]], self.seq.text_class[q.target])
+                 for s, q in zip(scored, self.val_q)]
         stage1 = np.mean([np.isin(self.seq.text_class[l], self.seq.text_class[q.target]).any()
                           for l, q in zip(lists, self.val_q)])
-        return {**{k: v for k, v in summarize(np.array(ranks), n_boot=200).items()}, "stage1_recall": float(stage1)}
+        return {**summarize(np.array(ranks), n_boot=200), "stage1_recall": float(stage1)}
 
     # ---- phases ----------------------------------------------------------------------
     def _epoch(self, desc: str, batches, step) -> float:

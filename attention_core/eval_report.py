@@ -1,0 +1,130 @@
+"""Running ``nextpara eval``: load what the store has, evaluate, print the table, write JSON and plots."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+LABELS = {"B1": "B1 cosine(last)", "B2": "B2 cosine(mean)", "B3": "B3 successors of last's neighbours",
+          "B4": "B4 linear map", "head": "query head alone", "full": "full pipeline (attention rerank)"}
+
+
+def _ci(m: dict, key: str) -> str:
+    lo, hi = m.get(f"{key}_ci", [m[key], m[key]])
+    return f"{m[key]:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def markdown_table(result: dict) -> str:
+    lines = ["| method | Recall@1 | Recall@10 | MRR@10 | stage-1 recall (candidates) | latency mean / p95 ms |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, m in result["methods"].items():
+        lines.append(f"| {LABELS.get(name, name)} | {_ci(m, 'recall@1')} | {_ci(m, 'recall@10')} | {_ci(m, 'mrr@10')} | "
+                     f"{m['stage1_recall']:.3f} ({m['stage1_candidates']:.0f}) | "
+                     f"{m['latency_ms_mean']:.1f} / {m['latency_ms_p95']:.1f} |")
+    lengths = next(iter(result["context_length"].values())).keys()
+    lines += ["", "Recall@1 (MRR@10) against context length L, same 8 preceding paragraphs excluded at every L:", "",
+              "| method | " + " | ".join(f"L={L}" for L in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
+    for name, by_len in result["context_length"].items():
+        lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(
+            f"{v['recall@1']:.3f} ({v['mrr@10']:.3f})" for v in by_len.values()) + " |")
+    return "\n".join(lines)
+
+
+def attention_example(evaluation, index: int = 0) -> dict | None:
+    if evaluation.pipeline is None:
+        return None
+    q = evaluation.targets[index]
+    ctx = evaluation.context(q, evaluation.L)
+    cand, _ = evaluation.pipeline.candidates([ctx], [evaluation.exclude_ids(q, evaluation.L)])
+    scored = evaluation.pipeline.rank([ctx], cand, [evaluation.store.vectors(cand[0])], need_weights=True)[0]
+    L = evaluation.pipeline.max_context
+    weights = scored.attention[:, L - len(ctx):]  # (h, n): drop padding positions
+    texts = [p.text for p in evaluation.store.get_paragraphs([int(evaluation.seq.ids[r]) for r in q.context[-evaluation.L:]])]
+    top = evaluation.store.get_paragraphs([int(scored.ids[0])])[0]
+    return {"context": texts, "top_prediction": {"doc_id": top.doc_id, "position": top.position, "text": top.text},
+            "target_doc": evaluation.seq.doc_ids[q.target], "weights": weights.tolist()}
+
+
+def write_plots(result: dict, plot_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, curve in result["recall_curves"].items():
+        ax.plot(range(1, len(curve) + 1), curve, label=LABELS.get(name, name))
+    ax.set_xscale("log")
+    ax.set_xlabel("k")
+    ax.set_ylabel("Recall@k")
+    ax.set_title("Next-paragraph Recall@k by method")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(plot_dir / "recall_at_k.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    example = result.get("attention_example")
+    if example:
+        w = np.asarray(example["weights"])
+        fig, ax = plt.subplots(figsize=(1.4 * w.shape[1] + 2, 0.6 * w.shape[0] + 1.8))
+        im = ax.imshow(w, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        for (i, j), v in np.ndenumerate(w):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=8)
+        ax.set_xticks(range(w.shape[1]), [f"ctx -{w.shape[1] - j}" for j in range(w.shape[1])])
+        ax.set_yticks(range(w.shape[0]), [f"head {i}" for i in range(w.shape[0])])
+        ax.set_title("Attention of the top prediction over the context")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        paths.append(plot_dir / "attention_example.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
+
+
+def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, output: str | None = None,
+                   plot_dir: str | None = None, latency_queries: int = 100, seed: int = 0) -> dict:
+    from .checkpoint import CHECKPOINT, load_checkpoint
+    from .embedders import embedder_for_store
+    from .evaluation import Evaluation
+    from .pipeline import RerankPipeline
+    from .sequences import ParagraphSequences
+    from .store import open_store
+
+    started = time.perf_counter()
+    with open_store(data_dir, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+        pipeline, meta = None, None
+        if (Path(store.data_dir) / CHECKPOINT).exists():
+            model, meta = load_checkpoint(Path(store.data_dir) / CHECKPOINT, store.embedder_name, store.dim)
+            pipeline = RerankPipeline(model, store)
+        else:
+            log.warning("no trained model in %s: evaluating the baselines only", store.data_dir)
+        ev = Evaluation(store, seq, embedder, pipeline, n_queries=n_queries, context_length=context_length, seed=seed)
+        result = ev.evaluate(latency_queries=latency_queries)
+        result["attention_example"] = attention_example(ev)
+        result["config"] = {"data_dir": str(store.data_dir), "queries": len(ev.targets), "context_length": context_length,
+                            "seed": seed, "embedder": store.embedder_name, "paragraphs": len(seq),
+                            "model_version": meta["model_version"] if meta else None,
+                            "index_generation": store.generation, "machine": f"{platform.machine()}, {_cores()} cores",
+                            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.perf_counter() - started, 1)}
+    if output:
+        Path(output).write_text(json.dumps(result, indent=2) + "\n")
+    if plot_dir:
+        result["plots"] = [str(p) for p in write_plots(result, Path(plot_dir))]
+    return result
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

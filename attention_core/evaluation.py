@@ -1,0 +1,158 @@
+"""``nextpara eval``: the evaluation protocol of DESIGN.md, exactly.
+
+* Queries come from test documents (split 9 of ``md5(doc_id) % 10``), a seeded sample of
+  ``n_queries`` targets; the index holds every paragraph of the corpus (all splits).
+* The context (up to L preceding paragraphs) is given as text and embedded by the store's
+  embedder. The context paragraphs and every paragraph with identical text are excluded from
+  the results; a result whose text equals the target's counts as a hit.
+* Only content is used to score (B3's successor step is the baseline's definition).
+* Methods: B1 cosine to the last paragraph; B2 cosine to the mean of the context; B3
+  successors of the last paragraph's nearest neighbours; B4 a ridge-regression linear map
+  [last; mean] -> next, fitted on the train split; the model's query head alone; the full
+  pipeline (query head + last paragraph's neighbours, reranked by attention).
+* Metrics: Recall@1, Recall@10, MRR@10 with 95% bootstrap intervals, stage-1 candidate recall,
+  latency per query (one query at a time, embedding included, on the first ``latency_queries``).
+* Context-length ablation (L = 1, 2, 4, 8): the excluded set is the same 8 preceding paragraphs
+  at every L, so only what the model reads changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .candidates import search_excluding
+from .metrics import NO_HIT, summarize
+from .sequences import ParagraphSequences, Query
+
+log = logging.getLogger(__name__)
+N_STAGE1 = 100  # depth of each single-source search; also the stage-1 recall depth
+ABLATION_LENGTHS = (1, 2, 4, 8)
+
+
+class Evaluation:
+    def __init__(self, store, seq: ParagraphSequences, embedder, pipeline=None, n_queries: int = 2000,
+                 context_length: int = 4, seed: int = 0):
+        self.store, self.seq, self.embedder, self.pipeline = store, seq, embedder, pipeline
+        self.L = context_length
+        self.targets = seq.queries("test", max(ABLATION_LENGTHS), limit=n_queries, seed=seed)
+        if not self.targets:
+            raise ValueError("the test split holds no queries")
+        texts = sorted({int(r) for q in self.targets for r in q.context})
+        log.info("embedding %d context paragraphs as text", len(texts))
+        vecs = embedder.embed(store_texts(store, seq, texts)) if texts else np.zeros((0, store.dim), np.float32)
+        self.text_vec = dict(zip(texts, vecs))
+        self._b4 = None
+
+    # ---- helpers ---------------------------------------------------------------------
+    def context(self, q: Query, L: int) -> np.ndarray:
+        return np.stack([self.text_vec[int(r)] for r in q.context[-L:]])
+
+    def exclude_ids(self, q: Query, L: int) -> set[int]:
+        return set(self.seq.ids[self.seq.same_text_rows(q.context[-L:])].tolist())
+
+    def ranks(self, ranked_ids: list[np.ndarray]) -> np.ndarray:
+        out = []
+        for ids, q in zip(ranked_ids, self.targets):
+            classes = self.seq.text_class[[self.seq.row_of_id[int(i)] for i in ids]] if len(ids) else np.zeros(0, int)
+            hits = np.flatnonzero(classes == self.seq.text_class[q.target])
+            out.append(int(hits[0]) + 1 if len(hits) else NO_HIT)
+        return np.asarray(out)
+
+    def b4_map(self) -> np.ndarray:
+        """Ridge regression W: [last; mean] -> next, on (up to 20,000) training queries."""
+        if self._b4 is None:
+            train = self.seq.queries("train", self.L, limit=20000, seed=1)
+            X = np.stack([np.concatenate([self.seq.vectors[q.context[-1]], self.seq.vectors[q.context].mean(0)]) for q in train])
+            Y = self.seq.vectors[[q.target for q in train]]
+            self._b4 = np.linalg.solve(X.T @ X + 1.0 * np.eye(X.shape[1]), X.T @ Y)
+        return self._b4
+
+    # ---- methods: each returns ranked ids per query (stage-1 list = its first N_STAGE1) ----
+    def method_vectors(self, name: str, contexts: list[np.ndarray]) -> np.ndarray:
+        if name == "B1":
+            q = np.stack([c[-1] for c in contexts])
+        elif name == "B2":
+            q = np.stack([c.mean(0) for c in contexts])
+        elif name == "B4":
+            q = np.stack([np.concatenate([c[-1], c.mean(0)]) for c in contexts]) @ self.b4_map()
+        elif name == "head":
+            q = self.pipeline.query_vectors(contexts)
+        else:
+            raise ValueError(name)
+        return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+
+    def run(self, name: str, queries: list[Query], L: int, exclude_len: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(ranked ids, stage-1 candidate ids) per query, reading L paragraphs, excluding the last exclude_len."""
+        contexts = [self.context(q, L) for q in queries]
+        exclude = [self.exclude_ids(q, exclude_len) for q in queries]
+        if name in ("B1", "B2", "B4", "head"):
+            lists = search_excluding(self.store, self.method_vectors(name, contexts), N_STAGE1, exclude)
+            lists = [np.asarray(l, np.int64) for l in lists]
+            return lists, lists
+        if name == "B3":
+            return self.successors(contexts, exclude)
+        if name == "full":
+            cand, _ = self.pipeline.candidates(contexts, exclude)
+            vecs = [self.store.vectors(c) for c in cand]
+            return [s.ids for s in self.pipeline.rank(contexts, cand, vecs)], cand
+        raise ValueError(name)
+
+    def successors(self, contexts, exclude):
+        neighbours = search_excluding(self.store, np.stack([c[-1] for c in contexts]), N_STAGE1, exclude)
+        ranked = []
+        for nbrs, ex in zip(neighbours, exclude):
+            out = []
+            for pid in nbrs:
+                r = self.seq.row_of_id[pid] + 1
+                if r < len(self.seq) and self.seq.doc_ids[r] == self.seq.doc_ids[r - 1]:
+                    nxt = int(self.seq.ids[r])
+                    if nxt not in ex and nxt not in out:
+                        out.append(nxt)
+            ranked.append(np.asarray(out, np.int64))
+        return ranked, ranked
+
+    def latency(self, name: str, n: int) -> dict:
+        """Per-query latency, one query at a time, embedding the context text included."""
+        times = []
+        for q in self.targets[:n]:
+            texts = store_texts(self.store, self.seq, [int(r) for r in q.context[-self.L:]])
+            t0 = time.perf_counter()
+            vecs = self.embedder.embed(texts)
+            exclude = [self.exclude_ids(q, self.L)]
+            if name == "B3":
+                self.successors([vecs], exclude)
+            elif name == "full":
+                cand, _ = self.pipeline.candidates([vecs], exclude)
+                self.pipeline.rank([vecs], cand, [self.store.vectors(cand[0])])
+            else:
+                search_excluding(self.store, self.method_vectors(name, [vecs]), N_STAGE1, exclude)
+            times.append((time.perf_counter() - t0) * 1000)
+        return {"latency_ms_mean": float(np.mean(times)), "latency_ms_p95": float(np.percentile(times, 95))}
+
+    def evaluate(self, latency_queries: int = 100) -> dict:
+        methods = ["B1", "B2", "B3", "B4"] + (["head", "full"] if self.pipeline else [])
+        results, curves = {}, {}
+        for name in methods:
+            ranked, stage1 = self.run(name, self.targets, self.L, self.L)
+            ranks = self.ranks(ranked)
+            stage1_hit = self.ranks(stage1) < NO_HIT
+            results[name] = {**summarize(ranks), "stage1_recall": float(stage1_hit.mean()),
+                             "stage1_candidates": float(np.mean([len(s) for s in stage1])),
+                             **self.latency(name, latency_queries)}
+            curves[name] = [float((ranks <= k).mean()) for k in range(1, 101)]
+            log.info("%s: %s", name, {k: round(v, 4) for k, v in results[name].items() if isinstance(v, float)})
+        ablation = {}
+        for name in (["B1", "B2", "full"] if self.pipeline else ["B1", "B2"]):
+            ablation[name] = {}
+            for L in ABLATION_LENGTHS:
+                s = summarize(self.ranks(self.run(name, self.targets, L, max(ABLATION_LENGTHS))[0]), n_boot=200)
+                ablation[name][str(L)] = {"recall@1": s["recall@1"], "mrr@10": s["mrr@10"], "recall@1_ci": s["recall@1_ci"]}
+        return {"methods": results, "context_length": ablation, "recall_curves": curves}
+
+
+def store_texts(store, seq: ParagraphSequences, rows: list[int]) -> list[str]:
+    return [p.text for p in store.get_paragraphs([int(seq.ids[r]) for r in rows])]

@@ -1,0 +1,110 @@
+"""The two-stage pipeline on vectors: query vector -> FAISS candidates -> attention scores.
+
+One implementation shared by the Predictor (serving), training's validation and evaluation,
+so that what is measured is what is served. Inputs are lists of per-query arrays (ragged);
+batching pads them into the model's right-aligned (B,L,D) / (B,K,D) tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .candidates import generate_candidates
+from .model import NextParagraphModel
+from .store import ParagraphStore
+
+SCORE_BATCH = 256
+
+
+def pad_contexts(contexts: list[np.ndarray], L: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-aligned (B,L,D) context tensor and (B,L) mask; longer contexts keep their last L."""
+    B, D = len(contexts), contexts[0].shape[1]
+    x = np.zeros((B, L, D), np.float32)
+    mask = np.zeros((B, L), bool)
+    for i, c in enumerate(contexts):
+        c = c[-L:]
+        x[i, L - len(c):] = c
+        mask[i, L - len(c):] = True
+    return torch.from_numpy(x), torch.from_numpy(mask)
+
+
+def pad_candidates(candidates: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    K = max(1, max(len(c) for c in candidates))
+    B, D = len(candidates), candidates[0].shape[1]
+    x = np.zeros((B, K, D), np.float32)
+    mask = np.zeros((B, K), bool)
+    for i, c in enumerate(candidates):
+        x[i, :len(c)] = c
+        mask[i, :len(c)] = True
+    return torch.from_numpy(x), torch.from_numpy(mask)
+
+
+@dataclass
+class Scored:
+    """One query's candidates ranked best first."""
+
+    ids: np.ndarray  # paragraph ids
+    scores: np.ndarray  # model scores
+    retrieval_scores: np.ndarray  # cosine to the query vector
+    attention: np.ndarray | None = None  # (heads, L) cross-attention of the top candidate over the context
+
+
+class RerankPipeline:
+    def __init__(self, model: NextParagraphModel, store: ParagraphStore, n_candidates: int = 100):
+        self.model = model.eval()
+        self.store = store
+        self.n_candidates = n_candidates
+
+    @property
+    def max_context(self) -> int:
+        return self.model.cfg.max_context
+
+    @torch.no_grad()
+    def query_vectors(self, contexts: list[np.ndarray]) -> np.ndarray:
+        out = []
+        for s in range(0, len(contexts), 512):
+            x, m = pad_contexts(contexts[s:s + 512], self.max_context)
+            out.append(self.model.encode(x, m)[0].numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.model.cfg.embed_dim), np.float32)
+
+    def candidates(self, contexts: list[np.ndarray], exclude: list[set[int]], n: int | None = None):
+        """Stage 1: (candidate ids per query, query vectors)."""
+        q = self.query_vectors(contexts)
+        last = np.stack([c[-1] for c in contexts])
+        return generate_candidates(self.store, q, last, exclude, n or self.n_candidates), q
+
+    @torch.no_grad()
+    def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False):
+        """Model scores per query (list of (K_i,) arrays), queries (B,D), attention per query (h,K_i,L) or None."""
+        scores, queries, attention = [], [], []
+        for s in range(0, len(contexts), SCORE_BATCH):
+            x, m = pad_contexts(contexts[s:s + SCORE_BATCH], self.max_context)
+            c, cm = pad_candidates(candidates[s:s + SCORE_BATCH])
+            out = self.model(x, m, c, cm, need_weights=need_weights)
+            for i, cand in enumerate(candidates[s:s + SCORE_BATCH]):
+                scores.append(out["scores"][i, :len(cand)].numpy())
+                if need_weights:
+                    attention.append(out["attention"][i, :, :len(cand)].numpy())
+            queries.append(out["query"].numpy())
+        return scores, np.concatenate(queries), attention if need_weights else None
+
+    def rank(self, contexts: list[np.ndarray], candidate_ids: list[np.ndarray], candidate_vectors: list[np.ndarray],
+             need_weights: bool = False) -> list[Scored]:
+        scores, queries, attention = self.score(contexts, candidate_vectors, need_weights)
+        out = []
+        for i, (ids, vecs, sc) in enumerate(zip(candidate_ids, candidate_vectors, scores)):
+            order = np.argsort(-sc, kind="stable")
+            att = attention[i][:, order[0], :] if need_weights and len(order) else None  # (h, L)
+            out.append(Scored(ids=np.asarray(ids)[order], scores=sc[order],
+                              retrieval_scores=(vecs @ queries[i])[order], attention=att))
+        return out
+
+    def predict(self, contexts: list[np.ndarray], exclude: list[set[int]], need_weights: bool = False) -> list[Scored]:
+        """Both stages for a batch of contexts; every candidate ranked."""
+        cand_ids, _ = self.candidates(contexts, exclude)
+        cand_vecs = [self.store.vectors(ids) if len(ids) else np.zeros((0, self.model.cfg.embed_dim), np.float32)
+                     for ids in cand_ids]
+        return self.rank(contexts, cand_ids, cand_vecs, need_weights)
