@@ -36,10 +36,12 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def attention_example(evaluation, index: int = 0) -> dict | None:
-    if evaluation.pipeline is None:
+def attention_example(evaluation) -> dict | None:
+    """The attention weights of the top prediction for the first test query with a full context."""
+    full = [q for q in evaluation.targets if len(q.context) >= evaluation.L]
+    if evaluation.pipeline is None or not full:
         return None
-    q = evaluation.targets[index]
+    q = full[0]
     ctx = evaluation.context(q, evaluation.L)
     cand, _ = evaluation.pipeline.candidates([ctx], [evaluation.exclude_ids(q, evaluation.L)])
     scored = evaluation.pipeline.rank([ctx], cand, [evaluation.store.vectors(cand[0])], need_weights=True)[0]
@@ -75,7 +77,7 @@ def write_plots(result: dict, plot_dir: Path) -> list[Path]:
     example = result.get("attention_example")
     if example:
         w = np.asarray(example["weights"])
-        fig, ax = plt.subplots(figsize=(1.4 * w.shape[1] + 2, 0.6 * w.shape[0] + 1.8))
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * w.shape[1] + 2), 0.6 * w.shape[0] + 1.8))
         im = ax.imshow(w, cmap="viridis", vmin=0, vmax=1, aspect="auto")
         for (i, j), v in np.ndenumerate(w):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=8)
@@ -93,7 +95,7 @@ def write_plots(result: dict, plot_dir: Path) -> list[Path]:
 def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, output: str | None = None,
                    plot_dir: str | None = None, latency_queries: int = 100, seed: int = 0) -> dict:
     from .checkpoint import CHECKPOINT, load_checkpoint
-    from .embedders import embedder_for_store
+    from .embedders import PrecomputedEmbedder, embedder_for_store
     from .evaluation import Evaluation
     from .pipeline import RerankPipeline
     from .sequences import ParagraphSequences
@@ -103,6 +105,8 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     with open_store(data_dir, readonly=True) as store:
         seq = ParagraphSequences(store)
         embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+        if isinstance(embedder, PrecomputedEmbedder):
+            embedder = None
         pipeline, meta = None, None
         if (Path(store.data_dir) / CHECKPOINT).exists():
             model, meta = load_checkpoint(Path(store.data_dir) / CHECKPOINT, store.embedder_name, store.dim)

@@ -41,10 +41,14 @@ class Evaluation:
         self.targets = seq.queries("test", max(ABLATION_LENGTHS), limit=n_queries, seed=seed)
         if not self.targets:
             raise ValueError("the test split holds no queries")
-        texts = sorted({int(r) for q in self.targets for r in q.context})
-        log.info("embedding %d context paragraphs as text", len(texts))
-        vecs = embedder.embed(store_texts(store, seq, texts)) if texts else np.zeros((0, store.dim), np.float32)
-        self.text_vec = dict(zip(texts, vecs))
+        rows = sorted({int(r) for q in self.targets for r in q.context})
+        if embedder is None:  # a store of precomputed vectors: the context is given as its stored vectors
+            log.info("no text embedder for %s: contexts use their stored vectors", store.embedder_name)
+            vecs = seq.vectors[rows]
+        else:
+            log.info("embedding %d context paragraphs as text", len(rows))
+            vecs = embedder.embed(store_texts(store, seq, rows)) if rows else np.zeros((0, store.dim), np.float32)
+        self.text_vec = dict(zip(rows, vecs))
         self._b4 = None
 
     # ---- helpers ---------------------------------------------------------------------
@@ -121,7 +125,7 @@ class Evaluation:
         for q in self.targets[:n]:
             texts = store_texts(self.store, self.seq, [int(r) for r in q.context[-self.L:]])
             t0 = time.perf_counter()
-            vecs = self.embedder.embed(texts)
+            vecs = self.embedder.embed(texts) if self.embedder else self.context(q, self.L)
             exclude = [self.exclude_ids(q, self.L)]
             if name == "B3":
                 self.successors([vecs], exclude)

@@ -347,16 +347,38 @@ class ParagraphStore:
         return (np.fromiter((r[0] for r in rows), np.int64, len(rows)), [r[1] for r in rows],
                 np.fromiter((r[2] for r in rows), np.int64, len(rows)), [r[3] for r in rows])
 
+    def _rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows into the in-memory table, mask of ids that exist)."""
+        if not len(self._ids):
+            return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
+        rows = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
+        return rows, self._ids[rows] == ids
+
+    def missing_ids(self, ids: Sequence[int]) -> set[int]:
+        """The ids among ``ids`` that the store does not hold."""
+        ids = np.asarray(ids, dtype=np.int64)
+        with self._mutex:
+            _, ok = self._rows(ids)
+        return set(ids[~ok].tolist())
+
     def vectors(self, ids: Sequence[int]) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim); NotFoundError naming unknown ids."""
         ids = np.asarray(ids, dtype=np.int64)
         with self._mutex:
-            rows = np.searchsorted(self._ids, ids)
-            rows_clipped = np.minimum(rows, max(len(self._ids) - 1, 0))
-            ok = (rows < len(self._ids)) & (self._ids[rows_clipped] == ids) if len(self._ids) else np.zeros(len(ids), bool)
+            rows, ok = self._rows(ids)
             if not ok.all():
                 raise NotFoundError(f"unknown paragraph id(s): {', '.join(map(str, ids[~ok][:10]))}")
-            return self._vectors[rows_clipped]
+            return self._vectors[rows]
+
+    def ids_of_documents(self, doc_ids: Iterable[str]) -> np.ndarray:
+        """Ids of every paragraph of the given documents (unknown doc_ids contribute nothing)."""
+        doc_ids = list(dict.fromkeys(doc_ids))
+        out: list[int] = []
+        for start in range(0, len(doc_ids), _CHUNK):
+            chunk = doc_ids[start:start + _CHUNK]
+            out += [r[0] for r in self._db.execute(
+                f"SELECT id FROM paragraphs WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk)]
+        return np.asarray(sorted(out), dtype=np.int64)
 
     def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
         """Ids of every stored paragraph whose text equals one of ``texts``."""

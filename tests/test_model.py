@@ -1,0 +1,110 @@
+"""The attention model against a reference implementation, its checkpoints, and its config errors."""
+
+import math
+import pickle
+
+import pytest
+import torch
+
+from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
+from nextpara.attention_core.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.attention_core.model import MultiHeadAttention, NextParagraphModel, RerankerConfig
+
+
+def explicit_multi_head(mha: MultiHeadAttention, x_q, x_kv, mask):
+    """softmax(Q K^T / sqrt(d_k)) V per head, heads concatenated and projected: written out from the weights."""
+    d = x_q.shape[-1]
+    hs = d // mha.n_heads
+    heads = []
+    for h in range(mha.n_heads):
+        sl = slice(h * hs, (h + 1) * hs)
+        Q = x_q @ mha.w_q.weight[sl].T + mha.w_q.bias[sl]
+        K = x_kv @ mha.w_k.weight[sl].T + mha.w_k.bias[sl]
+        V = x_kv @ mha.w_v.weight[sl].T + mha.w_v.bias[sl]
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(hs)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        heads.append(torch.softmax(scores, dim=-1) @ V)
+    return torch.cat(heads, dim=-1) @ mha.w_o.weight.T + mha.w_o.bias
+
+
+def test_fused_attention_equals_the_formula():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(64, 4, dropout=0.0).eval()
+    x_q, x_kv = torch.randn(3, 7, 64), torch.randn(3, 5, 64)
+    mask = torch.rand(3, 7, 5) > 0.3
+    mask[..., 0] = True  # every query sees at least one key
+    expected = explicit_multi_head(mha, x_q, x_kv, mask)
+    fused, none = mha(x_q, x_kv, mask)
+    explicit, weights = mha(x_q, x_kv, mask, need_weights=True)
+    assert none is None and weights.shape == (3, 4, 7, 5)
+    torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(explicit, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 7))
+    assert (weights[~mask[:, None].expand_as(weights)] == 0).all()
+
+
+@pytest.mark.parametrize("dim", [384, 1536])
+def test_any_embedding_dimension(dim):
+    model = NextParagraphModel(RerankerConfig(embed_dim=dim, d_model=64, n_heads=4)).eval()
+    ctx = torch.nn.functional.normalize(torch.randn(2, 8, dim), dim=-1)
+    cand = torch.nn.functional.normalize(torch.randn(2, 30, dim), dim=-1)
+    ctx_mask = torch.ones(2, 8, dtype=torch.bool)
+    ctx_mask[1, :6] = False  # a context of two paragraphs
+    cand_mask = torch.ones(2, 30, dtype=torch.bool)
+    cand_mask[0, 25:] = False
+    out = model(ctx, ctx_mask, cand, cand_mask, need_weights=True)
+    assert out["query"].shape == (2, dim) and out["scores"].shape == (2, 30)
+    torch.testing.assert_close(out["query"].norm(dim=-1), torch.ones(2))
+    assert torch.isinf(out["scores"][0, 25:]).all() and torch.isfinite(out["scores"][1]).all()
+    assert out["attention"].shape == (2, 4, 30, 8)
+    assert (out["attention"][1, :, :, :6] == 0).all()  # padding gets no attention
+    # an untrained model's query is the residual it starts from: last + 0.5 * mean of the context
+    last, mean = ctx[1, -1], ctx[1, 6:].mean(0)
+    torch.testing.assert_close(out["query"][1], torch.nn.functional.normalize(last + 0.5 * mean, dim=0))
+
+
+def test_config_errors_name_the_values():
+    with pytest.raises(ValueError, match=r"d_model \(100\) must be divisible by n_heads \(3\)"):
+        RerankerConfig(d_model=100, n_heads=3)
+    model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=32, max_context=4))
+    with pytest.raises(ValueError, match=r"context length 6 exceeds max_context \(4\)"):
+        model.encode(torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool))
+
+
+def test_checkpoint_round_trip_gives_identical_scores(tmp_path):
+    torch.manual_seed(1)
+    model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    meta = save_checkpoint(tmp_path / "model.safetensors", model,
+                           {"embedder": {"name": "e", "dim": 48}, "corpus_fingerprint": "abc"})
+    loaded, meta2 = load_checkpoint(tmp_path / "model.safetensors", "e", 48)
+    assert meta2["model_version"] == meta["model_version"] and meta2["model_config"]["d_model"] == 32
+    assert meta2["corpus_fingerprint"] == "abc" and meta2["code_version"]
+    ctx, cand = torch.randn(2, 8, 48), torch.randn(2, 10, 48)
+    m1, m2 = torch.ones(2, 8, dtype=torch.bool), torch.ones(2, 10, dtype=torch.bool)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ctx, m1, cand, m2)["scores"], loaded(ctx, m1, cand, m2)["scores"], rtol=0, atol=0)
+    with pytest.raises(StoreMismatchError, match="trained on embedder 'e', the store uses 'other'"):
+        load_checkpoint(tmp_path / "model.safetensors", "other", 48)
+
+
+class _Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_pickled_checkpoint_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(pickle.dumps({"model": _Exploit(str(marker))}))
+    with pytest.raises(FailedPreconditionError, match="not a nextpara safetensors checkpoint"):
+        load_checkpoint(path)
+    torch.save({"model": _Exploit(str(marker))}, path)  # the zip-pickle format torch.save writes
+    with pytest.raises(FailedPreconditionError, match="pickled checkpoints are refused"):
+        load_checkpoint(path)
+    assert not marker.exists()
