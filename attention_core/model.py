@@ -124,6 +124,8 @@ class NextParagraphModel(nn.Module):
         self.scorer = nn.ModuleList(Block(cfg) for _ in range(cfg.n_scorer_layers))
         self.feat_proj = nn.Linear(cfg.n_features, d)
         self.score_mlp = nn.Sequential(nn.LayerNorm(2 * d), nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
+        nn.init.zeros_(self.score_mlp[-1].weight)  # an untrained scorer ranks by cos(query, candidate)
+        nn.init.zeros_(self.score_mlp[-1].bias)
         self.query_scale = nn.Parameter(torch.tensor(20.0))  # logit scale of cos(query, candidate)
 
     def encode(self, context: torch.Tensor, context_mask: torch.Tensor):

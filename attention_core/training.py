@@ -39,13 +39,13 @@ class TrainConfig:
     max_context: int = 8  # L: context paragraphs per training query
     n_candidates: int = 100  # per stage-1 source (query head, last paragraph)
     phase1_epochs: int = 4  # query head, full softmax
-    phase2_epochs: int = 6  # scorer on mined lists (early stopping may end sooner)
+    phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.01
     temperature: float = 0.05  # of the full-softmax query loss
     truncate_prob: float = 0.3  # chance a training context is cut to a random shorter length
-    max_train_queries: int = 40_000  # sampled from the training split
+    max_train_queries: int = 30_000  # sampled from the training split
     val_queries: int = 500
     patience: int = 2  # epochs without a better validation MRR@10 before stopping
     seed: int = 0
@@ -98,12 +98,13 @@ class Trainer:
         return out
 
     def _query_loss(self, query: torch.Tensor, batch: list[Query]) -> torch.Tensor:
-        logits = query @ self.all_vectors.T / self.cfg.temperature  # (B, N)
-        positive = torch.zeros_like(logits, dtype=torch.bool)
+        excluded = np.zeros((len(batch), len(self.seq)), bool)  # built in numpy: in-place edits of
+        positive = np.zeros((len(batch), len(self.seq)), bool)  # a tensor in the graph copy it each time
         for i, q in enumerate(batch):
-            logits[i, self._exclusions(q)] = float("-inf")
+            excluded[i, self._exclusions(q)] = True
             positive[i, self.seq.same_text_rows(np.array([q.target]))] = True
-        return multi_positive_nce(logits, positive)
+        logits = (query @ self.all_vectors.T / self.cfg.temperature).masked_fill(torch.from_numpy(excluded), float("-inf"))
+        return multi_positive_nce(logits, torch.from_numpy(positive))  # (B, N) full softmax
 
     def mine(self, queries: list[Query]) -> list[np.ndarray]:
         """Stage-1 candidate rows per query, exactly as inference generates them."""
@@ -111,6 +112,17 @@ class Trainer:
         exclude = [set(self.seq.ids[self._exclusions(q)].tolist()) for q in queries]
         ids, _ = pipeline.candidates([self.seq.vectors[q.context] for q in queries], exclude)
         return [np.asarray([self.seq.row_of_id[int(i)] for i in row], np.int64) for row in ids]
+
+    @torch.no_grad()
+    def validation_loss(self) -> float:
+        """The query head's full-softmax loss on the validation queries."""
+        self.model.eval()
+        qs = [q for q in self.val_q if self.seq.text_class[q.target] not in self.seq.text_class[q.context]]
+        losses = []
+        for s in range(0, len(qs), 256):
+            x, m = context_batch(self.seq, [q.context for q in qs[s:s + 256]], self.model.cfg.max_context)
+            losses.append(self._query_loss(self.model.encode(x, m)[0], qs[s:s + 256]).item() * len(qs[s:s + 256]))
+        return sum(losses) / max(len(qs), 1)
 
     def validate(self) -> dict:
         lists = self.mine(self.val_q)

@@ -77,3 +77,21 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600):
 
     return subprocess.run([sys.executable, "-m", "nextpara", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="session")
+def trained_store(tmp_path_factory):
+    """A real store (the first 60 built-in documents, MiniLM) with a small trained model: built once per run."""
+    from nextpara.attention_core.corpus import CorpusReader
+    from nextpara.attention_core.ingest import build
+    from nextpara.attention_core.training import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("trained")
+    docs = [d for _, d in zip(range(60), CorpusReader("builtin"))]
+    with open(root / "builtin60.jsonl", "w") as f:
+        for d in docs:
+            f.write(json.dumps({"doc_id": d.doc_id, "title": d.title, "paragraphs": d.paragraphs}) + "\n")
+    build(str(root / "builtin60.jsonl"), root / "store", quiet=True)
+    train(root / "store", {"d_model": 64, "n_heads": 4, "n_context_layers": 1},
+          TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=64, val_queries=100, n_candidates=30), quiet=True)
+    return root / "store"

@@ -1,0 +1,108 @@
+"""The in-process Predictor on a real store with a trained model."""
+
+import numpy as np
+import pytest
+
+from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError, NotFoundError
+from nextpara.attention_core.predictor import Predictor
+from nextpara.attention_core.store import open_store
+
+
+@pytest.fixture(scope="module")
+def predictor(trained_store):
+    p = Predictor.open(trained_store)
+    yield p
+    p.close()
+
+
+def doc_ids_in_order(store, doc_id):
+    ids, docs, positions, _ = store.paragraph_table()
+    return [int(i) for i, d in zip(ids, docs) if d == doc_id]
+
+
+def test_predictions_never_include_the_context(predictor):
+    store = predictor.store
+    ids, docs, _, _ = store.paragraph_table()
+    doc = docs[len(docs) // 2]
+    rows = doc_ids_in_order(store, doc)
+    for end in range(1, min(len(rows), 6)):
+        context_ids = rows[max(0, end - 4):end]
+        texts = [p.text for p in store.get_paragraphs(context_ids)]
+        same_text = set(store.ids_with_text(texts).tolist())
+        for context in (context_ids, texts, [texts[0], *context_ids[1:]]):
+            result = predictor.predict_next(context, top_k=50)
+            got = {p.paragraph_id for p in result.predictions}
+            assert len(result.predictions) == 50
+            assert not got & (set(context_ids) | same_text), (context, got & same_text)
+            assert not {p.text for p in result.predictions} & set(texts)
+            scores = [p.score for p in result.predictions]
+            assert scores == sorted(scores, reverse=True)
+        assert result.model_version == predictor.model_version and result.index_version == store.generation
+
+
+def test_text_id_and_vector_contexts_agree(predictor):
+    store = predictor.store
+    ids = [int(i) for i in store.paragraph_table()[0][10:13]]
+    texts = [p.text for p in store.get_paragraphs(ids)]
+    vectors = [v.tolist() for v in store.vectors(ids)]
+    by_id = predictor.predict_next(ids, top_k=5)
+    by_text = predictor.predict_next(texts, top_k=5)
+    by_vector = predictor.predict_next(vectors, top_k=8, exclude_doc_ids=[])
+    assert [p.paragraph_id for p in by_id.predictions] == [p.paragraph_id for p in by_text.predictions]
+    # vectors carry no text, so nothing but what they are is excluded: the id results are among the vector results
+    vector_ids = [p.paragraph_id for p in by_vector.predictions if p.paragraph_id not in ids]
+    assert vector_ids[:3] == [p.paragraph_id for p in by_id.predictions][:3]
+
+
+def test_attention_weights_and_truncation(predictor):
+    ids = [int(i) for i in predictor.store.paragraph_table()[0][:12]]
+    result = predictor.predict_next(ids[:3], top_k=2, include_attention=True)
+    att = np.asarray(result.attention)
+    assert att.shape == (4, 3) and np.allclose(att.sum(1), 1.0, atol=1e-5)
+    long = predictor.predict_next(ids, top_k=2)
+    assert (long.context_used, long.context_dropped) == (predictor.max_context, 12 - predictor.max_context)
+
+
+def test_rerank_given_candidates(predictor):
+    store = predictor.store
+    ids = [int(i) for i in store.paragraph_table()[0][:40]]
+    context, cands = ids[:3], ids[3:20]
+    result = predictor.rerank(context, cands)
+    assert sorted(result.order) == list(range(len(cands)))
+    assert result.scores == sorted(result.scores, reverse=True)
+    # the same list given as a text, an id and a vector scores the same (scores depend on the whole list)
+    mixed = [store.get_paragraphs([cands[0]])[0].text, cands[1], store.vectors([cands[2]])[0], *cands[3:]]
+    mixed_result = predictor.rerank(context, mixed)
+    direct = dict(zip(result.order, result.scores))
+    got = dict(zip(mixed_result.order, mixed_result.scores))
+    np.testing.assert_allclose([got[i] for i in range(len(cands))], [direct[i] for i in range(len(cands))], atol=1e-3)
+    among = predictor.predict_next(context, top_k=3, candidates=cands)
+    assert [p.paragraph_id for p in among.predictions] == [cands[i] for i in result.order[:3]]
+
+
+@pytest.mark.parametrize("context, error, message", [
+    ([], InvalidInputError, "context is empty"),
+    (["fine", "  "], InvalidInputError, r"context\[1\]: empty text"),
+    ([1, 10**12], NotFoundError, r"context\[1\]: unknown paragraph id 1000000000000"),
+    ([[0.5] * 7], InvalidInputError, r"context\[0\]: vector of dimension 7, .* has dimension 384"),
+    ([[float("nan")] * 384], InvalidInputError, "NaN"),
+    ([[0.0] * 384], InvalidInputError, "all zeros"),
+    ([{"text": "x"}], InvalidInputError, "expected a text, a paragraph id or a vector"),
+    ("just a string", InvalidInputError, "must be a list"),
+])
+def test_bad_context_is_a_clear_error(predictor, context, error, message):
+    with pytest.raises(error, match=message):
+        predictor.predict_next(context)
+
+
+@pytest.mark.parametrize("top_k", [0, -1, 1001, 2.5, True])
+def test_bad_top_k(predictor, top_k):
+    with pytest.raises(InvalidInputError, match="top_k must be an integer from 1 to 1000"):
+        predictor.predict_next([1], top_k=top_k)
+
+
+def test_no_model_is_a_failed_precondition(tmp_path):
+    docs_store = open_store(tmp_path, embedder_name="e", dim=4)
+    docs_store.close()
+    with pytest.raises(FailedPreconditionError, match="no trained model .*nextpara train"):
+        Predictor.open(tmp_path)
