@@ -54,7 +54,12 @@ def attention_example(evaluation) -> dict | None:
 
 
 def write_plots(result: dict, plot_dir: Path) -> list[Path]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        from .errors import FailedPreconditionError
+
+        raise FailedPreconditionError("--plot needs matplotlib: pip install 'nextpara[plot]'") from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

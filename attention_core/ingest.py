@@ -84,6 +84,24 @@ def _embedder_for(spec: str, docs: Sequence[Document], use_cache: bool, **kwargs
     return CachedEmbedder(embedder) if use_cache else embedder
 
 
+def vectors_for(embedder: Embedder, docs: Sequence[Document]) -> list[np.ndarray]:
+    """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call."""
+    todo = [d for d in docs if d.vectors is None]
+    if todo and isinstance(embedder, PrecomputedEmbedder):
+        d = todo[0]
+        raise InvalidInputError(f"{d.source or 'document'} ({d.doc_id!r}) has no vectors, and this store's embedder "
+                                f"{embedder.name!r} cannot embed text")
+    flat = embedder.embed([p for d in todo for p in d.paragraphs]) if todo else None
+    out, start = [], 0
+    for d in docs:
+        if d.vectors is not None:
+            out.append(np.asarray(d.vectors, dtype=np.float32))
+        else:
+            out.append(flat[start:start + len(d.paragraphs)])
+            start += len(d.paragraphs)
+    return out
+
+
 def build(corpus: str, data_dir: str | os.PathLike | None = None, *, embedder: str = "minilm", index: str = "flat",
           skip_bad: bool = False, batch_paragraphs: int = 1024, use_cache: bool = True, quiet: bool = False,
           embedder_options: dict | None = None) -> BuildReport:
@@ -109,13 +127,7 @@ def build(corpus: str, data_dir: str | os.PathLike | None = None, *, embedder: s
         with progress_bar(total=sum(len(d.paragraphs) for d in todo), desc="embed+store", unit="para", quiet=quiet) as bar:
             for batch in _batches(todo, batch_paragraphs):
                 t0 = time.perf_counter()
-                if isinstance(emb, PrecomputedEmbedder):
-                    vectors = [np.asarray(d.vectors, dtype=np.float32) for d in batch]
-                else:
-                    flat = emb.embed([p for d in batch for p in d.paragraphs])
-                    bounds = np.cumsum([0] + [len(d.paragraphs) for d in batch])
-                    vectors = [flat[bounds[i]:bounds[i + 1]] for i in range(len(batch))]
-                    report.paragraphs_embedded += len(flat)
+                vectors = vectors_for(emb, batch)
                 report.embed_seconds += time.perf_counter() - t0
                 result = store.add_documents(batch, vectors)
                 report.documents_added += result.added
@@ -133,6 +145,8 @@ def build(corpus: str, data_dir: str | os.PathLike | None = None, *, embedder: s
         report.cache_hits = emb.hits
         report.paragraphs_embedded = emb.misses
         emb.close()
+    elif not isinstance(emb, PrecomputedEmbedder):
+        report.paragraphs_embedded = report.paragraphs_written
     report.total_seconds = time.perf_counter() - started
     return report
 

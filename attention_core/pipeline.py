@@ -102,9 +102,3 @@ class RerankPipeline:
                               retrieval_scores=(vecs @ queries[i])[order], attention=att))
         return out
 
-    def predict(self, contexts: list[np.ndarray], exclude: list[set[int]], need_weights: bool = False) -> list[Scored]:
-        """Both stages for a batch of contexts; every candidate ranked."""
-        cand_ids, _ = self.candidates(contexts, exclude)
-        cand_vecs = [self.store.vectors(ids) if len(ids) else np.zeros((0, self.model.cfg.embed_dim), np.float32)
-                     for ids in cand_ids]
-        return self.rank(contexts, cand_ids, cand_vecs, need_weights)

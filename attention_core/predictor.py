@@ -15,10 +15,11 @@ many were dropped. Errors name the item: ``context[2]: unknown paragraph id 99``
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
@@ -74,6 +75,8 @@ class Predictor:
     def __init__(self, store: ParagraphStore, pipeline: RerankPipeline, meta: dict, embedder: Embedder,
                  embed_cache_size: int = 4096):
         self.store, self.pipeline, self.meta, self.embedder = store, pipeline, meta, embedder
+        # called with (stage, seconds) for "embed", "search" and "rerank": the server's latency histograms
+        self.observe: Callable[[str, float], None] = lambda stage, seconds: None
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = embed_cache_size
         self._cache_lock = threading.Lock()
@@ -82,11 +85,17 @@ class Predictor:
     def open(cls, data_dir: str | Path, readonly: bool = True, n_candidates: int = 100, **embedder_options) -> "Predictor":
         store = open_store(data_dir, readonly=readonly)
         try:
-            model, meta = load_checkpoint(Path(store.data_dir) / CHECKPOINT, store.embedder_name, store.dim)
+            return cls.from_store(store, n_candidates, **embedder_options)
         except BaseException:
             store.close()
             raise
-        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim, **embedder_options)
+
+    @classmethod
+    def from_store(cls, store: ParagraphStore, n_candidates: int = 100, embedder: Embedder | None = None,
+                   **embedder_options) -> "Predictor":
+        """A predictor over an open store with the checkpoint in its data dir (FailedPreconditionError if none)."""
+        model, meta = load_checkpoint(Path(store.data_dir) / CHECKPOINT, store.embedder_name, store.dim)
+        embedder = embedder or embedder_for_store(store.embedder_spec, store.embedder_name, store.dim, **embedder_options)
         return cls(store, RerankPipeline(model, store, n_candidates), meta, embedder)
 
     @property
@@ -105,7 +114,9 @@ class Predictor:
         with self._cache_lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if missing:
+            t0 = time.perf_counter()
             vecs = self.embedder.embed(missing)
+            self.observe("embed", time.perf_counter() - t0)
             with self._cache_lock:
                 for t, v in zip(missing, vecs):
                     self._cache[t] = v
@@ -192,8 +203,14 @@ class Predictor:
         resolved = [self.resolve(c, "context", keep_last=self.max_context) for c in contexts]
         excluded_docs = set(self.store.ids_of_documents(exclude_doc_ids).tolist()) if exclude_doc_ids else set()
         index_version = self.store.generation
-        scored = self.pipeline.predict([r.vectors for r in resolved], [r.exclude | excluded_docs for r in resolved],
-                                       need_weights=include_attention)
+        contexts = [r.vectors for r in resolved]
+        t0 = time.perf_counter()
+        cand_ids, _ = self.pipeline.candidates(contexts, [r.exclude | excluded_docs for r in resolved])
+        cand_vecs = [self.store.vectors(ids) for ids in cand_ids]
+        t1 = time.perf_counter()
+        scored = self.pipeline.rank(contexts, cand_ids, cand_vecs, need_weights=include_attention)
+        self.observe("search", t1 - t0)
+        self.observe("rerank", time.perf_counter() - t1)
         results = []
         for r, s in zip(resolved, scored):
             top = s.ids[:top_k]
@@ -232,7 +249,9 @@ class Predictor:
         ctx = [self.resolve(c, "context", keep_last=self.max_context) for c in contexts]
         cands = [self.resolve(c, "candidates") for c in candidate_lists]
         index_version = self.store.generation
+        t0 = time.perf_counter()
         scores, _, _ = self.pipeline.score([r.vectors for r in ctx], [c.vectors for c in cands])
+        self.observe("rerank", time.perf_counter() - t0)
         out = []
         for r, sc in zip(ctx, scores):
             order = np.argsort(-sc, kind="stable")

@@ -3,3 +3,13 @@
 Imports only grpcio, protobuf and the generated stubs: never torch, faiss, numpy or
 sentence-transformers, so applications that only call the service stay light.
 """
+
+from .aio import AsyncClient
+from .errors import (DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, NextparaError, NotFound,
+                     PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable)
+from .sync import Client
+from .types import AddResult, DeleteResult, Document, Info, Paragraph, Prediction, PredictResult, RerankResult
+
+__all__ = ["Client", "AsyncClient", "NextparaError", "InvalidArgument", "NotFound", "FailedPrecondition",
+           "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
+           "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info"]

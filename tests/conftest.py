@@ -95,3 +95,60 @@ def trained_store(tmp_path_factory):
     train(root / "store", {"d_model": 64, "n_heads": 4, "n_context_layers": 1},
           TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=64, val_queries=100, n_candidates=30), quiet=True)
     return root / "store"
+
+
+class LiveServer:
+    """A real nextpara gRPC server on 127.0.0.1 (port 0), running in a thread with its own event loop."""
+
+    def __init__(self, data_dir, **settings):
+        import asyncio
+        import threading
+
+        from nextpara.server.config import ServerSettings
+        from nextpara.server.main import run_server
+
+        self.settings = ServerSettings(data_dir=str(data_dir), address="127.0.0.1:0", metrics_address="127.0.0.1:0",
+                                       grace_seconds=2.0, **settings)
+        self.loop = asyncio.new_event_loop()
+        self.ready = asyncio.Event()
+        self.stop_event = asyncio.Event()
+        self.error: BaseException | None = None
+
+        def main():
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.loop.run_until_complete(run_server(self.settings, Path(data_dir), self.ready, self.stop_event))
+            except BaseException as e:  # surfaced by start()
+                self.error = e
+
+        self.thread = threading.Thread(target=main, daemon=True)
+
+    def start(self, timeout: float = 120) -> "LiveServer":
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.ready.is_set():
+            if self.error or not self.thread.is_alive():
+                raise RuntimeError(f"server failed to start: {self.error!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("server did not become ready")
+            time.sleep(0.05)
+        self.port = self.ready.port
+        self.metrics_port = self.ready.metrics_port
+        self.address = f"127.0.0.1:{self.port}"
+        return self
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server_store(trained_store, tmp_path_factory):
+    """A private copy of the trained store: servers write to it."""
+    import shutil
+
+    copy = tmp_path_factory.mktemp("served") / "store"
+    shutil.copytree(trained_store, copy, ignore=shutil.ignore_patterns("write.lock"))
+    return copy

@@ -90,3 +90,11 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
                       embedder_options=options, use_cache=False)
         assert again.documents_unchanged == 2 and again.paragraphs_embedded == 0
         assert len(server.requests) == n + 1  # only the dimension probe; unchanged documents are not embedded
+
+
+def test_local_sentence_transformers_directory(minilm):
+    from nextpara.attention_core.embedders import bundled_minilm_path
+
+    local = make_embedder(f"sentence-transformers:{bundled_minilm_path()}")
+    assert local.name == "sentence-transformers:model" and local.dim == 384
+    np.testing.assert_allclose(local.embed(TEXTS), minilm.embed(TEXTS), atol=1e-5)

@@ -14,6 +14,7 @@ from nextpara import __version__
 
 def make_parser() -> argparse.ArgumentParser:
     from nextpara.attention_core import cli as core_cli
+    from nextpara.server import cli as server_cli
 
     parser = argparse.ArgumentParser(prog="nextpara", description="Next-paragraph retrieval: build, train, serve, query.")
     parser.add_argument("--version", action="version", version=f"nextpara {__version__}")
@@ -21,6 +22,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     core_cli.register(sub)
+    server_cli.register(sub)
     return parser
 
 

@@ -1,0 +1,83 @@
+"""End to end on the PEPs corpus: build, train, evaluate; writes bench/results/peps.{md,json}.
+
+    python bench/peps.py --data-dir /tmp/peps-bench            # all three steps
+    python bench/peps.py --data-dir /tmp/peps-bench --reuse    # keep an existing store / model
+
+The store is built with the embedding cache off, so the build time is real model time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+HERE = Path(__file__).resolve().parent
+DEFAULT_CORPUS = HERE.parent.parent / "shared" / "corpora" / "peps.jsonl"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    parser.add_argument("--reuse", action="store_true", help="skip build/train when the store/model exist")
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--out", default=str(HERE / "results" / "peps"), help="output path without extension")
+    args = parser.parse_args()
+
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("nextpara").setLevel(logging.INFO)
+    from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
+    from nextpara.attention_core.eval_report import markdown_table, run_evaluation
+    from nextpara.attention_core.ingest import build
+    from nextpara.attention_core.training import train
+
+    data = Path(args.data_dir)
+    record: dict = {"command": "python bench/" + Path(__file__).name + " " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"}
+    if not (args.reuse and (data / "paragraphs.sqlite").exists()):
+        t0 = time.perf_counter()
+        report = build(args.corpus, data, use_cache=False, quiet=True)
+        record["build"] = {"seconds": round(time.perf_counter() - t0, 1), "paragraphs": report.paragraphs_written,
+                           "embed_seconds": round(report.embed_seconds, 1),
+                           "paragraphs_per_second": round(report.paragraphs_per_second, 1)}
+    if not (args.reuse and (data / CHECKPOINT).exists()):
+        t0 = time.perf_counter()
+        meta = train(data, quiet=True)
+        record["train"] = {"seconds": round(time.perf_counter() - t0, 1), "model_version": meta["model_version"],
+                           "validation": meta["metrics"]["validation"]}
+    else:
+        meta = read_checkpoint_meta(data / CHECKPOINT)
+        record["train"] = {"seconds": meta["training"]["seconds"], "model_version": meta["model_version"],
+                           "validation": meta["metrics"]["validation"], "reused": True}
+    result = run_evaluation(data, n_queries=args.queries, output=None, plot_dir=str(HERE / "results" / "peps_plots"))
+    record["eval"] = result
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    lines = [f"# PEPs end to end ({record['date']})", "", f"Command: `{record['command']}`", "",
+             f"Machine: {record['machine']}", ""]
+    if "build" in record:
+        b = record["build"]
+        lines += [f"Build: {b['paragraphs']} paragraphs in {b['seconds']} s "
+                  f"(embedding {b['embed_seconds']} s, {b['paragraphs_per_second']} paragraphs/s).", ""]
+    t = record["train"]
+    lines += [f"Train: model {t['model_version']} in {t['seconds']} s; validation MRR@10 {t['validation']['mrr@10']:.4f}.", "",
+              f"Eval: {result['config']['queries']} test queries, L = {result['config']['context_length']}, "
+              f"{result['config']['paragraphs']} paragraphs indexed.", "", markdown_table(result), ""]
+    out.with_suffix(".md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Channel options, credentials and call metadata shared by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import grpc
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+# Retries with exponential backoff on UNAVAILABLE only (the server was not reached or restarting).
+RETRY_SERVICE_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": "nextpara.v1.NextParagraphService"}],
+    "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.2s", "maxBackoff": "3s", "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"]}}]})
+
+
+def options(max_message_bytes: int) -> list[tuple[str, object]]:
+    return [("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.enable_retries", 1),
+            ("grpc.service_config", RETRY_SERVICE_CONFIG)]
+
+
+def credentials(tls: bool, root_certificates: str | bytes | None) -> grpc.ChannelCredentials | None:
+    """TLS credentials (verifying the server against ``root_certificates`` or the system roots), or None."""
+    if not tls and root_certificates is None:
+        return None
+    roots = root_certificates
+    if isinstance(roots, str):
+        roots = Path(roots).read_bytes()
+    return grpc.ssl_channel_credentials(root_certificates=roots)
+
+
+def metadata(token: str | None) -> list[tuple[str, str]] | None:
+    return [("authorization", f"Bearer {token}")] if token else None

@@ -1,0 +1,104 @@
+"""Python values <-> protobuf messages, shared by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from nextpara.v1 import nextpara_pb2 as pb
+
+from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, Prediction, PredictResult, RerankResult
+
+
+def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
+    if isinstance(item, str):
+        return pb.ContextParagraph(text=item)
+    if isinstance(item, bool):
+        raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got bool")
+    if isinstance(item, int) or type(item).__name__ in ("int64", "int32"):
+        return pb.ContextParagraph(paragraph_id=int(item))
+    try:
+        values = [float(x) for x in (item.tolist() if hasattr(item, "tolist") else item)]
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got {type(item).__name__}") from e
+    return pb.ContextParagraph(vector=pb.Vector(values=values))
+
+
+def paragraphs(items: Sequence[ContextItem], field: str) -> list[pb.ContextParagraph]:
+    if isinstance(items, (str, bytes)):
+        raise TypeError(f"{field} must be a list of paragraphs, not a single string")
+    return [paragraph_message(item, f"{field}[{i}]") for i, item in enumerate(items)]
+
+
+def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text) -> pb.PredictNextRequest:
+    return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=top_k, include_attention=include_attention,
+                                 exclude_doc_ids=list(exclude_doc_ids), omit_text=omit_text)
+
+
+def predict_result(r: pb.PredictNextResponse) -> PredictResult:
+    return PredictResult(
+        predictions=[Prediction(p.paragraph_id, p.doc_id, p.position, p.text, p.score, p.retrieval_score)
+                     for p in r.predictions],
+        model_version=r.model_version, index_version=r.index_version, context_used=r.context_used,
+        context_dropped=r.context_dropped, attention=[list(h.weights) for h in r.attention])
+
+
+def rerank_request(context, candidates, top_k: int = 0, request_id: str = "") -> pb.RerankRequest:
+    return pb.RerankRequest(request_id=request_id, context=paragraphs(context, "context"),
+                            candidates=paragraphs(candidates, "candidates"), top_k=top_k)
+
+
+def rerank_result(r: pb.RerankResponse) -> RerankResult:
+    return RerankResult(list(r.order), list(r.scores), r.model_version, r.index_version, r.request_id, r.context_dropped)
+
+
+def rerank_item(item, index: int) -> pb.RerankRequest:
+    """An item of rerank_many: a (context, candidates) pair or a mapping with context/candidates[/request_id/top_k]."""
+    if isinstance(item, Mapping):
+        return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), str(item.get("request_id", index)))
+    context, candidates = item
+    return rerank_request(context, candidates, 0, str(index))
+
+
+def document_message(doc: Document | Mapping) -> pb.Document:
+    if isinstance(doc, Mapping):
+        doc = Document(doc_id=doc["doc_id"], paragraphs=list(doc["paragraphs"]), title=doc.get("title", ""),
+                       vectors=doc.get("vectors"))
+    vectors = [pb.Vector(values=[float(x) for x in v]) for v in (doc.vectors or [])]
+    return pb.Document(doc_id=doc.doc_id, title=doc.title, paragraphs=list(doc.paragraphs), vectors=vectors)
+
+
+def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Iterator[pb.AddDocumentsRequest]:
+    """AddDocuments messages of at most ``max_bytes`` each (a single larger document is refused here)."""
+    batch: list[pb.Document] = []
+    size = 0
+    for i, doc in enumerate(docs):
+        message = document_message(doc)
+        n = message.ByteSize() + 8
+        if n > max_bytes:
+            raise ValueError(f"document {i} ({message.doc_id!r}) is {n} bytes encoded, over the {max_bytes}-byte "
+                             "message limit: split it, or raise the limit on both server and client")
+        if batch and size + n > max_bytes:
+            yield pb.AddDocumentsRequest(documents=batch)
+            batch, size = [], 0
+        batch.append(message)
+        size += n
+    if batch:
+        yield pb.AddDocumentsRequest(documents=batch)
+
+
+def add_result(r: pb.AddDocumentsResponse) -> AddResult:
+    return AddResult(r.documents_added, r.documents_replaced, r.documents_unchanged, r.paragraphs_written, r.index_version)
+
+
+def delete_result(r: pb.DeleteDocumentsResponse) -> DeleteResult:
+    return DeleteResult(r.documents_deleted, r.paragraphs_deleted, r.index_version)
+
+
+def paragraphs_result(r: pb.GetParagraphsResponse) -> list[Paragraph]:
+    return [Paragraph(p.paragraph_id, p.doc_id, p.position, p.text, list(p.vector.values) if p.HasField("vector") else None)
+            for p in r.paragraphs]
+
+
+def info_result(r: pb.GetInfoResponse) -> Info:
+    return Info(r.embedder, r.dim, r.documents, r.paragraphs, r.index_type, r.index_factory, r.model_version,
+                r.index_version, r.max_context, r.max_message_bytes, r.server_version)

@@ -1,0 +1,96 @@
+"""The asyncio client: the same methods as :class:`nextpara.client.Client`, awaitable.
+
+    async with AsyncClient("127.0.0.1:50051") as c:
+        result = await c.predict_next(["First paragraph."], top_k=5)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Iterable, Sequence
+
+import grpc
+
+from nextpara.v1 import nextpara_pb2 as pb
+from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
+
+from . import _channel, _convert
+from .errors import from_rpc_error
+from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
+
+
+class AsyncClient:
+    def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
+                 token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES):
+        creds = _channel.credentials(tls, root_certificates)
+        opts = _channel.options(max_message_bytes)
+        self._channel = (grpc.aio.secure_channel(address, creds, opts) if creds
+                         else grpc.aio.insecure_channel(address, opts))
+        self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
+        self.timeout, self.max_message_bytes = timeout, max_message_bytes
+        self._metadata = _channel.metadata(token)
+
+    async def _call(self, method, request, timeout):
+        try:
+            return await method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+
+    async def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
+                           exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
+                           timeout: float | None = None) -> PredictResult:
+        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text)
+        return _convert.predict_result(await self._call(self._stub.PredictNext, request, timeout))
+
+    async def rerank(self, context: Sequence[ContextItem], candidates: Sequence[ContextItem], *, top_k: int = 0,
+                     timeout: float | None = None) -> RerankResult:
+        request = _convert.rerank_request(context, candidates, top_k)
+        return _convert.rerank_result(await self._call(self._stub.Rerank, request, timeout))
+
+    async def rerank_many(self, items: Iterable, *, max_in_flight: int = 64,
+                          timeout: float | None = None) -> AsyncIterator[RerankResult]:
+        """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered."""
+        window = asyncio.Semaphore(max_in_flight)
+
+        async def requests():
+            for i, item in enumerate(items):
+                await window.acquire()
+                yield _convert.rerank_item(item, i)
+
+        call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
+        try:
+            async for response in call:
+                window.release()
+                yield _convert.rerank_result(response)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+
+    async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
+        chunks = _convert.chunk_documents(documents, self.max_message_bytes - 64 * 1024)
+        return _convert.add_result(await self._call(self._stub.AddDocuments, iter(list(chunks)), timeout))
+
+    async def delete_documents(self, doc_ids: Sequence[str], *, timeout: float | None = None) -> DeleteResult:
+        request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids))
+        return _convert.delete_result(await self._call(self._stub.DeleteDocuments, request, timeout))
+
+    async def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False,
+                             timeout: float | None = None) -> list[Paragraph]:
+        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
+        return _convert.paragraphs_result(await self._call(self._stub.GetParagraphs, request, timeout))
+
+    async def info(self, *, timeout: float | None = None) -> Info:
+        return _convert.info_result(await self._call(self._stub.GetInfo, pb.GetInfoRequest(), timeout))
+
+    async def reload(self, *, timeout: float | None = None) -> tuple[str, int]:
+        r = await self._call(self._stub.Reload, pb.ReloadRequest(), timeout)
+        return r.model_version, r.index_version
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

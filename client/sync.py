@@ -1,0 +1,100 @@
+"""The synchronous client.
+
+    from nextpara.client import Client
+    with Client("127.0.0.1:50051") as c:
+        result = c.predict_next(["First paragraph.", "Second paragraph."], top_k=5)
+        for p in result.predictions:
+            print(p.score, p.doc_id, p.text)
+
+Every call takes ``timeout=`` (seconds; the client's default otherwise). Failures raise a
+:class:`nextpara.client.errors.NextparaError` subclass chosen by status code.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable, Iterator, Sequence
+
+import grpc
+
+from nextpara.v1 import nextpara_pb2 as pb
+from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
+
+from . import _channel, _convert
+from .errors import from_rpc_error
+from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
+
+
+class Client:
+    def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
+                 token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES):
+        creds = _channel.credentials(tls, root_certificates)
+        opts = _channel.options(max_message_bytes)
+        self._channel = grpc.secure_channel(address, creds, opts) if creds else grpc.insecure_channel(address, opts)
+        self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
+        self.timeout, self.max_message_bytes = timeout, max_message_bytes
+        self._metadata = _channel.metadata(token)
+
+    def _call(self, method, request, timeout):
+        try:
+            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+
+    def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
+                     exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
+                     timeout: float | None = None) -> PredictResult:
+        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text)
+        return _convert.predict_result(self._call(self._stub.PredictNext, request, timeout))
+
+    def rerank(self, context: Sequence[ContextItem], candidates: Sequence[ContextItem], *, top_k: int = 0,
+               timeout: float | None = None) -> RerankResult:
+        request = _convert.rerank_request(context, candidates, top_k)
+        return _convert.rerank_result(self._call(self._stub.Rerank, request, timeout))
+
+    def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None) -> Iterator[RerankResult]:
+        """Stream (context, candidates) pairs (or mappings with context, candidates, request_id, top_k) through
+        RerankStream; yields results in input order with at most ``max_in_flight`` requests unanswered.
+        ``timeout`` bounds the whole stream (default: none)."""
+        window = threading.Semaphore(max_in_flight)
+
+        def requests():
+            for i, item in enumerate(items):
+                window.acquire()
+                yield _convert.rerank_item(item, i)
+
+        try:
+            for response in self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata):
+                window.release()
+                yield _convert.rerank_result(response)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+
+    def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
+        """Upsert documents, streamed in messages under the message size limit; each message commits whole."""
+        chunks = _convert.chunk_documents(documents, self.max_message_bytes - 64 * 1024)
+        return _convert.add_result(self._call(self._stub.AddDocuments, chunks, timeout))
+
+    def delete_documents(self, doc_ids: Sequence[str], *, timeout: float | None = None) -> DeleteResult:
+        return _convert.delete_result(self._call(self._stub.DeleteDocuments, pb.DeleteDocumentsRequest(doc_ids=list(doc_ids)), timeout))
+
+    def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, timeout: float | None = None) -> list[Paragraph]:
+        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
+        return _convert.paragraphs_result(self._call(self._stub.GetParagraphs, request, timeout))
+
+    def info(self, *, timeout: float | None = None) -> Info:
+        return _convert.info_result(self._call(self._stub.GetInfo, pb.GetInfoRequest(), timeout))
+
+    def reload(self, *, timeout: float | None = None) -> tuple[str, int]:
+        r = self._call(self._stub.Reload, pb.ReloadRequest(), timeout)
+        return r.model_version, r.index_version
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,87 @@
+"""Result types of the client: plain dataclasses, never generated protobuf classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+# A context or candidate paragraph: a text, a stored paragraph id, or a vector of floats.
+ContextItem = Union[str, int, Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    paragraph_id: int
+    doc_id: str
+    position: int
+    text: str
+    score: float
+    retrieval_score: float
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    predictions: list[Prediction]
+    model_version: str
+    index_version: int
+    context_used: int
+    context_dropped: int
+    attention: list[list[float]] = field(default_factory=list)  # one list per head, over the context used
+
+
+@dataclass(frozen=True)
+class RerankResult:
+    order: list[int]  # candidate indices, best first
+    scores: list[float]
+    model_version: str
+    index_version: int
+    request_id: str = ""
+    context_dropped: int = 0
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    paragraph_id: int
+    doc_id: str
+    position: int
+    text: str
+    vector: list[float] | None = None
+
+
+@dataclass
+class Document:
+    doc_id: str
+    paragraphs: list[str]
+    title: str = ""
+    vectors: list[Sequence[float]] | None = None
+
+
+@dataclass(frozen=True)
+class AddResult:
+    documents_added: int
+    documents_replaced: int
+    documents_unchanged: int
+    paragraphs_written: int
+    index_version: int
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    documents_deleted: int
+    paragraphs_deleted: int
+    index_version: int
+
+
+@dataclass(frozen=True)
+class Info:
+    embedder: str
+    dim: int
+    documents: int
+    paragraphs: int
+    index_type: str
+    index_factory: str
+    model_version: str
+    index_version: int
+    max_context: int
+    max_message_bytes: int
+    server_version: str

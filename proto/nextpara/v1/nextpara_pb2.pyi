@@ -1,0 +1,221 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Vector(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class ContextParagraph(_message.Message):
+    __slots__ = ("text", "paragraph_id", "vector")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    paragraph_id: int
+    vector: Vector
+    def __init__(self, text: _Optional[str] = ..., paragraph_id: _Optional[int] = ..., vector: _Optional[_Union[Vector, _Mapping]] = ...) -> None: ...
+
+class PredictNextRequest(_message.Message):
+    __slots__ = ("context", "top_k", "omit_text", "include_attention", "exclude_doc_ids")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    OMIT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
+    top_k: int
+    omit_text: bool
+    include_attention: bool
+    exclude_doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ..., omit_text: _Optional[bool] = ..., include_attention: _Optional[bool] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Prediction(_message.Message):
+    __slots__ = ("paragraph_id", "doc_id", "position", "text", "score", "retrieval_score")
+    PARAGRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    paragraph_id: int
+    doc_id: str
+    position: int
+    text: str
+    score: float
+    retrieval_score: float
+    def __init__(self, paragraph_id: _Optional[int] = ..., doc_id: _Optional[str] = ..., position: _Optional[int] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., retrieval_score: _Optional[float] = ...) -> None: ...
+
+class AttentionHead(_message.Message):
+    __slots__ = ("weights",)
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    weights: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, weights: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class PredictNextResponse(_message.Message):
+    __slots__ = ("predictions", "model_version", "index_version", "context_used", "context_dropped", "attention")
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_USED_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
+    model_version: str
+    index_version: int
+    context_used: int
+    context_dropped: int
+    attention: _containers.RepeatedCompositeFieldContainer[AttentionHead]
+    def __init__(self, predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., context_used: _Optional[int] = ..., context_dropped: _Optional[int] = ..., attention: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ...) -> None: ...
+
+class RerankRequest(_message.Message):
+    __slots__ = ("request_id", "context", "candidates", "top_k")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
+    candidates: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
+    top_k: int
+    def __init__(self, request_id: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., candidates: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class RerankResponse(_message.Message):
+    __slots__ = ("request_id", "order", "scores", "model_version", "index_version", "context_dropped")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    order: _containers.RepeatedScalarFieldContainer[int]
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    model_version: str
+    index_version: int
+    context_dropped: int
+    def __init__(self, request_id: _Optional[str] = ..., order: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., context_dropped: _Optional[int] = ...) -> None: ...
+
+class Document(_message.Message):
+    __slots__ = ("doc_id", "title", "paragraphs", "vectors")
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
+    VECTORS_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    title: str
+    paragraphs: _containers.RepeatedScalarFieldContainer[str]
+    vectors: _containers.RepeatedCompositeFieldContainer[Vector]
+    def __init__(self, doc_id: _Optional[str] = ..., title: _Optional[str] = ..., paragraphs: _Optional[_Iterable[str]] = ..., vectors: _Optional[_Iterable[_Union[Vector, _Mapping]]] = ...) -> None: ...
+
+class AddDocumentsRequest(_message.Message):
+    __slots__ = ("documents",)
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    documents: _containers.RepeatedCompositeFieldContainer[Document]
+    def __init__(self, documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ...) -> None: ...
+
+class AddDocumentsResponse(_message.Message):
+    __slots__ = ("documents_added", "documents_replaced", "documents_unchanged", "paragraphs_written", "index_version")
+    DOCUMENTS_ADDED_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_REPLACED_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPHS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    documents_added: int
+    documents_replaced: int
+    documents_unchanged: int
+    paragraphs_written: int
+    index_version: int
+    def __init__(self, documents_added: _Optional[int] = ..., documents_replaced: _Optional[int] = ..., documents_unchanged: _Optional[int] = ..., paragraphs_written: _Optional[int] = ..., index_version: _Optional[int] = ...) -> None: ...
+
+class DeleteDocumentsRequest(_message.Message):
+    __slots__ = ("doc_ids",)
+    DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteDocumentsResponse(_message.Message):
+    __slots__ = ("documents_deleted", "paragraphs_deleted", "index_version")
+    DOCUMENTS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPHS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    documents_deleted: int
+    paragraphs_deleted: int
+    index_version: int
+    def __init__(self, documents_deleted: _Optional[int] = ..., paragraphs_deleted: _Optional[int] = ..., index_version: _Optional[int] = ...) -> None: ...
+
+class GetParagraphsRequest(_message.Message):
+    __slots__ = ("paragraph_ids", "include_vectors")
+    PARAGRAPH_IDS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_VECTORS_FIELD_NUMBER: _ClassVar[int]
+    paragraph_ids: _containers.RepeatedScalarFieldContainer[int]
+    include_vectors: bool
+    def __init__(self, paragraph_ids: _Optional[_Iterable[int]] = ..., include_vectors: _Optional[bool] = ...) -> None: ...
+
+class Paragraph(_message.Message):
+    __slots__ = ("paragraph_id", "doc_id", "position", "text", "vector")
+    PARAGRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    paragraph_id: int
+    doc_id: str
+    position: int
+    text: str
+    vector: Vector
+    def __init__(self, paragraph_id: _Optional[int] = ..., doc_id: _Optional[str] = ..., position: _Optional[int] = ..., text: _Optional[str] = ..., vector: _Optional[_Union[Vector, _Mapping]] = ...) -> None: ...
+
+class GetParagraphsResponse(_message.Message):
+    __slots__ = ("paragraphs",)
+    PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
+    paragraphs: _containers.RepeatedCompositeFieldContainer[Paragraph]
+    def __init__(self, paragraphs: _Optional[_Iterable[_Union[Paragraph, _Mapping]]] = ...) -> None: ...
+
+class GetInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetInfoResponse(_message.Message):
+    __slots__ = ("embedder", "dim", "documents", "paragraphs", "index_type", "index_factory", "model_version", "index_version", "max_context", "max_message_bytes", "server_version")
+    EMBEDDER_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_TYPE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FACTORY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    embedder: str
+    dim: int
+    documents: int
+    paragraphs: int
+    index_type: str
+    index_factory: str
+    model_version: str
+    index_version: int
+    max_context: int
+    max_message_bytes: int
+    server_version: str
+    def __init__(self, embedder: _Optional[str] = ..., dim: _Optional[int] = ..., documents: _Optional[int] = ..., paragraphs: _Optional[int] = ..., index_type: _Optional[str] = ..., index_factory: _Optional[str] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., max_context: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ...) -> None: ...
+
+class ReloadRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReloadResponse(_message.Message):
+    __slots__ = ("model_version", "index_version")
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    model_version: str
+    index_version: int
+    def __init__(self, model_version: _Optional[str] = ..., index_version: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,61 @@
+"""Bearer-token auth with two roles, as a grpc.aio server interceptor.
+
+``authorization: Bearer <token>`` metadata. Read tokens may call PredictNext, Rerank,
+RerankStream, GetParagraphs and GetInfo; write tokens may call everything. Tokens are compared
+in constant time (hmac.compare_digest) and never logged. Health checks and reflection are open,
+so load balancers and tools need no token.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+import grpc
+
+SERVICE = "/nextpara.v1.NextParagraphService/"
+WRITE_METHODS = {"AddDocuments", "DeleteDocuments", "Reload"}
+OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+
+
+def _matches(token: str, allowed: list[str]) -> bool:
+    found = False
+    for candidate in allowed:  # no early exit: the time taken does not depend on which token matched
+        found |= hmac.compare_digest(token.encode(), candidate.encode())
+    return found
+
+
+def _deny(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    async def abort_unary(request_or_iterator, context):
+        await context.abort(code, message)
+
+    async def abort_stream(request_or_iterator, context):
+        await context.abort(code, message)
+        yield  # pragma: no cover - makes this an async generator
+
+    kwargs = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(abort_unary, **kwargs)
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(abort_stream, **kwargs)
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(abort_unary, **kwargs)
+    return grpc.stream_stream_rpc_method_handler(abort_stream, **kwargs)
+
+
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, read_tokens: list[str], write_tokens: list[str]):
+        self.read_tokens = read_tokens + write_tokens  # write implies read
+        self.write_tokens = write_tokens
+
+    async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
+        handler = await continuation(details)
+        method = details.method
+        if handler is None or method.startswith(OPEN_PREFIXES):
+            return handler
+        header = dict(details.invocation_metadata or ()).get("authorization", "")
+        token = header[7:] if header.startswith("Bearer ") else ""
+        if not token or not _matches(token, self.read_tokens):
+            return _deny(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+        if method.startswith(SERVICE) and method[len(SERVICE):] in WRITE_METHODS and not _matches(token, self.write_tokens):
+            return _deny(handler, grpc.StatusCode.PERMISSION_DENIED, f"this token may read but not call {method[len(SERVICE):]}")
+        return handler

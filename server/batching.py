@@ -1,0 +1,122 @@
+"""Coalescing concurrent calls into small batches, run in a bounded thread pool.
+
+Calls are admitted while fewer than ``max_queue`` are in the system; beyond that ``submit``
+raises OverloadedError at once (RESOURCE_EXHAUSTED), so overload answers quickly instead of
+timing out. A dispatcher takes the first waiting call, waits up to ``max_wait`` for more calls
+with the same batch key (up to ``max_batch``), and hands the batch to the executor. Calls
+whose deadline passed or whose caller went away before their batch starts are dropped. If a
+batch fails, its calls are retried one by one so that one bad call cannot fail the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+from .status import OverloadedError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Call:
+    key: Hashable
+    payload: Any
+    deadline: float | None  # time.monotonic() by which the caller stops waiting
+    future: asyncio.Future = field(default=None)
+
+
+class Coalescer:
+    def __init__(self, run_batch: Callable[[Hashable, list], list], executor: Executor, max_batch: int,
+                 max_wait: float, max_queue: int, on_batch: Callable[[int], None] | None = None):
+        self.run_batch, self.executor = run_batch, executor
+        self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
+        self.on_batch = on_batch
+        self._queue: asyncio.Queue[_Call] | None = None
+        self._admitted = 0
+        self._task: asyncio.Task | None = None
+        self.dropped_expired = 0
+
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._dispatch())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def submit(self, key: Hashable, payload: Any, timeout: float | None) -> Any:
+        if self._admitted >= self.max_queue:
+            raise OverloadedError(f"server busy: {self._admitted} calls in progress (limit {self.max_queue}); retry later")
+        self._admitted += 1
+        call = _Call(key, payload, time.monotonic() + timeout if timeout is not None else None,
+                     asyncio.get_running_loop().create_future())
+        try:
+            self._queue.put_nowait(call)
+            return await call.future
+        finally:
+            self._admitted -= 1
+            if not call.future.done():
+                call.future.cancel()  # the caller went away: its batch will skip it
+
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        held: list[_Call] = []  # calls taken from the queue that belong to another key
+        while True:
+            first = held.pop(0) if held else await self._queue.get()
+            batch = [first]
+            until = loop.time() + self.max_wait
+            while len(batch) < self.max_batch:
+                same = [c for c in held if c.key == first.key][: self.max_batch - len(batch)]
+                for c in same:
+                    held.remove(c)
+                batch += same
+                if len(batch) >= self.max_batch:
+                    break
+                remaining = until - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    call = await asyncio.wait_for(self._queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+                (batch if call.key == first.key else held).append(call)
+            loop.create_task(self._run(batch))
+
+    async def _run(self, batch: list[_Call]) -> None:
+        now = time.monotonic()
+        live = []
+        for c in batch:
+            if c.future.done():
+                continue
+            if c.deadline is not None and c.deadline <= now:
+                self.dropped_expired += 1
+                c.future.cancel()
+                continue
+            live.append(c)
+        if not live:
+            return
+        if self.on_batch:
+            self.on_batch(len(live))
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self.executor, self.run_batch, live[0].key, [c.payload for c in live])
+        except Exception as e:  # noqa: BLE001 - delivered to the caller, who maps it to a status
+            if len(live) == 1:
+                if not live[0].future.done():
+                    live[0].future.set_exception(e)
+                return
+            for c in live:  # attribute the failure: run each call alone
+                await self._run([c])
+            return
+        for c, r in zip(live, results):
+            if not c.future.done():
+                c.future.set_result(r)

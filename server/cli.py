@@ -1,0 +1,34 @@
+"""``nextpara serve``."""
+
+from __future__ import annotations
+
+import argparse
+
+from .config import add_arguments
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve the gRPC API (builds and trains the default store first if it is empty)",
+                       description="Serve nextpara.v1.NextParagraphService with health checking, reflection and "
+                                   "Prometheus metrics. Every option also reads NEXTPARA_<OPTION> from the environment.")
+    add_arguments(p)
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from nextpara.attention_core.ingest import default_data_dir
+
+    from .config import from_args
+    from .main import ensure_default_store, run_server
+
+    settings = from_args(args)
+    if settings.data_dir is None:
+        data_dir = default_data_dir()
+        ensure_default_store(data_dir, quiet=args.quiet)
+    else:
+        data_dir = Path(settings.data_dir)
+    asyncio.run(run_server(settings, data_dir))
+    return 0

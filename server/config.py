@@ -1,0 +1,70 @@
+"""Server settings: every flag of ``nextpara serve`` also reads an environment variable.
+
+Precedence: flag, then ``NEXTPARA_<NAME>``, then the default shown by ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class ServerSettings:
+    data_dir: str | None = field(default=None, metadata={"help": "store directory (default: the default data dir)"})
+    address: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to listen on (port 0: any free port)"})
+    workers: int = field(default=2, metadata={"help": "threads running CPU work (embedding, FAISS, torch)"})
+    max_batch: int = field(default=32, metadata={"help": "PredictNext/Rerank calls coalesced into one model batch"})
+    max_wait_ms: float = field(default=2.0, metadata={"help": "how long a batch waits for more calls"})
+    max_queue: int = field(default=256, metadata={"help": "calls admitted at once; beyond: RESOURCE_EXHAUSTED"})
+    max_message_mb: int = field(default=16, metadata={"help": "largest request/response message, in MiB"})
+    grace_seconds: float = field(default=10.0, metadata={"help": "on SIGTERM/SIGINT, time in-flight calls get to finish"})
+    tls_cert: str | None = field(default=None, metadata={"help": "PEM certificate chain: serve TLS (with --tls-key)"})
+    tls_key: str | None = field(default=None, metadata={"help": "PEM private key for --tls-cert"})
+    read_tokens: str | None = field(default=None, metadata={"help": "comma-separated bearer tokens for predict/rerank/get/info"})
+    write_tokens: str | None = field(default=None, metadata={"help": "comma-separated bearer tokens that may also add/delete/reload"})
+    metrics_address: str = field(default="127.0.0.1:9464", metadata={"help": "Prometheus metrics host:port ('' to disable)"})
+    read_only: bool = field(default=False, metadata={"help": "serve a snapshot without the write lock (replicas); no add/delete"})
+    snapshot_seconds: float = field(default=30.0, metadata={"help": "write an index snapshot this often after writes"})
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_message_mb * MiB
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.read_tokens or self.write_tokens)
+
+    def tokens(self, role: str) -> list[str]:
+        raw = self.read_tokens if role == "read" else self.write_tokens
+        return [t.strip() for t in (raw or "").split(",") if t.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for f in fields(ServerSettings):
+        env = f"NEXTPARA_{f.name.upper()}"
+        flag = f"--{f.name.replace('_', '-')}"
+        help_text = f"{f.metadata['help']} [env {env}; default {f.default!r}]"
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            parser.add_argument(flag, type=kind, default=None, help=help_text)
+
+
+def from_args(args: argparse.Namespace) -> ServerSettings:
+    values = {}
+    for f in fields(ServerSettings):
+        value = getattr(args, f.name, None)
+        if value is None and (env := os.environ.get(f"NEXTPARA_{f.name.upper()}")) is not None:
+            kind = {"int": int, "float": float}.get(str(f.type))
+            value = env.lower() in ("1", "true", "yes") if str(f.type) == "bool" else kind(env) if kind else env
+        if value is not None:
+            values[f.name] = value
+    settings = ServerSettings(**values)
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise SystemExit("nextpara serve: --tls-cert and --tls-key go together")
+    return settings

@@ -1,0 +1,127 @@
+"""``nextpara serve``: the grpc.aio server with health, reflection, auth, metrics and graceful shutdown.
+
+``create_server(settings, runtime) -> (server, port)`` builds and binds (port 0 picks a free
+port, which tests use); ``serve(settings)`` runs until SIGTERM/SIGINT: health goes NOT_SERVING,
+in-flight calls get ``grace_seconds`` to finish, a last snapshot is written. SIGHUP reloads the
+model (and, on a read-only replica, the index snapshot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from nextpara.v1 import nextpara_pb2, nextpara_pb2_grpc
+
+from .auth import TokenAuthInterceptor
+from .config import ServerSettings
+from .metrics import Metrics
+from .runtime import Runtime
+from .servicer import NextParagraphServicer
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = nextpara_pb2.DESCRIPTOR.services_by_name["NextParagraphService"].full_name
+
+
+def channel_options(settings: ServerSettings) -> list[tuple[str, int]]:
+    return [("grpc.max_receive_message_length", settings.max_message_bytes),
+            ("grpc.max_send_message_length", settings.max_message_bytes)]
+
+
+def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    interceptors = []
+    if settings.auth_enabled:
+        interceptors.append(TokenAuthInterceptor(settings.tokens("read"), settings.tokens("write")))
+    server = grpc.aio.server(interceptors=interceptors, options=channel_options(settings))
+    nextpara_pb2_grpc.add_NextParagraphServiceServicer_to_server(NextParagraphServicer(runtime), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    if settings.tls_cert:
+        credentials = grpc.ssl_server_credentials([(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())])
+        port = server.add_secure_port(settings.address, credentials)
+    else:
+        port = server.add_insecure_port(settings.address)
+    if port == 0:
+        raise OSError(f"cannot listen on {settings.address}")
+    return server, port, health_servicer
+
+
+async def set_health(health_servicer, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, status)
+
+
+async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Event | None = None,
+                     stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when running as the main program)."""
+    metrics = Metrics()
+    runtime = Runtime(settings, data_dir, metrics)
+    server, port, health_servicer = create_server(settings, runtime)
+    await set_health(health_servicer, False)
+    await server.start()
+    host = settings.address.rpartition(":")[0]
+    log.info("listening on %s:%d (NOT_SERVING while loading)", host, port)
+    runtime.coalescer.start()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    reload_requested = asyncio.Event()
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, reload_requested.set)
+    except (NotImplementedError, RuntimeError):  # not the main thread (tests run servers in threads)
+        pass
+    try:
+        await runtime.run(runtime.load)
+        if settings.metrics_address:
+            log.info("metrics on http://%s:%d/metrics", settings.metrics_address.rpartition(":")[0],
+                     metrics.serve(settings.metrics_address))
+        await set_health(health_servicer, runtime.serving)
+        model_version, index_version = runtime.versions()
+        log.info("%s on %s:%d: model %s, index generation %d, %d paragraphs",
+                 "SERVING" if runtime.serving else "NOT_SERVING (no model)", host, port, model_version or "none",
+                 index_version, runtime.store.count_paragraphs())
+        if ready is not None:
+            ready.port = port  # type: ignore[attr-defined]
+            ready.metrics_port = metrics.http_port  # type: ignore[attr-defined]
+            ready.set()
+        while not stop.is_set():
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(reload_requested.wait())]
+            await asyncio.wait(waiters, timeout=settings.snapshot_seconds, return_when=asyncio.FIRST_COMPLETED)
+            for w in waiters:
+                w.cancel()
+            if reload_requested.is_set():
+                reload_requested.clear()
+                log.info("reloaded: model %s, index generation %d", *(await runtime.reload()))
+                await set_health(health_servicer, runtime.serving)
+            await runtime.snapshot_if_changed()
+    finally:
+        log.info("shutting down: NOT_SERVING, %.0fs for in-flight calls", settings.grace_seconds)
+        await set_health(health_servicer, False)
+        await server.stop(settings.grace_seconds)
+        await runtime.close()
+        log.info("stopped")
+
+
+def ensure_default_store(data_dir: Path, quiet: bool) -> None:
+    """The default data dir, empty: build the built-in corpus and train a model first."""
+    from nextpara.attention_core.checkpoint import CHECKPOINT
+    from nextpara.attention_core.ingest import build
+    from nextpara.attention_core.training import train
+
+    if not (data_dir / "paragraphs.sqlite").exists():
+        log.info("no store in %s yet: building the built-in corpus", data_dir)
+        report = build("builtin", data_dir, quiet=quiet)
+        log.info("built %d paragraphs in %.0fs", report.paragraphs_written, report.total_seconds)
+    if not (data_dir / CHECKPOINT).exists():
+        log.info("no model in %s yet: training one", data_dir)
+        meta = train(data_dir, quiet=quiet)
+        log.info("trained model %s: validation MRR@10 %.3f", meta["model_version"], meta["metrics"]["validation"]["mrr@10"])

@@ -1,0 +1,35 @@
+"""Prometheus metrics, served on their own HTTP port (``--metrics-address``).
+
+* ``nextpara_requests_total{method, code}``: calls by method and final status code
+* ``nextpara_request_seconds{method}``: whole-call latency
+* ``nextpara_stage_seconds{stage}``: embed, search (stage 1) and rerank (stage 2) latency
+* ``nextpara_batch_size``: calls per coalesced model batch
+* ``nextpara_index_paragraphs``: paragraphs in the index
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("nextpara_requests", "Calls by method and status code", ["method", "code"],
+                                registry=self.registry)
+        self.latency = Histogram("nextpara_request_seconds", "Call latency", ["method"], buckets=LATENCY_BUCKETS,
+                                 registry=self.registry)
+        self.stage = Histogram("nextpara_stage_seconds", "Latency per stage", ["stage"], buckets=LATENCY_BUCKETS,
+                               registry=self.registry)
+        self.batch = Histogram("nextpara_batch_size", "Calls per model batch", buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+                               registry=self.registry)
+        self.paragraphs = Gauge("nextpara_index_paragraphs", "Paragraphs in the index", registry=self.registry)
+        self.http_port: int | None = None
+
+    def serve(self, address: str) -> int:
+        host, _, port = address.rpartition(":")
+        server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        self.http_port = server.server_port
+        return self.http_port

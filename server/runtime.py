@@ -1,0 +1,163 @@
+"""What the servicer calls: the store, the predictor, the batcher and the single writer.
+
+CPU work runs in a bounded thread pool. PredictNext and Rerank go through the Coalescer
+(small batches); writes are serialized by one asyncio lock and run in the pool too. The
+predictor is swapped atomically on reload, so a response's model and index versions always
+come from one predictor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from nextpara.attention_core.checkpoint import CHECKPOINT
+from nextpara.attention_core.embedders import embedder_for_store
+from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError
+from nextpara.attention_core.ingest import vectors_for
+from nextpara.attention_core.predictor import Predictor
+from nextpara.attention_core.store import ParagraphStore, WriteResult, open_store
+
+from .batching import Coalescer
+from .config import ServerSettings
+from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
+        self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
+        self.executor = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="nextpara-cpu")
+        self.store: ParagraphStore | None = None
+        self.predictor: Predictor | None = None
+        self.embedder = None
+        self._write_lock = asyncio.Lock()
+        self._snapshot_generation = -1
+        self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
+                                   settings.max_queue, on_batch=metrics.batch.observe)
+
+    # ---- lifecycle --------------------------------------------------------------------
+    def load(self) -> None:
+        """Open the store and (if trained) the model; blocking, call in the executor."""
+        self.store = open_store(self.data_dir, readonly=self.settings.read_only)
+        self.embedder = embedder_for_store(self.store.embedder_spec, self.store.embedder_name, self.store.dim)
+        self._snapshot_generation = self.store.snapshot_generation
+        self._load_model()
+
+    def _load_model(self) -> None:
+        if (self.data_dir / CHECKPOINT).exists():
+            predictor = Predictor.from_store(self.store, embedder=self.embedder)
+            predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
+            self.predictor = predictor
+        else:
+            log.warning("no trained model in %s: PredictNext and Rerank answer FAILED_PRECONDITION until "
+                        "`nextpara train` and a reload", self.data_dir)
+        self.metrics.paragraphs.set(self.store.count_paragraphs())
+
+    @property
+    def serving(self) -> bool:
+        return self.store is not None and self.predictor is not None
+
+    async def run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def reload(self) -> tuple[str, int]:
+        async with self._write_lock:
+            if self.settings.read_only:  # a replica re-reads the snapshot another process wrote
+                old = self.store
+                await self.run(self.load)
+                asyncio.get_running_loop().call_later(30, old.close)  # in-flight calls may still use it
+            else:
+                await self.run(self._load_model)
+        return self.versions()
+
+    def versions(self) -> tuple[str, int]:
+        return (self.predictor.model_version if self.predictor else "", self.store.generation if self.store else -1)
+
+    async def snapshot_if_changed(self) -> None:
+        if self.settings.read_only or self.store is None:
+            return
+        async with self._write_lock:
+            if self.store.generation != self._snapshot_generation:
+                await self.run(self.store.snapshot)
+                self._snapshot_generation = self.store.generation
+
+    async def close(self) -> None:
+        await self.coalescer.stop()
+        await self.snapshot_if_changed()
+        self.executor.shutdown(wait=True)
+        if self.store:
+            self.store.close()
+
+    # ---- reads ------------------------------------------------------------------------
+    def _require_model(self) -> Predictor:
+        if self.predictor is None:
+            raise FailedPreconditionError(f"no trained model in {self.data_dir}: run `nextpara train`, then reload")
+        return self.predictor
+
+    def _run_batch(self, key, payloads: list):
+        predictor = self._require_model()
+        if key[0] == "predict":
+            _, top_k, include_attention, exclude = key
+            return predictor.predict_next_batch(payloads, top_k, include_attention, list(exclude))
+        return predictor.rerank_batch([p[0] for p in payloads], [p[1] for p in payloads])
+
+    async def predict(self, context: list, top_k: int, include_attention: bool, exclude_doc_ids: list[str],
+                      timeout: float | None):
+        self._require_model()
+        key = ("predict", top_k, include_attention, tuple(sorted(exclude_doc_ids)))
+        return await self.coalescer.submit(key, context, timeout)
+
+    async def rerank(self, context: list, candidates: list, timeout: float | None):
+        self._require_model()
+        return await self.coalescer.submit(("rerank",), (context, candidates), timeout)
+
+    # ---- writes -----------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.settings.read_only:
+            raise FailedPreconditionError("this server is a read-only replica: send writes to the writer")
+
+    async def add_documents(self, messages) -> WriteResult:
+        """Commit each message (a list of (Document, vectors)) as it arrives; see the proto for the contract."""
+        self._check_writable()
+        total = WriteResult()
+        committed = 0
+        async for docs in messages:
+            try:
+                async with self._write_lock:
+                    result = await self.run(self._write, docs)
+            except InvalidInputError as e:
+                raise InvalidInputError(f"{e} ({committed} earlier message(s) were committed)") from e
+            committed += 1
+            total.added += result.added
+            total.replaced += result.replaced
+            total.unchanged += result.unchanged
+            total.paragraphs += result.paragraphs
+            total.generation = result.generation
+        total.generation = self.store.generation
+        return total
+
+    def _write(self, docs) -> WriteResult:
+        from nextpara.attention_core.corpus import validate_document
+
+        for d in docs:
+            validate_document(d, where=d.source)
+        t0 = time.perf_counter()
+        vectors = vectors_for(self.embedder, docs)
+        self.metrics.stage.labels("embed").observe(time.perf_counter() - t0)
+        result = self.store.add_documents(docs, vectors)
+        self.metrics.paragraphs.set(self.store.count_paragraphs())
+        return result
+
+    async def delete_documents(self, doc_ids: list[str]) -> tuple[int, int]:
+        self._check_writable()
+        if not doc_ids:
+            raise InvalidInputError("doc_ids is empty")
+        async with self._write_lock:
+            paragraphs = await self.run(self.store.delete_documents, doc_ids)
+        self.metrics.paragraphs.set(self.store.count_paragraphs())
+        return len(set(doc_ids)), paragraphs
