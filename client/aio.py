@@ -86,6 +86,13 @@ class AsyncClient:
         r = await self._call(self._stub.Reload, pb.ReloadRequest(), timeout)
         return r.model_version, r.index_version
 
+    async def health(self, *, timeout: float | None = None) -> str:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        request = health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService")
+        response = await self._call(health_pb2_grpc.HealthStub(self._channel).Check, request, timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
     async def close(self) -> None:
         await self._channel.close()
 

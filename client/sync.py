@@ -90,6 +90,14 @@ class Client:
         r = self._call(self._stub.Reload, pb.ReloadRequest(), timeout)
         return r.model_version, r.index_version
 
+    def health(self, *, timeout: float | None = None) -> str:
+        """The standard health status of the service: SERVING, NOT_SERVING, ..."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        request = health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService")
+        response = self._call(health_pb2_grpc.HealthStub(self._channel).Check, request, timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
     def close(self) -> None:
         self._channel.close()
 

@@ -17,11 +17,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from nextpara.v1 import nextpara_pb2, nextpara_pb2_grpc
+from nextpara.v1 import nextpara_pb2
 
 from .auth import TokenAuthInterceptor
 from .config import ServerSettings
 from .metrics import Metrics
+from .registration import add_servicer
 from .runtime import Runtime
 from .servicer import NextParagraphServicer
 
@@ -39,7 +40,7 @@ def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.
     if settings.auth_enabled:
         interceptors.append(TokenAuthInterceptor(settings.tokens("read"), settings.tokens("write")))
     server = grpc.aio.server(interceptors=interceptors, options=channel_options(settings))
-    nextpara_pb2_grpc.add_NextParagraphServiceServicer_to_server(NextParagraphServicer(runtime), server)
+    add_servicer(NextParagraphServicer(runtime), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
@@ -66,6 +67,7 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
     runtime = Runtime(settings, data_dir, metrics)
     server, port, health_servicer = create_server(settings, runtime)
     await set_health(health_servicer, False)
+    runtime.on_reload = lambda: set_health(health_servicer, runtime.serving)
     await server.start()
     host = settings.address.rpartition(":")[0]
     log.info("listening on %s:%d (NOT_SERVING while loading)", host, port)
@@ -101,7 +103,6 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
             if reload_requested.is_set():
                 reload_requested.clear()
                 log.info("reloaded: model %s, index generation %d", *(await runtime.reload()))
-                await set_health(health_servicer, runtime.serving)
             await runtime.snapshot_if_changed()
     finally:
         log.info("shutting down: NOT_SERVING, %.0fs for in-flight calls", settings.grace_seconds)

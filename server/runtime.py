@@ -36,6 +36,7 @@ class Runtime:
         self.predictor: Predictor | None = None
         self.embedder = None
         self._write_lock = asyncio.Lock()
+        self.on_reload = None  # async callable run after a reload (the server updates health with it)
         self._snapshot_generation = -1
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
                                    settings.max_queue, on_batch=metrics.batch.observe)
@@ -73,6 +74,8 @@ class Runtime:
                 asyncio.get_running_loop().call_later(30, old.close)  # in-flight calls may still use it
             else:
                 await self.run(self._load_model)
+        if self.on_reload is not None:
+            await self.on_reload()
         return self.versions()
 
     def versions(self) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from nextpara import __version__
 
 def make_parser() -> argparse.ArgumentParser:
     from nextpara.attention_core import cli as core_cli
+    from nextpara.client import cli as client_cli
     from nextpara.server import cli as server_cli
 
     parser = argparse.ArgumentParser(prog="nextpara", description="Next-paragraph retrieval: build, train, serve, query.")
@@ -23,6 +24,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     core_cli.register(sub)
     server_cli.register(sub)
+    client_cli.register(sub)
     return parser
 
 

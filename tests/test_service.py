@@ -1,0 +1,275 @@
+"""The gRPC service end to end: a real server on 127.0.0.1 (port 0), the real model and store, both clients."""
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from nextpara.client import (AsyncClient, Client, DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound,
+                             PermissionDenied, Unauthenticated)
+from nextpara.v1 import nextpara_pb2 as pb
+from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
+
+from conftest import REPO, LiveServer
+
+
+@pytest.fixture(scope="module")
+def server(server_store):
+    s = LiveServer(server_store).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(server):
+    with Client(server.address, timeout=60) as c:
+        yield c
+
+
+def some_ids(client, n=12):
+    return [p.paragraph_id for p in client.get_paragraphs(list(range(1, n + 1)))]
+
+
+def test_every_rpc_from_the_sync_client(client):
+    info = client.info()
+    assert info.dim == 384 and info.paragraphs > 500 and info.model_version and info.max_context == 8
+    ids = some_ids(client)
+    r = client.predict_next(ids[:3], top_k=4, include_attention=True)
+    assert len(r.predictions) == 4 and r.model_version == info.model_version and r.index_version == info.index_version
+    assert not {p.paragraph_id for p in r.predictions} & set(ids[:3])
+    assert len(r.attention) == 4 and all(len(h) == 3 for h in r.attention)
+    text = client.get_paragraphs([ids[5]], include_vectors=True)[0]
+    assert len(text.vector) == 384
+    by_text = client.predict_next([text.text], top_k=3, omit_text=True)
+    assert all(p.text == "" for p in by_text.predictions)
+    rr = client.rerank(ids[:2], [ids[5], "A sentence about something else entirely.", text.vector], top_k=2)
+    assert len(rr.order) == 2 and set(rr.order) <= {0, 1, 2}
+    many = list(client.rerank_many([{"context": ids[:2], "candidates": ids[3:8], "request_id": f"q{i}"} for i in range(20)],
+                                   max_in_flight=4))
+    assert [m.request_id for m in many] == [f"q{i}" for i in range(20)]
+    assert all(m.order == many[0].order for m in many)
+    before = client.info()
+    added = client.add_documents([{"doc_id": "svc-test", "title": "t",
+                                   "paragraphs": ["The server stores this paragraph.", "And this one after it."]}])
+    assert (added.documents_added, added.paragraphs_written) == (1, 2) and added.index_version > before.index_version
+    assert client.info().paragraphs == before.paragraphs + 2
+    deleted = client.delete_documents(["svc-test"])
+    assert (deleted.documents_deleted, deleted.paragraphs_deleted) == (1, 2)
+    assert client.info().paragraphs == before.paragraphs
+    assert client.health() == "SERVING"
+
+
+def test_every_rpc_from_the_async_client(server):
+    async def go():
+        async with AsyncClient(server.address, timeout=60) as c:
+            info = await c.info()
+            ids = [p.paragraph_id for p in await c.get_paragraphs([1, 2, 3, 4, 5, 6])]
+            r = await c.predict_next(ids[:2], top_k=3)
+            rr = await c.rerank(ids[:2], ids[2:6])
+            many = [m async for m in c.rerank_many([(ids[:2], ids[2:6])] * 5, max_in_flight=2)]
+            added = await c.add_documents([{"doc_id": "async-doc", "paragraphs": ["Async clients add documents too."]}])
+            deleted = await c.delete_documents(["async-doc"])
+            return info, r, rr, many, added, deleted, await c.health(), await c.reload()
+    info, r, rr, many, added, deleted, health, (model_version, _) = asyncio.run(go())
+    assert len(r.predictions) == 3 and sorted(rr.order) == [0, 1, 2, 3]
+    assert [m.order for m in many] == [rr.order] * 5 and [m.request_id for m in many] == ["0", "1", "2", "3", "4"]
+    assert added.documents_added == 1 and deleted.paragraphs_deleted == 1
+    assert health == "SERVING" and model_version == info.model_version
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda c: c.predict_next([]), InvalidArgument, "context is empty"),
+    (lambda c: c.predict_next([""]), InvalidArgument, r"context\[0\]: empty text"),
+    (lambda c: c.predict_next([[0.1] * 5]), InvalidArgument, r"context\[0\]: vector of dimension 5"),
+    (lambda c: c.predict_next([[float("nan")] * 384]), InvalidArgument, "NaN"),
+    (lambda c: c.predict_next([10**12]), NotFound, "unknown paragraph id"),
+    (lambda c: c.predict_next([1], top_k=5000), InvalidArgument, "top_k must be an integer from 1 to 1000"),
+    (lambda c: c.rerank([1], []), InvalidArgument, "candidates is empty"),
+    (lambda c: c.get_paragraphs([]), InvalidArgument, "paragraph_ids is empty"),
+    (lambda c: c.get_paragraphs([10**12]), NotFound, "unknown paragraph id"),
+    (lambda c: c.delete_documents(["no-such-doc"]), NotFound, "unknown doc_id"),
+    (lambda c: c.add_documents([{"doc_id": "", "paragraphs": ["x"]}]), InvalidArgument, "doc_id must be a non-empty"),
+    (lambda c: c.add_documents([{"doc_id": "v", "paragraphs": ["x"], "vectors": [[1.0, 2.0]]}]), InvalidArgument,
+     "dimension 2"),
+    (lambda c: c.add_documents([{"doc_id": "ok-1", "paragraphs": ["fine"]}, {"doc_id": "bad", "paragraphs": []}]),
+     InvalidArgument, "has no paragraphs"),
+])
+def test_bad_input_gets_the_documented_status_and_changes_nothing(client, call, error, message):
+    before = client.info()
+    with pytest.raises(error, match=message) as err:
+        call(client)
+    assert isinstance(err.value.__cause__, grpc.RpcError)
+    after = client.info()
+    assert (after.documents, after.paragraphs, after.index_version) == (before.documents, before.paragraphs,
+                                                                      before.index_version)
+
+
+def test_oversized_and_malformed_messages(server, client):
+    big = "x" * (server.settings.max_message_bytes + 10)
+    with Client(server.address, max_message_bytes=64 * 1024 * 1024) as unlimited:
+        with pytest.raises(Exception) as err:
+            unlimited.predict_next([big])
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with grpc.insecure_channel(server.address) as channel:  # a ContextParagraph with nothing set
+        stub = pb_grpc.NextParagraphServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.PredictNext(pb.PredictNextRequest(context=[pb.ContextParagraph()]), timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "context[0]: none of text" in err.value.details()
+        raw = channel.unary_unary("/nextpara.v1.NextParagraphService/PredictNext")  # bytes that are not protobuf
+        with pytest.raises(grpc.RpcError) as err:
+            raw(b"\xff\xff\xff\xff", timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a valid" in err.value.details()
+    assert client.health() == "SERVING"
+
+
+def test_a_stream_that_fails_midway_keeps_the_committed_messages(server, client):
+    before = client.info().paragraphs
+
+    def messages():
+        yield pb.AddDocumentsRequest(documents=[pb.Document(doc_id="stream-a", paragraphs=["First committed message."])])
+        yield pb.AddDocumentsRequest(documents=[pb.Document(doc_id="stream-b", paragraphs=["Second, refused."],
+                                                            vectors=[pb.Vector(values=[1.0])])])
+    with grpc.insecure_channel(server.address) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.NextParagraphServiceStub(channel).AddDocuments(messages(), timeout=60)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "1 earlier message(s) were committed" in err.value.details()
+    assert client.info().paragraphs == before + 1
+    client.delete_documents(["stream-a"])
+
+
+def test_deadline_shorter_than_the_work(client):
+    with pytest.raises(DeadlineExceeded):
+        client.predict_next(["A context paragraph that needs embedding before anything else."], timeout=0.001)
+    assert client.health() == "SERVING" and len(client.predict_next([1], top_k=1).predictions) == 1
+
+
+def test_concurrent_clients_get_the_sequential_answers(server, client):
+    ids = some_ids(client, 40)
+    contexts = [ids[i:i + 3] for i in range(32)]
+    expected = [[p.paragraph_id for p in client.predict_next(c, top_k=5).predictions] for c in contexts]
+    got = [None] * 32
+
+    def worker(i):
+        with Client(server.address, timeout=120) as c:
+            got[i] = [p.paragraph_id for p in c.predict_next(contexts[i], top_k=5).predictions]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == expected
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
+    assert 'nextpara_requests_total{code="OK",method="PredictNext"}' in metrics
+    assert "nextpara_batch_size_count" in metrics and 'nextpara_stage_seconds_count{stage="rerank"}' in metrics
+
+
+def test_reflection_lists_the_service(server):
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(server.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=30)
+        names = [s.name for r in responses for s in r.list_services_response.service]
+    assert "nextpara.v1.NextParagraphService" in names and "grpc.health.v1.Health" in names
+
+
+def test_generic_client_compiled_from_the_proto_alone(server, client, tmp_path):
+    """An application in any language has only proto/: compile it here and call PredictNext."""
+    from grpc_tools import protoc
+
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "proto" / "nextpara", src / "nextpara", ignore=shutil.ignore_patterns("*.py", "*.pyi", "__pycache__"))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert protoc.main(["protoc", f"-I{src}", f"--python_out={out}", f"--grpc_python_out={out}",
+                        str(src / "nextpara/v1/nextpara.proto")]) == 0
+    code = f"""
+import sys; sys.path.insert(0, {str(out)!r})
+import grpc
+from nextpara.v1 import nextpara_pb2 as pb, nextpara_pb2_grpc as stubs
+assert pb.__file__.startswith({str(out)!r})
+with grpc.insecure_channel({server.address!r}) as ch:
+    r = stubs.NextParagraphServiceStub(ch).PredictNext(pb.PredictNextRequest(
+        context=[pb.ContextParagraph(paragraph_id=1), pb.ContextParagraph(text="Another paragraph.")], top_k=3), timeout=60)
+print(len(r.predictions), r.model_version)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["3", client.info().model_version]
+
+
+def test_committed_stubs_match_the_proto():
+    r = subprocess.run([sys.executable, str(REPO / "proto" / "generate.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def private_copy(server_store, tmp_path, *skip):
+    store = tmp_path / "store"
+    shutil.copytree(server_store, store, ignore=shutil.ignore_patterns("write.lock", *skip))
+    return store
+
+
+def test_auth_roles(server_store, tmp_path):
+    s = LiveServer(private_copy(server_store, tmp_path), read_tokens="reader-token", write_tokens="writer-token").start()
+    try:
+        with Client(s.address) as anonymous:
+            with pytest.raises(Unauthenticated):
+                anonymous.info()
+            assert anonymous.health() == "SERVING"  # health stays open for load balancers
+        with Client(s.address, token="wrong") as wrong:
+            with pytest.raises(Unauthenticated):
+                wrong.predict_next([1])
+        with Client(s.address, token="reader-token") as reader:
+            assert reader.info().paragraphs > 0 and reader.predict_next([1], top_k=1).predictions
+            with pytest.raises(PermissionDenied):
+                reader.add_documents([{"doc_id": "x", "paragraphs": ["y"]}])
+            with pytest.raises(PermissionDenied):
+                reader.delete_documents(["x"])
+        with Client(s.address, token="writer-token") as writer:
+            assert writer.add_documents([{"doc_id": "auth-doc", "paragraphs": ["Written with a write token."]}]).documents_added == 1
+            assert writer.delete_documents(["auth-doc"]).documents_deleted == 1
+    finally:
+        s.stop()
+
+
+def test_health_through_startup_reload_and_shutdown(server_store, tmp_path):
+    store = private_copy(server_store, tmp_path, "model.safetensors")
+    s = LiveServer(store).start()
+    try:
+        with Client(s.address) as c:
+            assert c.health() == "NOT_SERVING"  # index loaded, but no model yet
+            with pytest.raises(FailedPrecondition, match="no trained model"):
+                c.predict_next([1])
+            shutil.copyfile(server_store / "model.safetensors", store / "model.safetensors")
+            model_version, _ = c.reload()
+            assert model_version and c.health() == "SERVING"
+            with grpc.insecure_channel(s.address) as channel:
+                watch = health_pb2_grpc.HealthStub(channel).Watch(
+                    health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService"), timeout=60)
+                assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+                release = threading.Event()
+
+                def slow_requests():  # an in-flight stream that outlives the shutdown signal
+                    yield pb.RerankRequest(request_id="a", context=[pb.ContextParagraph(paragraph_id=1)],
+                                           candidates=[pb.ContextParagraph(paragraph_id=2)])
+                    release.wait(30)
+                    yield pb.RerankRequest(request_id="b", context=[pb.ContextParagraph(paragraph_id=1)],
+                                           candidates=[pb.ContextParagraph(paragraph_id=3)])
+                stream = pb_grpc.NextParagraphServiceStub(channel).RerankStream(slow_requests(), timeout=60)
+                assert next(stream).request_id == "a"
+                stopper = threading.Thread(target=s.stop)
+                stopper.start()
+                assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+                release.set()
+                assert next(stream).request_id == "b"  # the in-flight call finished during the grace period
+                stopper.join()
+    finally:
+        if s.thread.is_alive():
+            s.stop()
