@@ -1,0 +1,104 @@
+"""`nextpara serve` as a process, driven by the client commands; TLS; SIGTERM shuts down gracefully."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nextpara.client import Client, Unavailable
+
+from conftest import run_cli
+
+SERVING = re.compile(r"SERVING on 127\.0\.0\.1:(\d+)")
+
+
+def start_serve(data_dir, *extra):
+    proc = subprocess.Popen([sys.executable, "-m", "nextpara", "serve", "--data-dir", str(data_dir), "--address",
+                             "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--grace-seconds", "2", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if m := SERVING.search(line):
+            return proc, f"127.0.0.1:{m.group(1)}", lines
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    raise RuntimeError("server did not start:\n" + "".join(lines))
+
+
+def stop_serve(proc):
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+def test_serve_and_the_client_commands(server_store, tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(server_store, store, ignore=shutil.ignore_patterns("write.lock"))
+    proc, address, _ = start_serve(store)
+    try:
+        r = run_cli("status", "--address", address)
+        assert r.returncode == 0 and "health        SERVING" in r.stdout, r.stderr
+        r = run_cli("predict", "--address", address, "--explain", "-k", "3", "1", "2", "Some text of my own.")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("1. ") and "head 0:" in r.stdout and "3 context paragraphs used" in r.stdout
+        corpus = tmp_path / "add.jsonl"
+        corpus.write_text(json.dumps({"doc_id": "cli-doc", "paragraphs": ["Added from the command line.", "Twice."]}) + "\n")
+        r = run_cli("add", str(corpus), "--address", address)
+        assert r.returncode == 0 and "1 added" in r.stdout and "2 paragraphs written" in r.stdout, r.stderr
+        r = run_cli("delete", "cli-doc", "--address", address)
+        assert r.returncode == 0 and "1 documents (2 paragraphs) deleted" in r.stdout
+        r = run_cli("delete", "cli-doc", "--address", address)
+        assert r.returncode == 2 and "NOT_FOUND" in r.stderr
+    finally:
+        code, err = stop_serve(proc)
+    assert code == 0 and "shutting down" in err and "stopped" in err
+    with Client(address, timeout=3) as c:
+        with pytest.raises(Unavailable):
+            c.info()
+
+
+def make_certificates(tmp_path):
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=nextpara test CA",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr")
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-extfile", "san.ext", "-out", "server.pem")
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=someone else",
+        "-keyout", "other.key", "-out", "other.pem")
+
+
+@pytest.mark.slow
+def test_tls(server_store, tmp_path):
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make test certificates")
+    make_certificates(tmp_path)
+    store = tmp_path / "store"
+    shutil.copytree(server_store, store, ignore=shutil.ignore_patterns("write.lock"))
+    proc, address, _ = start_serve(store, "--tls-cert", str(tmp_path / "server.pem"), "--tls-key", str(tmp_path / "server.key"))
+    try:
+        with Client(address, root_certificates=str(tmp_path / "ca.pem"), timeout=30) as c:
+            assert c.info().paragraphs > 0
+        with Client(address, timeout=3) as plaintext:
+            with pytest.raises(Unavailable):
+                plaintext.info()
+        with Client(address, root_certificates=str(tmp_path / "other.pem"), timeout=3) as wrong_ca:
+            with pytest.raises(Unavailable):
+                wrong_ca.info()  # the client verifies the server's certificate
+        r = run_cli("status", "--address", address, "--ca-cert", str(tmp_path / "ca.pem"))
+        assert r.returncode == 0 and "SERVING" in r.stdout, r.stderr
+    finally:
+        stop_serve(proc)
