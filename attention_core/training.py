@@ -46,8 +46,9 @@ class TrainConfig:
     temperature: float = 0.05  # of the full-softmax query loss
     truncate_prob: float = 0.3  # chance a training context is cut to a random shorter length
     max_train_queries: int = 30_000  # sampled from the training split
-    val_queries: int = 500
+    val_queries: int = 1000  # validation noise matters: early stopping picks the epoch
     patience: int = 2  # epochs without a better validation MRR@10 before stopping
+    phase2_query_weight: float = 0.5  # weight of the phase-1 loss kept in phase 2 (keeps the query head)
     seed: int = 0
 
 
@@ -171,7 +172,10 @@ class Trainer:
         positive = torch.zeros_like(cm)
         for i, (q, rows) in enumerate(batch):
             positive[i, :len(rows)] = torch.from_numpy(self.seq.text_class[rows] == self.seq.text_class[q.target])
-        return multi_positive_nce(out["scores"], positive) + 0.5 * self._query_loss(out["query"], queries)
+        loss = multi_positive_nce(out["scores"], positive)
+        if self.cfg.phase2_query_weight:
+            loss = loss + self.cfg.phase2_query_weight * self._query_loss(out["query"], queries)
+        return loss
 
     def fit(self) -> dict:
         started = time.perf_counter()

@@ -1,0 +1,135 @@
+"""PredictNext latency through gRPC against the in-process Predictor on the same store.
+
+    python bench/grpc_latency.py --data-dir /tmp/peps-bench [--seconds 10]
+
+Starts `nextpara serve` as a separate process on 127.0.0.1, then measures, for contexts given
+as stored ids and as texts (4 paragraphs of a test document each): the in-process
+Predictor.predict_next one call at a time, and PredictNext through gRPC at concurrency 1, 8,
+16 and 32 (one client per thread). Prints a table, writes bench/results/grpc_latency.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+HERE = Path(__file__).resolve().parent
+
+
+def contexts_from(data_dir: str, n: int):
+    from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.attention_core.store import open_store
+
+    with open_store(data_dir, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        queries = [q for q in seq.queries("test", 4, min_context=4, limit=n, seed=3)]
+        ids = [[int(seq.ids[r]) for r in q.context] for q in queries]
+        texts = [[p.text for p in store.get_paragraphs(c)] for c in ids]
+    return ids, texts
+
+
+def percentiles(ms: list[float]) -> dict:
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
+            "calls": len(ms)}
+
+
+def in_process(data_dir, contexts, seconds):
+    from nextpara.attention_core.predictor import Predictor
+
+    predictor = Predictor.open(data_dir)
+    predictor.predict_next(contexts[0], top_k=10)  # warm up
+    times, start, i = [], time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        predictor.predict_next(contexts[i % len(contexts)], top_k=10)
+        times.append((time.perf_counter() - t0) * 1000)
+        i += 1
+    predictor.close()
+    return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
+
+
+def through_grpc(address, contexts, concurrency, seconds):
+    from nextpara.client import Client
+
+    times: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def worker(k):
+        local = []
+        with Client(address, timeout=60) as c:
+            c.predict_next(contexts[k % len(contexts)], top_k=10)
+            i = k
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                c.predict_next(contexts[i % len(contexts)], top_k=10)
+                local.append((time.perf_counter() - t0) * 1000)
+                i += concurrency
+        with lock:
+            times.extend(local)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    parser.add_argument("--out", default=str(HERE / "results" / "grpc_latency"))
+    args = parser.parse_args()
+    ids, texts = contexts_from(args.data_dir, 200)
+    results = {"in_process": {"ids": in_process(args.data_dir, ids, args.seconds),
+                              "texts": in_process(args.data_dir, texts, args.seconds)}, "grpc": {}}
+    server = subprocess.Popen([sys.executable, "-m", "nextpara", "serve", "--data-dir", args.data_dir, "--address",
+                               "127.0.0.1:0", "--metrics-address", "", "--read-only"],
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for line in server.stderr:
+            if m := re.search(r"SERVING on (127\.0\.0\.1:\d+)", line):
+                address = m.group(1)
+                break
+        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+        for kind, contexts in (("ids", ids), ("texts", texts)):
+            results["grpc"][kind] = {str(c): through_grpc(address, contexts, c, args.seconds) for c in (1, 8, 16, 32)}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+    record = {"command": "python bench/grpc_latency.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores", "results": results}
+    lines = [f"# PredictNext latency ({record['date']})", "", f"Command: `{record['command']}`", "",
+             f"Machine: {record['machine']}; server and clients share it.", "",
+             "| path | context | concurrency | p50 ms | p99 ms | QPS |", "| --- | --- | --- | --- | --- | --- |"]
+    for kind in ("ids", "texts"):
+        r = results["in_process"][kind]
+        lines.append(f"| in-process | {kind} | 1 | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} |")
+        for c, r in results["grpc"][kind].items():
+            lines.append(f"| gRPC | {kind} | {c} | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
