@@ -1,13 +1,19 @@
-"""Every `nextpara` command in the README's shell blocks runs, as written, on a slice of the PEPs corpus."""
+"""Every `nextpara` command in the README's shell blocks, and its Python example, run as written
+(on a slice of the PEPs corpus, against a `nextpara serve` the test starts)."""
 
+import json
+import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from conftest import PEPS, REPO, run_cli
+from conftest import REPO, run_cli
 
-PEPS_ARG = "../shared/corpora/peps.jsonl"
+SERVING = re.compile(r"SERVING on (127\.0\.0\.1:\d+)")
 
 
 def readme_commands() -> list[list[str]]:
@@ -16,13 +22,19 @@ def readme_commands() -> list[list[str]]:
     for block in blocks:
         for line in block.splitlines():
             line = line.split("  #")[0].strip()
-            if line.startswith("nextpara "):
-                commands.append(shlex.split(line)[1:])
+            for prefix in (".venv/bin/nextpara ", "nextpara "):
+                if line.startswith(prefix):
+                    commands.append(shlex.split(line[len(prefix):]))
     return commands
 
 
-def test_readme_shows_commands():
-    assert [c[0] for c in readme_commands()] == ["build", "info", "search"]
+def readme_python() -> str:
+    return re.search(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S).group(1)
+
+
+def test_readme_shows_every_command():
+    shown = {c[0] for c in readme_commands()}
+    assert shown == {"build", "info", "search", "train", "eval", "serve", "status", "predict", "add", "delete"}
 
 
 @pytest.mark.corpus
@@ -30,12 +42,42 @@ def test_readme_shows_commands():
 def test_readme_commands_run(peps_path, tmp_path):
     slice_path = tmp_path / "peps-slice.jsonl"
     with open(peps_path) as src:
-        slice_path.write_text("".join(line for _, line in zip(range(15), src)))
-    data = tmp_path / "peps"
-    for args in readme_commands():
-        args = [str(slice_path) if a == PEPS_ARG else str(data) if a == "/tmp/peps" else a for a in args]
-        r = run_cli(*args)
-        assert r.returncode == 0, f"nextpara {' '.join(args)}\n{r.stderr}"
-        assert r.stdout.strip(), f"nextpara {' '.join(args)} printed nothing"
-        if args[0] == "search":
-            assert len(r.stdout.strip().splitlines()) == 5 and "pep-0001" in r.stdout
+        slice_path.write_text("".join(line for _, line in zip(range(40), src)))
+    (tmp_path / "more.jsonl").write_text(json.dumps({"doc_id": "pep-9999", "paragraphs": ["A new proposal.", "Its end."]}) + "\n")
+    paths = {"../shared/corpora/peps.jsonl": str(slice_path), "/tmp/peps": str(tmp_path / "peps"),
+             "/tmp/peps-eval.json": str(tmp_path / "eval.json"), "/tmp/peps-plots": str(tmp_path / "plots"),
+             "/tmp/more-docs.jsonl": str(tmp_path / "more.jsonl")}
+    server, address = None, None
+    try:
+        stage = {"build": 0, "info": 1, "search": 2, "train": 3, "eval": 4, "serve": 5}
+        for args in sorted(readme_commands(), key=lambda c: stage.get(c[0], 6)):  # client commands need the server
+            args = [paths.get(a, a) for a in args]
+            if address:
+                args = [address if a == "127.0.0.1:50051" else a for a in args]
+            if args[0] == "serve":
+                args = ["127.0.0.1:0" if a == "127.0.0.1:50051" else a for a in args]
+                server = subprocess.Popen([sys.executable, "-m", "nextpara", *args, "--metrics-address", "127.0.0.1:0"],
+                                          stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                for line in server.stderr:
+                    if m := SERVING.search(line):
+                        address = m.group(1)
+                        break
+                assert address, "serve did not start"
+                continue
+            r = run_cli(*args, env={"NEXTPARA_ADDRESS": address or ""})
+            assert r.returncode == 0, f"nextpara {' '.join(args)}\n{r.stdout}\n{r.stderr}"
+            assert r.stdout.strip(), f"nextpara {' '.join(args)} printed nothing"
+            if args[0] == "search":
+                assert len(r.stdout.strip().splitlines()) == 5
+            if args[0] == "eval":
+                result = json.loads((tmp_path / "eval.json").read_text())
+                assert {"B1", "B2", "B3", "B4", "head", "full"} <= set(result["methods"])
+                assert (tmp_path / "plots" / "recall_at_k.png").exists()
+        code = readme_python().replace("127.0.0.1:50051", address)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "NOT_FOUND" in r.stdout
+    finally:
+        if server:
+            server.send_signal(signal.SIGTERM)
+            server.wait(60)
