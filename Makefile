@@ -1,5 +1,6 @@
 # Two commands on a fresh machine with only python3:
-#   make run   - create .venv, build the built-in corpus into the default store, show it
+#   make run   - create .venv; build the built-in corpus and train a model into the default store
+#                (first run only), then serve on 127.0.0.1:50051 until Ctrl-C
 #   make test  - create .venv and run the test suite
 PYTHON ?= python3
 VENV := .venv
@@ -13,13 +14,11 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[server,dev]'
 	touch $@
 
 run: venv
-	$(BIN)/nextpara build
-	$(BIN)/nextpara info
+	$(BIN)/nextpara serve
 
 test: venv
 	$(BIN)/python -m pytest
