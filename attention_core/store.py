@@ -129,12 +129,10 @@ class ParagraphStore:
             log.info("replayed %d added and %d removed paragraphs beyond snapshot %s", len(added), len(stale), self.snapshot_name)
 
     def _fetch_vectors(self, ids: np.ndarray) -> np.ndarray:
+        blobs = dict(self._rows_where_in("id, vector", "id", [int(i) for i in ids]))
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        for start in range(0, len(ids), _CHUNK):
-            chunk = [int(i) for i in ids[start:start + _CHUNK]]
-            rows = dict(self._db.execute(f"SELECT id, vector FROM paragraphs WHERE id IN ({','.join('?' * len(chunk))})", chunk))
-            for j, pid in enumerate(chunk):
-                out[start + j] = np.frombuffer(rows[pid], dtype=np.float32)
+        for j, pid in enumerate(ids):
+            out[j] = np.frombuffer(blobs[int(pid)], dtype=np.float32)
         return out
 
     def _append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
@@ -157,6 +155,14 @@ class ParagraphStore:
             index.train(sample)
         index.add(self._vectors, self._ids)
         self.index = index
+
+    def _rows_where_in(self, select: str, column: str, values: Sequence) -> Iterable[tuple]:
+        """Rows of ``SELECT {select} FROM paragraphs WHERE {column} IN values``, in chunks under SQLite's parameter limit."""
+        values = list(values)
+        for start in range(0, len(values), _CHUNK):
+            chunk = values[start:start + _CHUNK]
+            yield from self._db.execute(
+                f"SELECT {select} FROM paragraphs WHERE {column} IN ({','.join('?' * len(chunk))})", chunk)
 
     # ---- properties ----------------------------------------------------------------
     @property
@@ -329,12 +335,7 @@ class ParagraphStore:
     def get_paragraphs(self, ids: Sequence[int]) -> list[Paragraph]:
         """Paragraphs in the order asked; NotFoundError naming the unknown ids."""
         ids = [int(i) for i in ids]
-        found: dict[int, Paragraph] = {}
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start:start + _CHUNK]
-            for row in self._db.execute(
-                    f"SELECT id, doc_id, position, text, text_hash FROM paragraphs WHERE id IN ({','.join('?' * len(chunk))})", chunk):
-                found[row[0]] = Paragraph(*row)
+        found = {row[0]: Paragraph(*row) for row in self._rows_where_in("id, doc_id, position, text, text_hash", "id", ids)}
         missing = [i for i in ids if i not in found]
         if missing:
             raise NotFoundError(f"unknown paragraph id(s): {', '.join(map(str, missing[:10]))}"
@@ -372,23 +373,13 @@ class ParagraphStore:
 
     def ids_of_documents(self, doc_ids: Iterable[str]) -> np.ndarray:
         """Ids of every paragraph of the given documents (unknown doc_ids contribute nothing)."""
-        doc_ids = list(dict.fromkeys(doc_ids))
-        out: list[int] = []
-        for start in range(0, len(doc_ids), _CHUNK):
-            chunk = doc_ids[start:start + _CHUNK]
-            out += [r[0] for r in self._db.execute(
-                f"SELECT id FROM paragraphs WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk)]
-        return np.asarray(sorted(out), dtype=np.int64)
+        rows = self._rows_where_in("id", "doc_id", dict.fromkeys(doc_ids))
+        return np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
 
     def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
         """Ids of every stored paragraph whose text equals one of ``texts``."""
-        hashes = list({text_hash(t) for t in texts})
-        out: list[int] = []
-        for start in range(0, len(hashes), _CHUNK):
-            chunk = hashes[start:start + _CHUNK]
-            out += [r[0] for r in self._db.execute(
-                f"SELECT id FROM paragraphs WHERE text_hash IN ({','.join('?' * len(chunk))})", chunk)]
-        return np.asarray(sorted(out), dtype=np.int64)
+        rows = self._rows_where_in("id", "text_hash", {text_hash(t) for t in texts})
+        return np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
 
     def search(self, queries: np.ndarray, k: int, exclude_ids: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, ids) by inner product for each query row; ``exclude_ids`` never returned.
