@@ -200,7 +200,7 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
             current.clear()
 
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    for i, line in enumerate(lines):
+    for line in lines:
         if _FENCE.match(line):
             flush()
             in_fence = not in_fence

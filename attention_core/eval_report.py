@@ -100,11 +100,11 @@ def write_plots(result: dict, plot_dir: Path) -> list[Path]:
 def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, output: str | None = None,
                    plot_dir: str | None = None, latency_queries: int = 100, seed: int = 0) -> dict:
     from .checkpoint import CHECKPOINT, load_checkpoint
+    from .data_dir import open_store
     from .embedders import PrecomputedEmbedder, embedder_for_store
     from .evaluation import Evaluation
     from .pipeline import RerankPipeline
     from .sequences import ParagraphSequences
-    from .store import open_store
 
     started = time.perf_counter()
     with open_store(data_dir, readonly=True) as store:

@@ -19,11 +19,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .corpus import CorpusReader, Document
+from .data_dir import open_store
 from .embedders import Embedder, PrecomputedEmbedder, make_embedder
 from .embedding_cache import CachedEmbedder
 from .errors import InvalidInputError
 from .progress import progress_bar
-from .store import ParagraphStore, open_store
+from .store import ParagraphStore
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ Paragraph ids are SQLite ``INTEGER PRIMARY KEY AUTOINCREMENT`` values: stable fo
 of a paragraph, never reused. Upserting a changed document replaces all its paragraphs
 (the new ones get new ids); upserting an unchanged one changes nothing.
 
-One process writes at a time (an exclusive ``flock`` on ``write.lock``); any number of
-processes may open the store read-only.
+One process writes at a time (an exclusive ``flock`` on ``write.lock``, see data_dir.py);
+any number of processes may open the store read-only. Open a store with
+:func:`nextpara.attention_core.data_dir.open_store`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -34,25 +34,13 @@ import numpy as np
 from . import snapshot as snap
 from .corpus import Document, text_hash, validate_document
 from .embedders import normalize_rows
-from .errors import FailedPreconditionError, InvalidInputError, NotFoundError, StoreLockedError, StoreMismatchError
+from .errors import FailedPreconditionError, InvalidInputError, NotFoundError
 from .vector_index import IndexChoice, VectorIndex, choose_index
 
 log = logging.getLogger(__name__)
 DB_FILE = "paragraphs.sqlite"
-LOCK_FILE = "write.lock"
 _CHUNK = 500
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, n_paragraphs INTEGER NOT NULL,
-    content_hash TEXT NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS paragraphs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
-    position INTEGER NOT NULL, text TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL,
-    UNIQUE (doc_id, position));
-CREATE INDEX IF NOT EXISTS paragraphs_text_hash ON paragraphs (text_hash);
-"""
 
 
 @dataclass(frozen=True)
@@ -84,7 +72,7 @@ def content_hash(doc: Document, vectors: np.ndarray | None = None) -> str:
 
 
 class ParagraphStore:
-    """Open with :func:`open_store`."""
+    """Open with :func:`nextpara.attention_core.data_dir.open_store`."""
 
     def __init__(self, data_dir: Path, db: sqlite3.Connection, readonly: bool, lock_fd: int | None):
         self.data_dir = data_dir
@@ -442,73 +430,3 @@ class ParagraphStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _take_write_lock(data_dir: Path) -> int:
-    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise StoreLockedError(f"{data_dir} is being written by another process (pid {holder})") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
-
-
-def _has_meta(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
-
-
-def open_store(data_dir: str | os.PathLike, *, readonly: bool = False, embedder_name: str | None = None,
-               dim: int | None = None, embedder_spec: str | None = None, index: str = "flat") -> ParagraphStore:
-    """Open the store in ``data_dir``; create it when ``embedder_name`` and ``dim`` are given.
-
-    An existing store built by another embedder, or with another dimension, is refused
-    with a StoreMismatchError naming the expected and the actual.
-    """
-    data_dir = Path(data_dir).resolve()
-    if not (data_dir / DB_FILE).exists() and (readonly or embedder_name is None or dim is None):
-        raise FailedPreconditionError(f"no nextpara store in {data_dir}: build one with `nextpara build --data-dir {data_dir}`")
-    snap.read_manifest(data_dir)  # refuses newer formats before touching anything
-    if not readonly:
-        data_dir.mkdir(parents=True, exist_ok=True)
-    lock_fd = None if readonly else _take_write_lock(data_dir)
-    try:
-        uri = f"file:{data_dir / DB_FILE}" + ("?mode=ro" if readonly else "")
-        db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
-        if not readonly:
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        meta = dict(db.execute("SELECT key, value FROM meta")) if _has_meta(db) else {}
-        exists = "embedder" in meta  # a file whose first transaction never committed counts as absent
-        if not exists:
-            if readonly or embedder_name is None or dim is None:
-                raise FailedPreconditionError(f"no nextpara store in {data_dir}: build one with `nextpara build`")
-            choose_index(index, 0)  # validate before creating anything
-            db.execute("BEGIN IMMEDIATE")
-            for statement in filter(str.strip, SCHEMA.split(";")):
-                db.execute(statement)
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
-                ("format_version", str(snap.FORMAT_VERSION)), ("embedder", embedder_name),
-                ("embedder_spec", embedder_spec or embedder_name), ("dim", str(dim)), ("index", index),
-                ("generation", "0"), ("created_at", str(time.time()))])
-            db.execute("COMMIT")
-        else:
-            if int(meta.get("format_version", 0)) > snap.FORMAT_VERSION:
-                raise StoreMismatchError(f"{data_dir} has format {meta['format_version']}, this nextpara reads {snap.FORMAT_VERSION}")
-            if embedder_name is not None and embedder_name != meta["embedder"]:
-                raise StoreMismatchError(
-                    f"{data_dir} was built by embedder {meta['embedder']!r} (dim {meta['dim']}), not {embedder_name!r}"
-                    + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
-            if dim is not None and dim != int(meta["dim"]):
-                raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
-        store = ParagraphStore(data_dir, db, readonly=readonly, lock_fd=lock_fd)
-    except BaseException:
-        if lock_fd is not None:
-            os.close(lock_fd)
-        raise
-    if not readonly and not exists:
-        store.snapshot()  # a new store gets its manifest at once
-    return store

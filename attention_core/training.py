@@ -17,16 +17,16 @@ Early stopping on validation MRR@10 of the whole pipeline. Deterministic under a
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
-from .pipeline import RerankPipeline, pad_candidates, pad_contexts
+from .data_dir import open_store
 from .metrics import hit_rank, summarize
 from .model import NextParagraphModel, RerankerConfig
+from .pipeline import RerankPipeline, pad_candidates, pad_contexts
 from .progress import progress_bar
 from .sequences import ParagraphSequences, Query
 from .store import ParagraphStore
@@ -228,7 +228,6 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
     from pathlib import Path
 
     from .checkpoint import CHECKPOINT, save_checkpoint
-    from .store import open_store
 
     cfg = cfg or TrainConfig()
     with open_store(data_dir, readonly=True) as store:

@@ -5,8 +5,18 @@ sentence-transformers, so applications that only call the service stay light.
 """
 
 from .aio import AsyncClient
-from .errors import (DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, NextparaError, NotFound,
-                     PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable)
+from .errors import (
+                     DeadlineExceeded,
+                     FailedPrecondition,
+                     Internal,
+                     InvalidArgument,
+                     NextparaError,
+                     NotFound,
+                     PermissionDenied,
+                     ResourceExhausted,
+                     Unauthenticated,
+                     Unavailable,
+)
 from .sync import Client
 from .types import AddResult, DeleteResult, Document, Info, Paragraph, Prediction, PredictResult, RerankResult
 

@@ -6,7 +6,17 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from nextpara.v1 import nextpara_pb2 as pb
 
-from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, Prediction, PredictResult, RerankResult
+from .types import (
+    AddResult,
+    ContextItem,
+    DeleteResult,
+    Document,
+    Info,
+    Paragraph,
+    Prediction,
+    PredictResult,
+    RerankResult,
+)
 
 
 def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:

@@ -10,7 +10,6 @@ import asyncio
 from typing import AsyncIterator, Iterable, Sequence
 
 import grpc
-
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 

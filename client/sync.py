@@ -16,7 +16,6 @@ import threading
 from typing import Iterable, Iterator, Sequence
 
 import grpc
-
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
 from nextpara.v1 import nextpara_pb2
 
 from .auth import TokenAuthInterceptor

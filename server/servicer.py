@@ -12,7 +12,6 @@ import logging
 import time
 
 import grpc
-
 from nextpara import __version__
 from nextpara.attention_core.errors import InvalidInputError
 from nextpara.v1 import nextpara_pb2 as pb

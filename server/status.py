@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import grpc
-
-from nextpara.attention_core.errors import (FailedPreconditionError, InvalidInputError, NextparaError, NotFoundError,
-                                            StoreLockedError)
+from nextpara.attention_core.errors import (
+    FailedPreconditionError,
+    InvalidInputError,
+    NextparaError,
+    NotFoundError,
+    StoreLockedError,
+)
 
 
 class OverloadedError(NextparaError):

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from nextpara.attention_core.corpus import CorpusReader, split_paragraphs
 from nextpara.attention_core.errors import CorpusFormatError, InvalidInputError
 

@@ -12,10 +12,8 @@ import time
 
 import numpy as np
 import pytest
-
-from nextpara.attention_core.store import open_store
-
 from conftest import write_vector_corpus
+from nextpara.attention_core.data_dir import open_store
 
 N_DOCS, N_PAR, DIM = 1500, 20, 64
 ACK = re.compile(r"stored \d+ documents through '(doc-\d+)'")

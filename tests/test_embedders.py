@@ -2,14 +2,12 @@
 
 import numpy as np
 import pytest
-
+from nextpara.attention_core.data_dir import open_store
 from nextpara.attention_core.embedders import MINILM_NAME, PrecomputedEmbedder, make_embedder
 from nextpara.attention_core.embedding_cache import CachedEmbedder
 from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError
 from nextpara.attention_core.http_embedder import EmbeddingServiceError, OpenAIEmbedder
 from nextpara.attention_core.ingest import build
-from nextpara.attention_core.store import open_store
-
 from openai_fake import FakeEmbeddingsServer, fake_vector
 
 TEXTS = ["The cat sat on the mat.", "A cat was sitting on a rug.", "Quarterly revenue grew by four percent."]

@@ -5,7 +5,6 @@ import pickle
 
 import pytest
 import torch
-
 from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
 from nextpara.attention_core.errors import FailedPreconditionError, StoreMismatchError
 from nextpara.attention_core.model import MultiHeadAttention, NextParagraphModel, RerankerConfig

@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
-
+from nextpara.attention_core.data_dir import open_store
 from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError, NotFoundError
 from nextpara.attention_core.predictor import Predictor
-from nextpara.attention_core.store import open_store
 
 
 @pytest.fixture(scope="module")

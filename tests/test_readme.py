@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, run_cli
 
 SERVING = re.compile(r"SERVING on (127\.0\.0\.1:\d+)")

@@ -10,10 +10,8 @@ import sys
 import time
 
 import pytest
-
-from nextpara.client import Client, Unavailable
-
 from conftest import run_cli
+from nextpara.client import Client, Unavailable
 
 SERVING = re.compile(r"SERVING on 127\.0\.0\.1:(\d+)")
 

@@ -9,14 +9,20 @@ import urllib.request
 
 import grpc
 import pytest
+from conftest import REPO, LiveServer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from nextpara.client import (AsyncClient, Client, DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound,
-                             PermissionDenied, Unauthenticated)
+from nextpara.client import (
+    AsyncClient,
+    Client,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+)
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
-
-from conftest import REPO, LiveServer
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,16 @@ import json
 
 import numpy as np
 import pytest
-
-from nextpara.attention_core.corpus import Document
-from nextpara.attention_core.errors import (FailedPreconditionError, InvalidInputError, NotFoundError,
-                                            StoreLockedError, StoreMismatchError)
-from nextpara.attention_core.store import open_store
-
 from conftest import unit_vectors
+from nextpara.attention_core.corpus import Document
+from nextpara.attention_core.data_dir import open_store
+from nextpara.attention_core.errors import (
+    FailedPreconditionError,
+    InvalidInputError,
+    NotFoundError,
+    StoreLockedError,
+    StoreMismatchError,
+)
 
 DIM = 32
 INDEX_TYPES = ["flat", "hnsw", "ivf", "auto"]
