@@ -136,7 +136,9 @@ def build(corpus: str, data_dir: str | os.PathLike | None = None, *, embedder: s
                 report.documents_unchanged += result.unchanged
                 report.paragraphs_written += result.paragraphs
                 bar.update(sum(len(d.paragraphs) for d in batch))
-                log.info("stored %d documents through %r (generation %d)", len(batch), batch[-1].doc_id, result.generation)
+                # progress for logs when no bar is drawn (a bar and log lines on one terminal garble each other)
+                log.log(logging.INFO if bar.disable else logging.DEBUG, "stored %d documents through %r (generation %d)",
+                        len(batch), batch[-1].doc_id, result.generation)
         with progress_bar(total=1, desc="snapshot index", unit="step", quiet=quiet) as bar:
             store.snapshot()
             bar.update(1)
