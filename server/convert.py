@@ -8,8 +8,6 @@ from nextpara.attention_core.errors import InvalidInputError
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
 from nextpara.v1 import nextpara_pb2 as pb
 
-DEFAULT_TOP_K = 10
-
 
 def context_items(paragraphs, field: str) -> list:
     """ContextParagraph messages -> texts, ids and vectors (lists of floats)."""
@@ -25,10 +23,6 @@ def context_items(paragraphs, field: str) -> list:
         else:
             raise InvalidInputError(f"{field}[{i}]: none of text, paragraph_id or vector is set")
     return items
-
-
-def top_k(value: int) -> int:
-    return value or DEFAULT_TOP_K
 
 
 def prediction_response(result: PredictionResult, omit_text: bool) -> pb.PredictNextResponse:

@@ -53,7 +53,7 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
 
     async def PredictNext(self, request, context):
         async def work():
-            result = await self.rt.predict(convert.context_items(request.context, "context"), convert.top_k(request.top_k),
+            result = await self.rt.predict(convert.context_items(request.context, "context"), request.top_k,
                                            request.include_attention, list(request.exclude_doc_ids), context.time_remaining())
             return convert.prediction_response(result, request.omit_text)
         return await self._call("PredictNext", context, work)

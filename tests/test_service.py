@@ -96,6 +96,8 @@ def test_every_rpc_from_the_async_client(server):
     (lambda c: c.predict_next([[float("nan")] * 384]), InvalidArgument, "NaN"),
     (lambda c: c.predict_next([10**12]), NotFound, "unknown paragraph id"),
     (lambda c: c.predict_next([1], top_k=5000), InvalidArgument, "top_k must be an integer from 1 to 1000"),
+    (lambda c: c.predict_next([1], top_k=0), InvalidArgument, "top_k must be an integer from 1 to 1000, got 0"),
+    (lambda c: list(c.rerank_many([([1], [2]), ([1], [])])), InvalidArgument, r"request 1 \('1'\): candidates is empty"),
     (lambda c: c.rerank([1], []), InvalidArgument, "candidates is empty"),
     (lambda c: c.get_paragraphs([]), InvalidArgument, "paragraph_ids is empty"),
     (lambda c: c.get_paragraphs([10**12]), NotFound, "unknown paragraph id"),
