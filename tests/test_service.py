@@ -281,3 +281,20 @@ def test_health_through_startup_reload_and_shutdown(server_store, tmp_path):
     finally:
         if s.thread.is_alive():
             s.stop()
+
+
+def test_add_documents_is_chunked_under_the_message_limit(server, client):
+    from nextpara.client._convert import chunk_documents
+
+    docs = [{"doc_id": f"chunk-{i}", "paragraphs": [f"Paragraph {j} of chunked document {i}. " * 12 for j in range(4)]}
+            for i in range(40)]
+    messages = list(chunk_documents(docs, 16 * 1024))
+    assert len(messages) > 3 and all(m.ByteSize() <= 16 * 1024 for m in messages)
+    assert [d.doc_id for m in messages for d in m.documents] == [d["doc_id"] for d in docs]
+    before = client.info().paragraphs
+    with Client(server.address, max_message_bytes=80 * 1024, timeout=120) as small:
+        assert small.add_documents(docs).documents_added == 40
+    assert client.info().paragraphs == before + 160
+    client.delete_documents([d["doc_id"] for d in docs])
+    with pytest.raises(ValueError, match="over the 1024-byte message limit"):
+        list(chunk_documents([{"doc_id": "huge", "paragraphs": ["x" * 5000]}], 1024))
