@@ -5,7 +5,10 @@
 Starts `nextpara serve` as a separate process on 127.0.0.1, then measures, for contexts given
 as stored ids and as texts (4 paragraphs of a test document each): the in-process
 Predictor.predict_next one call at a time, and PredictNext through gRPC at concurrency 1, 8,
-16 and 32 (one client per thread). Prints a table, writes bench/results/grpc_latency.{json,md}.
+16 and 32 (one client per thread). Every measurement uses contexts no earlier one used, so text
+contexts always pay for embedding (no embedding-cache hits); warm-up calls (which load the
+embedding model) are outside both the latencies and the QPS window.
+Prints a table, writes bench/results/grpc_latency.{json,md}.
 """
 
 from __future__ import annotations
@@ -45,11 +48,11 @@ def percentiles(ms: list[float]) -> dict:
             "calls": len(ms)}
 
 
-def in_process(data_dir, contexts, seconds):
+def in_process(data_dir, contexts, seconds, warmup):
     from nextpara.attention_core.predictor import Predictor
 
     predictor = Predictor.open(data_dir)
-    predictor.predict_next(contexts[0], top_k=10)  # warm up
+    predictor.predict_next(warmup, top_k=10)  # loads the embedding model
     times, start, i = [], time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
@@ -60,19 +63,21 @@ def in_process(data_dir, contexts, seconds):
     return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
 
 
-def through_grpc(address, contexts, concurrency, seconds):
+def through_grpc(address, contexts, concurrency, seconds, warmup):
     from nextpara.client import Client
 
     times: list[float] = []
     lock = threading.Lock()
-    stop_at = time.perf_counter() + seconds
+    started = threading.Barrier(concurrency + 1)
+    window = {}
 
     def worker(k):
         local = []
         with Client(address, timeout=60) as c:
-            c.predict_next(contexts[k % len(contexts)], top_k=10)
+            c.predict_next(warmup, top_k=10)
+            started.wait()
             i = k
-            while time.perf_counter() < stop_at:
+            while time.perf_counter() < window["stop"]:
                 t0 = time.perf_counter()
                 c.predict_next(contexts[i % len(contexts)], top_k=10)
                 local.append((time.perf_counter() - t0) * 1000)
@@ -80,10 +85,13 @@ def through_grpc(address, contexts, concurrency, seconds):
         with lock:
             times.extend(local)
 
-    start = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
     for t in threads:
         t.start()
+    window["stop"] = time.perf_counter() + seconds + 1e9  # set for real once every worker is warm
+    started.wait()
+    start = time.perf_counter()
+    window["stop"] = start + seconds
     for t in threads:
         t.join()
     return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
@@ -95,9 +103,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
     parser.add_argument("--out", default=str(HERE / "results" / "grpc_latency"))
     args = parser.parse_args()
-    ids, texts = contexts_from(args.data_dir, 200)
-    results = {"in_process": {"ids": in_process(args.data_dir, ids, args.seconds),
-                              "texts": in_process(args.data_dir, texts, args.seconds)}, "grpc": {}}
+    ids, texts = contexts_from(args.data_dir, 2000)
+    slices = iter(range(0, 2000, 200))  # a fresh 200 contexts per measurement
+
+    def fresh(pool):
+        s = next(slices)
+        return pool[s:s + 200]
+
+    results = {"in_process": {"ids": in_process(args.data_dir, fresh(ids), args.seconds, texts[-1]),
+                              "texts": in_process(args.data_dir, fresh(texts), args.seconds, texts[-1])}, "grpc": {}}
     server = subprocess.Popen([sys.executable, "-m", "nextpara", "serve", "--data-dir", args.data_dir, "--address",
                                "127.0.0.1:0", "--metrics-address", "", "--read-only"],
                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -108,7 +122,8 @@ def main() -> int:
                 break
         threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
         for kind, contexts in (("ids", ids), ("texts", texts)):
-            results["grpc"][kind] = {str(c): through_grpc(address, contexts, c, args.seconds) for c in (1, 8, 16, 32)}
+            results["grpc"][kind] = {str(c): through_grpc(address, fresh(contexts), c, args.seconds, texts[-1])
+                                     for c in (1, 8, 16, 32)}
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
