@@ -116,7 +116,6 @@ def cmd_delete(args) -> int:
 
 def cmd_status(args) -> int:
     def go():
-
         with client_from(args) as c:
             status = c.health()
             i = c.info()
