@@ -54,7 +54,7 @@ def register_model_commands(sub: argparse._SubParsersAction) -> None:
                        description="Phase 1 trains the query head (full softmax over the store), phase 2 the scorer "
                                    "on FAISS-mined candidate lists; early stopping on validation MRR@10.")
     add_data_dir(p)
-    from .training import TrainConfig
+    from .train_config import TrainConfig
 
     for f in fields(TrainConfig):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
@@ -78,7 +78,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
     from .ingest import default_data_dir
-    from .training import TrainConfig, train
+    from .train_config import TrainConfig
+    from .training import train
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     model_cfg = {k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers}.items() if v is not None}

@@ -91,3 +91,24 @@ def test_console_script_and_module_entry_agree():
     a = subprocess.run([str(script), "--help"], capture_output=True, text=True)
     b = run_cli("--help")
     assert a.returncode == b.returncode == 0 and "build" in a.stdout and a.stdout.split("\n", 1)[1] == b.stdout.split("\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_client_only_install(tmp_path):
+    """`pip install nextpara` (no extras) gives a working client and CLI, and heavy commands say what to install."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(REPO)], capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    python = str(venv / "bin" / "python")
+    listed = subprocess.run([python, "-m", "pip", "list"], capture_output=True, text=True).stdout.lower()
+    assert not any(name in listed for name in ("torch", "faiss", "numpy", "sentence-transformers"))
+    r = subprocess.run([python, "-c", "from nextpara.client import Client, AsyncClient; print('ok')"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.stdout.strip() == "ok", r.stderr
+    r = subprocess.run([str(venv / "bin" / "nextpara"), "status", "--address", "127.0.0.1:9", "--timeout", "1"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "UNAVAILABLE" in r.stderr
+    r = subprocess.run([str(venv / "bin" / "nextpara"), "build", "--data-dir", str(tmp_path / "d")],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "pip install 'nextpara[server]'" in r.stderr

@@ -11,6 +11,8 @@ import sys
 
 from nextpara import __version__
 
+HEAVY = {"numpy", "torch", "faiss", "sentence_transformers", "tqdm", "grpc_reflection", "prometheus_client", "transformers"}
+
 
 def make_parser() -> argparse.ArgumentParser:
     from nextpara.attention_core import cli as core_cli
@@ -39,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     except NextparaError as e:
         print(f"nextpara {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] in HEAVY:
+            print(f"nextpara {args.command}: needs {e.name}, which the client-only install lacks: "
+                  "pip install 'nextpara[server]'", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         print(f"nextpara {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,23 @@
+"""Training settings: a plain dataclass, importable without torch or numpy (the CLI builds its flags from it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainConfig:
+    max_context: int = 8  # L: context paragraphs per training query
+    n_candidates: int = 100  # per stage-1 source (query head, last paragraph)
+    phase1_epochs: int = 6  # query head, full softmax (8 was better on validation but slower; bench/results/experiments.json)
+    phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    temperature: float = 0.05  # of the full-softmax query loss
+    truncate_prob: float = 0.3  # chance a training context is cut to a random shorter length
+    max_train_queries: int = 30_000  # sampled from the training split
+    val_queries: int = 1000  # validation noise matters: early stopping picks the epoch
+    patience: int = 2  # epochs without a better validation MRR@10 before stopping
+    phase2_query_weight: float = 0.5  # weight of the phase-1 loss kept in phase 2 (keeps the query head)
+    seed: int = 0
