@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -29,8 +29,8 @@ from .model import NextParagraphModel, RerankerConfig
 from .pipeline import RerankPipeline, pad_candidates, pad_contexts
 from .progress import progress_bar
 from .sequences import ParagraphSequences, Query
-from .train_config import TrainConfig
 from .store import ParagraphStore
+from .train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
