@@ -112,15 +112,17 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
 
 
 def ensure_default_store(data_dir: Path, quiet: bool) -> None:
-    """The default data dir, empty: build the built-in corpus and train a model first."""
+    """The default data dir: build (or complete) the built-in corpus and train a model if there is none."""
     from nextpara.attention_core.checkpoint import CHECKPOINT
     from nextpara.attention_core.ingest import build
     from nextpara.attention_core.training import train
 
-    if not (data_dir / "paragraphs.sqlite").exists():
-        log.info("no store in %s yet: building the built-in corpus", data_dir)
-        report = build("builtin", data_dir, quiet=quiet)
-        log.info("built %d paragraphs in %.0fs", report.paragraphs_written, report.total_seconds)
+    # always (re)build: unchanged documents cost nothing, and a build killed halfway is completed
+    log.info("%s the built-in corpus in %s", "checking" if (data_dir / "paragraphs.sqlite").exists() else "building",
+             data_dir)
+    report = build("builtin", data_dir, quiet=quiet)
+    log.info("%d paragraphs written, %d documents unchanged, in %.0fs", report.paragraphs_written,
+             report.documents_unchanged, report.total_seconds)
     if not (data_dir / CHECKPOINT).exists():
         log.info("no model in %s yet: training one", data_dir)
         meta = train(data_dir, quiet=quiet)
