@@ -91,7 +91,9 @@ class Evaluation:
     def run(self, name: str, queries: list[Query], L: int, exclude_len: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(ranked ids, stage-1 candidate ids) per query, reading L paragraphs, excluding the last exclude_len."""
         contexts = [self.context(q, L) for q in queries]
-        exclude = [self.exclude_ids(q, exclude_len) for q in queries]
+        return self._rank(name, contexts, [self.exclude_ids(q, exclude_len) for q in queries])
+
+    def _rank(self, name: str, contexts: list[np.ndarray], exclude: list[set[int]]):
         if name in ("B1", "B2", "B4", "head"):
             lists = search_excluding(self.store, self.method_vectors(name, contexts), N_STAGE1, exclude)
             lists = [np.asarray(l, np.int64) for l in lists]
@@ -125,14 +127,7 @@ class Evaluation:
             texts = store_texts(self.store, self.seq, [int(r) for r in q.context[-self.L:]])
             t0 = time.perf_counter()
             vecs = self.embedder.embed(texts) if self.embedder else self.context(q, self.L)
-            exclude = [self.exclude_ids(q, self.L)]
-            if name == "B3":
-                self.successors([vecs], exclude)
-            elif name == "full":
-                cand, _ = self.pipeline.candidates([vecs], exclude)
-                self.pipeline.rank([vecs], cand, [self.store.vectors(cand[0])])
-            else:
-                search_excluding(self.store, self.method_vectors(name, [vecs]), N_STAGE1, exclude)
+            self._rank(name, [vecs], [self.exclude_ids(q, self.L)])
             times.append((time.perf_counter() - t0) * 1000)
         return {"latency_ms_mean": float(np.mean(times)), "latency_ms_p95": float(np.percentile(times, 95))}
 

@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .corpus import CorpusReader, Document
+from .corpus import CorpusReader, Document, validate_document
 from .data_dir import open_store
 from .embedders import Embedder, PrecomputedEmbedder, make_embedder
 from .embedding_cache import CachedEmbedder
@@ -86,7 +86,12 @@ def _embedder_for(spec: str, docs: Sequence[Document], use_cache: bool, **kwargs
 
 
 def vectors_for(embedder: Embedder, docs: Sequence[Document]) -> list[np.ndarray]:
-    """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call."""
+    """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call.
+
+    Documents are validated first, so bad input costs no model time.
+    """
+    for d in docs:
+        validate_document(d, where=d.source)
     todo = [d for d in docs if d.vectors is None]
     if todo and isinstance(embedder, PrecomputedEmbedder):
         d = todo[0]

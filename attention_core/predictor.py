@@ -112,25 +112,24 @@ class Predictor:
 
     # ---- input resolution ---------------------------------------------------------------
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
+        """Vectors of texts, through the in-memory LRU cache; the model runs outside the lock."""
+        if not texts:
+            return np.zeros((0, self.store.dim), np.float32)
         with self._cache_lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            found = {t: self._cache[t] for t in texts if t in self._cache}
+            for t in found:
+                self._cache.move_to_end(t)
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing:
             t0 = time.perf_counter()
             vecs = self.embedder.embed(missing)
             self.observe("embed", time.perf_counter() - t0)
+            found.update(zip(missing, vecs))
             with self._cache_lock:
-                for t, v in zip(missing, vecs):
-                    self._cache[t] = v
+                self._cache.update(zip(missing, vecs))
                 while len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
-                found = {t: self._cache.get(t) for t in texts}
-            found.update(zip(missing, vecs))
-        else:
-            with self._cache_lock:
-                found = {t: self._cache[t] for t in texts}
-                for t in texts:
-                    self._cache.move_to_end(t)
-        return np.stack([found[t] for t in texts]) if texts else np.zeros((0, self.store.dim), np.float32)
+        return np.stack([found[t] for t in texts])
 
     def resolve(self, items: Sequence[ContextItem], where: str, keep_last: int | None = None) -> _Resolved:
         """Vectors for items (text, id or vector) and the ids they exclude; errors name ``where[i]``."""

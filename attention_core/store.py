@@ -206,7 +206,7 @@ class ParagraphStore:
         seen: set[str] = set()
         checked = []
         for doc, vecs in zip(docs, vectors):
-            validate_document(doc)
+            validate_document(doc, where=doc.source)
             if doc.doc_id in seen:
                 raise InvalidInputError(f"document {doc.doc_id!r} appears twice in one write")
             seen.add(doc.doc_id)

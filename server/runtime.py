@@ -146,10 +146,6 @@ class Runtime:
         return total
 
     def _write(self, docs) -> WriteResult:
-        from nextpara.attention_core.corpus import validate_document
-
-        for d in docs:
-            validate_document(d, where=d.source)
         t0 = time.perf_counter()
         vectors = vectors_for(self.embedder, docs)
         self.metrics.stage.labels("embed").observe(time.perf_counter() - t0)
