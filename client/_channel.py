@@ -37,3 +37,10 @@ def credentials(tls: bool, root_certificates: str | bytes | None) -> grpc.Channe
 
 def metadata(token: str | None) -> list[tuple[str, str]] | None:
     return [("authorization", f"Bearer {token}")] if token else None
+
+
+def open_channel(api, address: str, tls: bool, root_certificates: str | bytes | None, max_message_bytes: int):
+    """A channel from ``api`` (``grpc`` or ``grpc.aio``) with the shared options and credentials."""
+    creds = credentials(tls, root_certificates)
+    opts = options(max_message_bytes)
+    return api.secure_channel(address, creds, opts) if creds else api.insecure_channel(address, opts)

@@ -22,10 +22,7 @@ class AsyncClient:
     def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
                  max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES):
-        creds = _channel.credentials(tls, root_certificates)
-        opts = _channel.options(max_message_bytes)
-        self._channel = (grpc.aio.secure_channel(address, creds, opts) if creds
-                         else grpc.aio.insecure_channel(address, opts))
+        self._channel = _channel.open_channel(grpc.aio, address, tls, root_certificates, max_message_bytes)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
         self._metadata = _channel.metadata(token)
