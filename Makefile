@@ -14,7 +14,7 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[server,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[server,ray,dev]'
 	touch $@
 
 run: venv

@@ -14,6 +14,8 @@ embeddings:
   over the attended context and similarity features (cosine to each context paragraph, to the
   query, the pool's density around the candidate). The cross-attention weights over context
   positions, per head, are what a caller sees as "which paragraphs drove the choice".
+  With ``n_list_layers`` > 0 the candidates then attend to each other (self-attention over the
+  list), so a candidate's score can depend on the company it keeps in the list.
 
 Notation used for tensor shapes: B batch, L context length (right-aligned, padding first),
 K candidates, D embedding dimension, d model width, h heads, hs = d / h.
@@ -38,6 +40,7 @@ class RerankerConfig:
     n_heads: int = 4  # heads of every attention layer
     n_context_layers: int = 2  # self-attention layers over the context
     n_scorer_layers: int = 1  # cross-attention layers, candidates -> context
+    n_list_layers: int = 0  # self-attention layers over the candidate list (candidates see each other)
     max_context: int = 8  # context paragraphs the model reads; older ones are dropped
     dropout: float = 0.1  # on attention outputs and MLPs, training only
     mlp_ratio: int = 2  # hidden width of the MLPs, in multiples of d_model
@@ -123,6 +126,8 @@ class NextParagraphModel(nn.Module):
         self.mix = nn.Parameter(torch.tensor([1.0, 0.5]))  # weights of last and mean context in the query
         self.scorer = nn.ModuleList(Block(cfg) for _ in range(cfg.n_scorer_layers))
         self.feat_proj = nn.Linear(cfg.n_features, d)
+        # optional: the candidates, each already informed by the context and its features, read each other
+        self.list_blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_list_layers))
         self.score_mlp = nn.Sequential(nn.LayerNorm(2 * d), nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
         nn.init.zeros_(self.score_mlp[-1].weight)  # an untrained scorer ranks by cos(query, candidate)
         nn.init.zeros_(self.score_mlp[-1].bias)
@@ -153,11 +158,14 @@ class NextParagraphModel(nn.Module):
         mean_ctx = cos_ctx.sum(-1, keepdim=True) / context_mask.sum(1).clamp(min=1)[:, None, None]  # (B, K, 1)
         others = masked[..., :-1].max(-1, keepdim=True).values if masked.shape[-1] > 1 else torch.zeros_like(max_ctx)
         margin = cos_ctx[..., -1:] - others  # (B, K, 1): closer to the last than to any earlier paragraph
+        # density: mean cosine to the candidate's POOL_TOP nearest others in its own list. Padding and the
+        # candidate itself are -inf and left out of the mean, so a score never depends on what else is batched.
+        K = candidates.shape[1]
         pool = candidates @ candidates.transpose(1, 2)  # (B, K, K)
-        pool = pool.masked_fill(~candidate_mask[:, None, :], -1.0)
-        pool = pool - 2.0 * torch.eye(pool.shape[-1], device=pool.device)  # not itself
-        top = pool.topk(min(POOL_TOP, max(pool.shape[-1] - 1, 1)), dim=-1).values.clamp(min=-1)
-        density = top.mean(-1, keepdim=True)  # (B, K, 1)
+        neighbours = candidate_mask[:, None, :] & ~torch.eye(K, dtype=torch.bool, device=pool.device)  # (B, K, K)
+        top = pool.masked_fill(~neighbours, float("-inf")).topk(min(POOL_TOP, max(K - 1, 1)), dim=-1).values
+        real = torch.isfinite(top)
+        density = top.masked_fill(~real, 0.0).sum(-1, keepdim=True) / real.sum(-1, keepdim=True).clamp(min=1)  # (B, K, 1)
         pad = self.cfg.max_context - cos_ctx.shape[-1]
         cos_ctx = F.pad(cos_ctx, (pad, 0))  # (B, K, max_context): right-aligned like the context
         return torch.cat([cos_ctx, cos_q, max_ctx, mean_ctx, margin, density], dim=-1)
@@ -176,7 +184,13 @@ class NextParagraphModel(nn.Module):
         weights = None
         for block in self.scorer:
             c, weights = block(c, ctx_states, mask=attend, need_weights=need_weights)
-        h = torch.cat([c, self.feat_proj(feats)], dim=-1)  # (B, K, 2d)
+        f = self.feat_proj(feats)  # (B, K, d)
+        if len(self.list_blocks):
+            c = c + f
+            among = candidate_mask[:, None, :].expand(B, K, K)  # (B, K, K): keys that are real candidates
+            for block in self.list_blocks:
+                c, _ = block(c, mask=among)
+        h = torch.cat([c, f], dim=-1)  # (B, K, 2d)
         scores = self.query_scale * feats[..., self.cfg.max_context] + self.score_mlp(h).squeeze(-1)  # (B, K)
         scores = scores.masked_fill(~candidate_mask, float("-inf"))
         return {"query": query, "scores": scores, "attention": weights}

@@ -72,6 +72,22 @@ class _Resolved:
     dropped: int = 0
 
 
+def _all_vectors(items: list, dim: int) -> np.ndarray | None:
+    """(n, dim) unit float32 vectors when every item is a valid vector, else None (the item loop then names the fault)."""
+    if not all(isinstance(item, (list, tuple, np.ndarray)) for item in items):
+        return None
+    try:
+        arr = np.asarray(items, dtype=np.float64)
+    except (ValueError, TypeError):
+        return None
+    if arr.ndim != 2 or arr.shape[1] != dim or not np.isfinite(arr).all():
+        return None
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if not norms.all():
+        return None
+    return (arr / norms).astype(np.float32)
+
+
 class Predictor:
     def __init__(self, store: ParagraphStore, pipeline: RerankPipeline, meta: dict, embedder: Embedder,
                  embed_cache_size: int = 4096):
@@ -143,6 +159,9 @@ class Predictor:
         offset = dropped
         items = list(items)[dropped:]
         dim = self.store.dim
+        fast = _all_vectors(items, dim)
+        if fast is not None:  # the common batch-job case: every item a valid vector, converted in one go
+            return _Resolved(vectors=fast, dropped=dropped)
         vectors = np.zeros((len(items), dim), np.float32)
         texts: dict[int, str] = {}
         ids: dict[int, int] = {}
@@ -200,7 +219,18 @@ class Predictor:
                            include_attention: bool = False, exclude_doc_ids: Sequence[str] = ()) -> list[PredictionResult]:
         """predict_next for many contexts at once: one FAISS call and batched scoring."""
         self._check_top_k(top_k)
-        resolved = [self.resolve(c, "context", keep_last=self.max_context) for c in contexts]
+        resolved = [self.resolve_context(c) for c in contexts]
+        return self.predict_resolved(resolved, [top_k] * len(resolved), include_attention, exclude_doc_ids)
+
+    def resolve_context(self, context: Sequence[ContextItem]) -> _Resolved:
+        return self.resolve(context, "context", keep_last=self.max_context)
+
+    def predict_resolved(self, resolved: list[_Resolved], top_ks: Sequence[int], include_attention: bool = False,
+                         exclude_doc_ids: Sequence[str] = ()) -> list[PredictionResult]:
+        """The ranking step of predict_next for contexts already resolved (batch jobs resolve row by row
+        so that one bad row becomes an error row instead of failing the batch)."""
+        if not resolved:
+            return []
         excluded_docs = set(self.store.ids_of_documents(exclude_doc_ids).tolist()) if exclude_doc_ids else set()
         index_version = self.store.generation
         contexts = [r.vectors for r in resolved]
@@ -212,7 +242,7 @@ class Predictor:
         self.observe("search", t1 - t0)
         self.observe("rerank", time.perf_counter() - t1)
         results = []
-        for r, s in zip(resolved, scored):
+        for r, s, top_k in zip(resolved, scored, top_ks):
             top = s.ids[:top_k]
             paragraphs = self.store.get_paragraphs(top.tolist()) if len(top) else []
             preds = [Prediction(p.id, p.doc_id, p.position, p.text, float(sc), float(rs))
@@ -246,8 +276,14 @@ class Predictor:
         """Score caller-given candidates for each context; one batched model call."""
         if len(contexts) != len(candidate_lists):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(candidate_lists)} candidate lists")
-        ctx = [self.resolve(c, "context", keep_last=self.max_context) for c in contexts]
+        ctx = [self.resolve_context(c) for c in contexts]
         cands = [self.resolve(c, "candidates") for c in candidate_lists]
+        return self.rerank_resolved(ctx, cands)
+
+    def rerank_resolved(self, ctx: list[_Resolved], cands: list[_Resolved]) -> list[RerankResult]:
+        """The scoring step of rerank for inputs already resolved."""
+        if not ctx:
+            return []
         index_version = self.store.generation
         t0 = time.perf_counter()
         scores, _, _ = self.pipeline.score([r.vectors for r in ctx], [c.vectors for c in cands])
@@ -255,6 +291,6 @@ class Predictor:
         out = []
         for r, sc in zip(ctx, scores):
             order = np.argsort(-sc, kind="stable")
-            out.append(RerankResult([int(i) for i in order], [float(sc[i]) for i in order], self.model_version,
+            out.append(RerankResult(order.tolist(), sc[order].tolist(), self.model_version,
                                     index_version, len(r.vectors), r.dropped))
         return out

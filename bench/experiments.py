@@ -32,6 +32,8 @@ VARIANTS = {
     "deep3": ({"n_context_layers": 3}, {}),
     "lr3e-4": ({}, {"lr": 3e-4, "phase1_epochs": 6}),
     "candidates50": ({}, {"n_candidates": 50}),
+    "list1": ({"n_list_layers": 1}, {}),
+    "list2": ({"n_list_layers": 2}, {}),
 }
 
 

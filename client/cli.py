@@ -8,9 +8,11 @@ import os
 import sys
 
 
-def add_connection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default=os.environ.get("NEXTPARA_ADDRESS", "127.0.0.1:50051"),
-                   help="server host:port (default $NEXTPARA_ADDRESS or 127.0.0.1:50051)")
+def add_connection(p: argparse.ArgumentParser, address: bool = True) -> None:
+    """Connection flags; ``address=False`` when the command adds its own --address."""
+    if address:
+        p.add_argument("--address", default=os.environ.get("NEXTPARA_ADDRESS", "127.0.0.1:50051"),
+                       help="server host:port (default $NEXTPARA_ADDRESS or 127.0.0.1:50051)")
     p.add_argument("--token", default=os.environ.get("NEXTPARA_TOKEN"), help="bearer token (default $NEXTPARA_TOKEN)")
     p.add_argument("--tls", action="store_true", help="connect with TLS, verifying the server against system roots")
     p.add_argument("--ca-cert", default=None, help="PEM file of the CA that signed the server's certificate (implies --tls)")

@@ -16,6 +16,7 @@ HEAVY = {"numpy", "torch", "faiss", "sentence_transformers", "tqdm", "grpc_refle
 
 def make_parser() -> argparse.ArgumentParser:
     from nextpara.attention_core import cli as core_cli
+    from nextpara.attention_core.batch import cli as batch_cli
     from nextpara.client import cli as client_cli
     from nextpara.server import cli as server_cli
 
@@ -25,6 +26,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     core_cli.register(sub)
+    batch_cli.register(sub)
     server_cli.register(sub)
     client_cli.register(sub)
     return parser

@@ -1,0 +1,10 @@
+"""Batch reranking jobs: ``nextpara rerank-batch INPUT OUTPUT``.
+
+Data flow: ``rows`` reads and checks input rows (JSON Lines, or Parquet through pyarrow) ->
+an engine scores a chunk of rows (``scoring`` in this process, a running service through the
+client, or Ray Data actors that run ``scoring`` themselves) -> ``output`` appends one JSON line
+per row, in input order, and lets a rerun resume. ``job`` ties them together.
+
+Only ``scoring`` and the in-process / Ray engines import numpy and torch, so a client-only
+install can run a job through a service.
+"""

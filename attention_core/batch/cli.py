@@ -1,0 +1,103 @@
+"""``nextpara rerank-batch INPUT OUTPUT``: the command line of batch jobs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from nextpara.client.cli import add_connection
+
+    p = sub.add_parser(
+        "rerank-batch", help="rerank (or predict for) every row of a JSON Lines / Parquet file; resumable",
+        description="Each INPUT row is {\"id\", \"context\": [...], \"candidates\": [...] (optional), \"top_k\" (optional)}; "
+                    "items are texts, stored paragraph ids or vectors. Rows without candidates are answered like "
+                    "PredictNext. OUTPUT gets one JSON line per row, in input order; rerunning the same command after "
+                    "an interruption skips the ids already in OUTPUT and appends the rest. A bad row becomes "
+                    "{\"id\", \"line\", \"error\"} and the job goes on.")
+    p.add_argument("input", metavar="INPUT", help="JSON Lines (.jsonl) or Parquet (.parquet, needs pyarrow)")
+    p.add_argument("output", metavar="OUTPUT", help="JSON Lines written here (appended to when resuming)")
+    engine = p.add_argument_group("engine (default: in-process on --data-dir)")
+    engine.add_argument("--data-dir", default=None,
+                        help="store and model (default: $NEXTPARA_DATA_DIR or ~/.local/share/nextpara); with --ray "
+                             "every Ray node must be able to read this path")
+    engine.add_argument("--address", default=None, metavar="HOST:PORT", help="send the rows to a running nextpara service")
+    engine.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="run on Ray Data: alone, a local Ray; with ADDRESS, join that cluster (needs nextpara[ray])")
+    p.add_argument("-k", "--top-k", type=int, default=10, help="results kept per row unless the row says (default 10)")
+    p.add_argument("--no-text", action="store_true", help="leave paragraph texts out of retrieval results")
+    p.add_argument("--overwrite", action="store_true", help="start OUTPUT afresh instead of resuming it")
+    p.add_argument("--chunk-rows", type=int, default=512,
+                   help="rows scored together and written (fsynced) at once (default 512)")
+    p.add_argument("--in-flight", type=int, default=32, help="service: calls unanswered at once (default 32)")
+    p.add_argument("--ray-actors", type=int, default=None, help="Ray: actors (default: the cluster's CPUs / --ray-cpus)")
+    p.add_argument("--ray-cpus", type=float, default=1, help="Ray: CPUs per actor, also its torch threads (default 1)")
+    add_connection(p, address=False)
+    p.set_defaults(func=cmd_rerank_batch)
+
+
+def make_engine(args):
+    from nextpara.attention_core.errors import InvalidInputError
+
+    if args.address and (args.ray or args.data_dir):
+        raise InvalidInputError("--address sends rows to a service, which has its own store: "
+                                "drop --data-dir / --ray")
+    for flag in ("top_k", "chunk_rows", "in_flight"):
+        if getattr(args, flag) < 1:
+            raise InvalidInputError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.address:
+        from nextpara.client.cli import client_from
+
+        from .engines import ServiceEngine
+
+        return ServiceEngine(client_from(args), with_text=not args.no_text, in_flight=args.in_flight,
+                             chunk_rows=args.chunk_rows)
+    from nextpara.attention_core.ingest import default_data_dir
+
+    data_dir = args.data_dir or default_data_dir()
+    if args.ray:
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError:
+            raise InvalidInputError("--ray needs Ray: pip install 'nextpara[ray]'") from None
+        from .engines import RayEngine
+
+        return RayEngine(data_dir, with_text=not args.no_text, address=None if args.ray == "local" else args.ray,
+                         actors=args.ray_actors, cpus_per_actor=args.ray_cpus, batch_rows=min(args.chunk_rows, 256))
+    from .engines import InProcessEngine
+
+    return InProcessEngine(data_dir, with_text=not args.no_text, chunk_rows=args.chunk_rows)
+
+
+def cmd_rerank_batch(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from nextpara.attention_core.errors import InvalidInputError
+
+    from .job import run_job
+    from .output import OutputError
+    from .rows import RowError, check_top_k
+
+    if not Path(args.input).is_file():
+        raise InvalidInputError(f"INPUT {args.input} is not a file")
+    if Path(args.input).resolve() == Path(args.output).resolve():
+        raise InvalidInputError("INPUT and OUTPUT are the same file")
+    try:
+        check_top_k(args.top_k, "--top-k")
+    except RowError as e:
+        raise InvalidInputError(str(e)) from None
+    engine = make_engine(args)
+    try:
+        summary = run_job(args.input, args.output, engine, default_top_k=args.top_k, overwrite=args.overwrite,
+                          quiet=args.quiet)
+    except OutputError as e:
+        raise InvalidInputError(str(e)) from None
+    except KeyboardInterrupt:
+        print(f"rerank-batch: interrupted; the rows in {args.output} are complete: rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+    finally:
+        engine.close()
+    print(summary.line())
+    return 0

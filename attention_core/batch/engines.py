@@ -1,0 +1,168 @@
+"""The three engines of a batch job. Each takes the pending rows in input order and yields their
+output rows in the same order, a chunk at a time (the job writes each chunk before asking for more).
+
+* ``InProcessEngine``: a Predictor in this process, ``scoring.score_rows`` per chunk.
+* ``ServiceEngine``: a running nextpara service; rows with candidates go to Rerank, rows without
+  to PredictNext, at most ``in_flight`` calls unanswered (the server coalesces concurrent calls
+  into batches). Only the client library is imported.
+* ``RayEngine``: Ray Data; ``map_batches`` over an actor pool, each actor opening the store and
+  model once and running ``scoring.score_rows``: the same scoring as in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .rows import Row, error_output, predict_output, rerank_output
+
+log = logging.getLogger(__name__)
+
+
+def chunked(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
+    it = iter(rows)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+class InProcessEngine:
+    name = "in-process"
+
+    def __init__(self, data_dir: str | Path, with_text: bool = True, chunk_rows: int = 512):
+        from ..predictor import Predictor
+
+        self.predictor = Predictor.open(data_dir)
+        self.with_text, self.chunk_rows = with_text, chunk_rows
+
+    @property
+    def model_version(self) -> str:
+        return self.predictor.model_version
+
+    def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
+        from .scoring import score_rows
+
+        for chunk in chunked(rows, self.chunk_rows):
+            yield score_rows(self.predictor, chunk, self.with_text)
+
+    def close(self) -> None:
+        self.predictor.close()
+
+
+class ServiceEngine:
+    name = "service"
+
+    def __init__(self, client, with_text: bool = True, in_flight: int = 32, chunk_rows: int = 512):
+        from nextpara.client.errors import InvalidArgument, NotFound
+
+        self.client, self.with_text, self.chunk_rows = client, with_text, chunk_rows
+        self.row_errors = (InvalidArgument, NotFound)  # the row's fault; anything else stops the job
+        self.pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="rerank-batch")
+        self.model_version = ""
+
+    def _one(self, row: Row) -> dict:
+        if row.error is not None:
+            return error_output(row, row.error)
+        try:
+            if row.candidates is not None:
+                r = self.client.rerank(row.context, row.candidates, top_k=row.top_k)
+                self.model_version = r.model_version
+                return rerank_output(row, r.order, r.scores, r.context_dropped)
+            p = self.client.predict_next(row.context, row.top_k, omit_text=not self.with_text)
+            self.model_version = p.model_version
+            return predict_output(row, p.predictions, p.context_dropped, self.with_text)
+        except self.row_errors as e:
+            return error_output(row, e.details)
+
+    def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
+        for chunk in chunked(rows, self.chunk_rows):
+            yield list(self.pool.map(self._one, chunk))
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+        self.client.close()
+
+
+class RayScorer:
+    """A Ray Data actor: opens the store and model once, then scores batches of serialized rows."""
+
+    def __init__(self, data_dir: str, with_text: bool):
+        import faiss
+        import ray
+        import torch
+
+        from ..predictor import Predictor
+
+        # torch and FAISS (OpenMP) threads sized to the actor's CPUs: actors sharing a node must not oversubscribe it
+        threads = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+        torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
+        self.predictor = Predictor.open(data_dir)
+        self.with_text = with_text
+
+    def __call__(self, batch: dict) -> dict:
+        import numpy as np
+
+        from .scoring import score_rows
+
+        rows = [Row(**json.loads(s)) for s in batch["row"]]
+        outputs = score_rows(self.predictor, rows, self.with_text)
+        return {"out": np.array([json.dumps(o) for o in outputs], dtype=object)}
+
+
+class RayEngine:
+    name = "ray"
+
+    def __init__(self, data_dir: str | Path, with_text: bool = True, address: str | None = None,
+                 actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
+                 chunk_rows: int = 20_000):
+        import ray
+
+        from ..checkpoint import CHECKPOINT, read_checkpoint_meta
+        from ..errors import FailedPreconditionError
+
+        self.data_dir = str(Path(data_dir).resolve())
+        if not (Path(self.data_dir) / CHECKPOINT).is_file():  # fail before starting Ray, not in every actor
+            raise FailedPreconditionError(f"no trained model in {self.data_dir}: run nextpara build and nextpara train "
+                                          "(with --ray the path must hold them on every node)")
+        self.model_version = read_checkpoint_meta(Path(self.data_dir) / CHECKPOINT)["model_version"]
+        self._started = not ray.is_initialized()
+        if self._started:
+            # a local Ray when no address is given; else join the cluster (the data dir must be readable there)
+            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING, configure_logging=False,
+                     **({} if address else {"num_cpus": os.cpu_count()}))
+        from ray.data import DataContext
+
+        logging.getLogger("ray.data").setLevel(logging.ERROR)  # the job reports progress itself
+        ctx = DataContext.get_current()
+        ctx.execution_options.preserve_order = True  # outputs come back in input order
+        ctx.enable_progress_bars = False  # the job has its own
+        cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.actors = actors or max(1, int(cluster_cpus // cpus_per_actor))
+        self.with_text, self.cpus_per_actor = with_text, cpus_per_actor
+        self.batch_rows, self.chunk_rows = batch_rows, chunk_rows
+        log.info("Ray: %d CPUs, %d actors of %s CPU", cluster_cpus, self.actors, cpus_per_actor)
+
+    def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
+        import ray
+
+        for chunk in chunked(rows, self.chunk_rows):
+            items = [{"row": json.dumps(row.__dict__)} for row in chunk]
+            ds = ray.data.from_items(items).map_batches(
+                RayScorer, fn_constructor_kwargs={"data_dir": self.data_dir, "with_text": self.with_text},
+                batch_size=self.batch_rows, compute=ray.data.ActorPoolStrategy(size=self.actors),
+                num_cpus=self.cpus_per_actor,
+                batch_format="numpy")
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                yield [json.loads(s) for s in batch["out"]]
+
+    def close(self) -> None:
+        if self._started:
+            import ray
+
+            ray.shutdown()

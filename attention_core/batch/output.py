@@ -1,0 +1,73 @@
+"""The job's OUTPUT file: append-only JSON Lines that a rerun resumes.
+
+On open, an existing OUTPUT is read: a last line without its newline (the job was killed while
+writing it) is cut off, and the ids (or, for rows without a readable id, the input lines) already
+answered are counted so the rerun skips them and appends the rest. Each chunk of rows is
+written with one write, then flushed and fsynced before the job reads on: a row on disk is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+
+class OutputError(ValueError):
+    """OUTPUT exists but is not a file this job can resume."""
+
+
+class ResumableOutput:
+    def __init__(self, path: str | Path, overwrite: bool = False):
+        self.path = Path(path)
+        self.done_keys: Counter[str] = Counter()  # json.dumps(id) -> rows with that id already in OUTPUT
+        self.done_lines: set[int] = set()  # input lines of error rows that had no readable id
+        self.resumed_rows = 0
+        self.resumed_errors = 0
+        self.torn_bytes = 0  # bytes of a partial last line removed on open
+        if overwrite or not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "wb")
+        else:
+            self._scan()
+            self._file = open(self.path, "ab")
+
+    def _scan(self) -> None:
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            end = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
+            if end < len(data):
+                self.torn_bytes = len(data) - end
+                f.truncate(end)
+                f.flush()
+                os.fsync(f.fileno())
+        for n, line in enumerate(data[:end].splitlines(), 1):
+            try:
+                row = json.loads(line)
+                key = json.dumps(row["id"]) if row["id"] is not None else None
+            except (ValueError, KeyError, TypeError) as e:
+                raise OutputError(f"{self.path}:{n}: not a row this job wrote ({e}); "
+                                  "give another OUTPUT, or --overwrite to start over") from e
+            if key is None:
+                self.done_lines.add(int(row.get("line", 0)))
+            else:
+                self.done_keys[key] += 1
+            self.resumed_rows += 1
+            self.resumed_errors += "error" in row
+
+    def is_done(self, key: str | None, occurrence: int, line: int) -> bool:
+        """Whether the ``occurrence``-th (0-based) input row with this id, or the id-less row at ``line``, is in OUTPUT.
+
+        Counting occurrences keeps a repeated id's error row in place across a resume."""
+        return self.done_keys[key] > occurrence if key is not None else line in self.done_lines
+
+    def append(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        self._file.write("".join(lines).encode())
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
