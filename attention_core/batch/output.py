@@ -34,14 +34,8 @@ class ResumableOutput:
             self._file = open(self.path, "ab")
 
     def _scan(self) -> None:
-        with open(self.path, "rb+") as f:
-            data = f.read()
-            end = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
-            if end < len(data):
-                self.torn_bytes = len(data) - end
-                f.truncate(end)
-                f.flush()
-                os.fsync(f.fileno())
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
         for n, line in enumerate(data[:end].splitlines(), 1):
             try:
                 row = json.loads(line)
@@ -55,6 +49,11 @@ class ResumableOutput:
                 self.done_keys[key] += 1
             self.resumed_rows += 1
             self.resumed_errors += "error" in row
+        if end < len(data):  # only now that the file is known to be ours
+            self.torn_bytes = len(data) - end
+            with open(self.path, "rb+") as f:
+                f.truncate(end)
+                os.fsync(f.fileno())
 
     def is_done(self, key: str | None, occurrence: int, line: int) -> bool:
         """Whether the ``occurrence``-th (0-based) input row with this id, or the id-less row at ``line``, is in OUTPUT.

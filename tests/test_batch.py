@@ -1,0 +1,223 @@
+"""rerank-batch: the three engines agree, a killed job resumes to the same OUTPUT, bad rows become error rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import LiveServer, run_cli
+
+
+def _store_rows(store_dir):
+    from nextpara.attention_core.data_dir import open_store
+    from nextpara.attention_core.sequences import ParagraphSequences
+
+    with open_store(store_dir, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        docs = [rows for rows in seq.doc_rows.values() if len(rows) >= 6]
+        texts = {int(i): p.text for i, p in zip(seq.ids, store.get_paragraphs(seq.ids.tolist()))}
+        return seq, docs, texts
+
+
+def make_input(store_dir, path, n: int = 200, seed: int = 0) -> list[dict]:
+    """n rows over the store: text / id / vector contexts, with and without candidates, per-row top_k."""
+    seq, docs, texts = _store_rows(store_dir)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        doc = docs[rng.integers(len(docs))]
+        j = int(rng.integers(3, len(doc)))
+        ctx = doc[max(0, j - 8):j]  # up to L = 8 preceding paragraphs
+        cands = list(rng.choice(len(seq.ids), 15, replace=False)) + [doc[j]]  # the true next among 15 others
+        kind = i % 4
+        if kind == 0:
+            row = {"id": f"r{i}", "context": [texts[int(seq.ids[r])] for r in ctx]}
+        elif kind == 1:
+            row = {"id": i, "context": [int(seq.ids[r]) for r in ctx], "candidates": [int(seq.ids[r]) for r in cands]}
+        elif kind == 2:
+            row = {"id": f"r{i}", "context": seq.vectors[ctx].round(6).tolist(),
+                   "candidates": seq.vectors[cands].round(6).tolist(), "top_k": 4}
+        else:
+            row = {"id": f"r{i}", "context": [int(seq.ids[r]) for r in ctx], "top_k": 3}
+        rows.append(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def load(path) -> list[dict]:
+    return [json.loads(line) for line in open(path)]
+
+
+def ranking(row: dict) -> list:
+    return [r.get("paragraph_id", r.get("candidate")) for r in row.get("results", [])]
+
+
+def assert_same_output(a: list[dict], b: list[dict]) -> None:
+    """Same ids in the same order, same rankings, scores equal to float32 rounding of different batchings."""
+    assert [r["id"] for r in a] == [r["id"] for r in b]
+    for x, y in zip(a, b):
+        assert x.get("error") == y.get("error"), x["id"]
+        assert ranking(x) == ranking(y), x["id"]
+        np.testing.assert_allclose([r["score"] for r in x.get("results", [])],
+                                   [r["score"] for r in y.get("results", [])], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def batch_input(trained_store, tmp_path_factory):
+    path = tmp_path_factory.mktemp("batch") / "in.jsonl"
+    rows = make_input(trained_store, path)
+    return path, rows
+
+
+@pytest.fixture(scope="module")
+def in_process_output(trained_store, batch_input):
+    path, _ = batch_input
+    out = path.with_name("in-process.jsonl")
+    r = run_cli("rerank-batch", str(path), str(out), "--data-dir", str(trained_store))
+    assert r.returncode == 0, r.stderr
+    assert "200 rows written (0 errors)" in r.stdout
+    return load(out)
+
+
+def test_in_process_output_follows_input(batch_input, in_process_output):
+    _, rows = batch_input
+    assert [o["id"] for o in in_process_output] == [r["id"] for r in rows]
+    for row, out in zip(rows, in_process_output):
+        results = out["results"]
+        top_k = row.get("top_k", 10)
+        assert len(results) == (min(top_k, len(row["candidates"])) if "candidates" in row else top_k)
+        scores = [r["score"] for r in results]
+        assert scores == sorted(scores, reverse=True)
+        if "candidates" in row:
+            assert all(0 <= r["candidate"] < len(row["candidates"]) for r in results)
+            if isinstance(row["candidates"][0], int):
+                assert [r["paragraph_id"] for r in results] == [row["candidates"][r["candidate"]] for r in results]
+        else:
+            assert all(r["text"] for r in results)
+            excluded = set(c for c in row["context"] if isinstance(c, int))
+            assert not excluded & {r["paragraph_id"] for r in results}
+
+
+def test_service_engine_matches_in_process(server_store, batch_input, in_process_output):
+    path, _ = batch_input
+    server = LiveServer(server_store).start()
+    try:
+        out = path.with_name("service.jsonl")
+        r = run_cli("rerank-batch", str(path), str(out), "--address", server.address, "--in-flight", "8")
+        assert r.returncode == 0, r.stderr
+        assert_same_output(in_process_output, load(out))
+    finally:
+        server.stop()
+
+
+def test_ray_engine_matches_in_process(trained_store, batch_input, in_process_output):
+    pytest.importorskip("ray", reason="Ray is the optional extra nextpara[ray]")
+    path, _ = batch_input
+    out = path.with_name("ray.jsonl")
+    r = run_cli("rerank-batch", str(path), str(out), "--data-dir", str(trained_store), "--ray", "--chunk-rows", "64")
+    assert r.returncode == 0, r.stderr
+    assert "engine ray" in r.stdout
+    assert_same_output(in_process_output, load(out))
+
+
+def test_resume_after_kill_gives_the_same_output(trained_store, batch_input, in_process_output):
+    path, _ = batch_input
+    out = path.with_name("killed.jsonl")
+    cmd = [sys.executable, "-m", "nextpara", "-q", "rerank-batch", str(path), str(out), "--data-dir", str(trained_store),
+           "--chunk-rows", "8"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while (not out.exists() or out.read_bytes().count(b"\n") < 40) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = out.read_bytes().count(b"\n")
+    assert 40 <= written < 200, f"the kill should land mid-job, {written} rows were written"
+    with open(out, "ab") as f:  # as if the kill had cut a write short
+        f.write(b'{"id":"r999","results":[{"candid')
+    r = run_cli("rerank-batch", str(path), str(out), "--data-dir", str(trained_store))
+    assert r.returncode == 0, r.stderr
+    assert f"{200 - written} rows written" in r.stdout and f"{written} already in OUTPUT skipped" in r.stdout
+    assert "torn last line" in r.stdout
+    assert_same_output(in_process_output, load(out))
+    r = run_cli("rerank-batch", str(path), str(out), "--data-dir", str(trained_store))  # nothing left to do
+    assert "0 rows written" in r.stdout and "200 already in OUTPUT skipped" in r.stdout
+
+
+BAD_ROWS = [
+    (b'{"id": "a", "context": [1, 2}', "malformed JSON"),
+    (b'{"context": [1]}', "missing id"),
+    (b'{"id": true, "context": [1]}', "id must be a string or an integer"),
+    (b'{"id": "b"}', "missing context"),
+    (b'{"id": "c", "context": []}', "context is empty"),
+    (b'{"id": "d", "context": "just a string"}', "context must be a list"),
+    (b'{"id": "e", "context": [[0.5, 0.5]]}', "context[0]: vector of dimension 2"),
+    (b'{"id": "f", "context": [1], "candidates": [[1, "x"]]}', "candidates[0]: a vector must be a non-empty list of numbers"),
+    (b'{"id": "g", "context": [987654321]}', "context[0]: unknown paragraph id 987654321"),
+    (b'{"id": "h", "context": [1], "candidates": [5, 987654321]}', "candidates[1]: unknown paragraph id 987654321"),
+    (b'{"id": "i", "context": [1], "top_k": 0}', "top_k must be an integer from 1 to 1000"),
+    (b'{"id": "j", "context": [1], "contxt": [2]}', "unknown field 'contxt'"),
+    (b'{"id": "k", "context": ["  "]}', "context[0]: empty text"),
+    (b'{"id": "l", "context": [[1e999' + b', 0.0' * 383 + b']]}', "context[0]: vector has a NaN or infinite value"),
+    (b'{"id": "m", "context": [1]}\xff', "not UTF-8"),
+    (b'[1, 2, 3]', "expected a JSON object"),
+    (b'{"id": "ok", "context": [1]}', None),
+    (b'{"id": "ok", "context": [2]}', "duplicate id (first at line 17)"),
+]
+
+
+def test_each_kind_of_bad_row_becomes_an_error_row(trained_store, tmp_path):
+    from nextpara.attention_core.batch.engines import InProcessEngine
+    from nextpara.attention_core.batch.job import run_job
+
+    src = tmp_path / "bad.jsonl"
+    src.write_bytes(b"\n".join(raw for raw, _ in BAD_ROWS) + b"\n\n")  # a blank line is skipped, not a row
+    engine = InProcessEngine(trained_store)
+    try:
+        summary = run_job(src, tmp_path / "out.jsonl", engine, quiet=True)
+    finally:
+        engine.close()
+    out = load(tmp_path / "out.jsonl")
+    assert len(out) == len(BAD_ROWS) and summary.rows == len(BAD_ROWS)
+    assert summary.errors == sum(reason is not None for _, reason in BAD_ROWS)
+    for line, ((raw, reason), row) in enumerate(zip(BAD_ROWS, out), 1):
+        if reason is None:
+            assert "results" in row and row["id"] == "ok"
+        else:
+            assert reason in row["error"], (raw, row)
+            assert row["line"] == line
+
+
+def test_parquet_input(trained_store, batch_input, in_process_output, tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="Parquet input needs pyarrow (comes with nextpara[ray])")
+    import pyarrow.parquet as pq
+
+    _, rows = batch_input
+    subset = [r for i, r in enumerate(rows) if i % 4 == 3][:20]  # string ids, id contexts: one Arrow type per column
+    pq.write_table(pa.Table.from_pylist(subset), tmp_path / "in.parquet")
+    r = run_cli("rerank-batch", str(tmp_path / "in.parquet"), str(tmp_path / "out.jsonl"), "--data-dir", str(trained_store))
+    assert r.returncode == 0, r.stderr
+    expected = {o["id"]: o for o in in_process_output}
+    assert_same_output([expected[row["id"]] for row in subset], load(tmp_path / "out.jsonl"))
+
+
+def test_cli_refuses_bad_setups(trained_store, batch_input, tmp_path):
+    path, _ = batch_input
+    r = run_cli("rerank-batch", str(path), str(path), "--data-dir", str(trained_store))
+    assert r.returncode == 2 and "INPUT and OUTPUT are the same file" in r.stderr
+    r = run_cli("rerank-batch", str(tmp_path / "nope.jsonl"), str(tmp_path / "o.jsonl"))
+    assert r.returncode == 2 and "is not a file" in r.stderr
+    r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--address", "127.0.0.1:1", "--ray")
+    assert r.returncode == 2 and "drop --data-dir / --ray" in r.stderr
+    (tmp_path / "foreign.jsonl").write_text("not json\n")
+    r = run_cli("rerank-batch", str(path), str(tmp_path / "foreign.jsonl"), "--data-dir", str(trained_store))
+    assert r.returncode == 2 and "not a row this job wrote" in r.stderr
+    assert (tmp_path / "foreign.jsonl").read_text() == "not json\n"  # left as it was
+    assert not os.path.exists(tmp_path / "o.jsonl")
