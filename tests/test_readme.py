@@ -33,7 +33,8 @@ def readme_python() -> str:
 
 def test_readme_shows_every_command():
     shown = {c[0] for c in readme_commands()}
-    assert shown == {"build", "info", "search", "train", "eval", "serve", "status", "predict", "add", "delete"}
+    assert shown == {"build", "info", "search", "train", "eval", "serve", "status", "predict", "add", "delete",
+                     "rerank-batch"}
 
 
 @pytest.mark.corpus
@@ -45,7 +46,10 @@ def test_readme_commands_run(peps_path, tmp_path):
     (tmp_path / "more.jsonl").write_text(json.dumps({"doc_id": "pep-9999", "paragraphs": ["A new proposal.", "Its end."]}) + "\n")
     paths = {"../shared/corpora/peps.jsonl": str(slice_path), "/tmp/peps": str(tmp_path / "peps"),
              "/tmp/peps-eval.json": str(tmp_path / "eval.json"), "/tmp/peps-plots": str(tmp_path / "plots"),
-             "/tmp/more-docs.jsonl": str(tmp_path / "more.jsonl")}
+             "/tmp/more-docs.jsonl": str(tmp_path / "more.jsonl"), "/tmp/queries.jsonl": str(tmp_path / "queries.jsonl"),
+             "/tmp/ranked.jsonl": str(tmp_path / "ranked.jsonl"), "/tmp/ranked-svc.jsonl": str(tmp_path / "ranked-svc.jsonl")}
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"id": "q1", "context": ["PEP 8 is the style guide."]}) + "\n"
+                                            + json.dumps({"id": "q2", "context": [1, 2], "candidates": [3, 4, 5]}) + "\n")
     server, address = None, None
     try:
         stage = {"build": 0, "info": 1, "search": 2, "train": 3, "eval": 4, "serve": 5}
@@ -68,6 +72,9 @@ def test_readme_commands_run(peps_path, tmp_path):
             assert r.stdout.strip(), f"nextpara {' '.join(args)} printed nothing"
             if args[0] == "search":
                 assert len(r.stdout.strip().splitlines()) == 5
+            if args[0] == "rerank-batch":
+                out = [json.loads(line) for line in open(args[2])]
+                assert [o["id"] for o in out] == ["q1", "q2"] and all(o["results"] for o in out), out
             if args[0] == "eval":
                 result = json.loads((tmp_path / "eval.json").read_text())
                 assert {"B1", "B2", "B3", "B4", "head", "full"} <= set(result["methods"])

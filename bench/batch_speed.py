@@ -1,0 +1,150 @@
+"""Batch reranking throughput: batched scoring across rows against one query at a time.
+
+    python bench/batch_speed.py --data-dir /tmp/peps-bench [--rows 2048]
+
+Rows are PEPs test-split queries: L = 8 context paragraphs and the first 100 stage-1 candidates
+the pipeline itself retrieves for them, all given as vectors (lists of floats, as a JSON row
+carries them). Measured on the same trained Predictor:
+
+* ``loop``: ``Predictor.rerank(context, candidates)`` one row at a time;
+* ``batched``: ``score_rows`` (the in-process and Ray engines' scoring) over chunks of 512 rows;
+* ``model``: the model's forward pass alone on ready tensors, batch 256 (the ceiling);
+* ``job, ids``: ``nextpara rerank-batch`` end to end in-process on a JSON Lines file whose rows
+  give the context and candidates as stored ids (reading, parsing, writing included);
+* ``job, vectors``: the same with every item a 384-float vector in the JSON (parsing dominates).
+
+Prints a table, writes bench/results/batch_speed.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+HERE = Path(__file__).resolve().parent
+
+
+def make_rows(predictor, n: int, L: int = 8, K: int = 100):
+    """(context ids, candidate ids) for n test queries with exactly L context paragraphs and K candidates."""
+    from nextpara.attention_core.sequences import ParagraphSequences
+
+    seq = ParagraphSequences(predictor.store)
+    queries = seq.queries("test", L, min_context=L, limit=n, seed=5)
+    contexts = [seq.vectors[q.context] for q in queries]
+    exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in queries]
+    cand_ids, _ = predictor.pipeline.candidates(contexts, exclude, K)
+    keep = [i for i, c in enumerate(cand_ids) if len(c) >= K]
+    ctx_ids = [[int(seq.ids[r]) for r in queries[i].context] for i in keep]
+    return ctx_ids, [cand_ids[i][:K].tolist() for i in keep]
+
+
+def rate(fn, rows: int, min_seconds: float = 3.0) -> float:
+    fn()  # warm-up
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < min_seconds:
+        fn()
+        n += rows
+    return n / (time.perf_counter() - start)
+
+
+def job_rate(data_dir: str, path: Path, out: Path) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "nextpara", "-q", "rerank-batch", str(path), str(out), "--data-dir",
+                        data_dir, "--overwrite"], capture_output=True, text=True, check=True)
+    line = r.stdout.strip().splitlines()[-1]
+    rows = int(line.split("rerank-batch: ")[1].split()[0])
+    return rows / float(line.split(" in ")[1].split("s,")[0]), time.perf_counter() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--rows", type=int, default=2048, help="rows for the batched measurements (default 2048)")
+    parser.add_argument("--loop-rows", type=int, default=200, help="rows for the one-at-a-time loop (default 200)")
+    args = parser.parse_args()
+    import torch
+
+    from nextpara.attention_core.batch.rows import Row
+    from nextpara.attention_core.batch.scoring import score_rows
+    from nextpara.attention_core.pipeline import pad_candidates, pad_contexts
+    from nextpara.attention_core.predictor import Predictor
+
+    predictor = Predictor.open(args.data_dir)
+    store = predictor.store
+    ctx_ids, cand_ids = make_rows(predictor, args.rows)
+    as_lists = lambda ids: store.vectors(ids).tolist()  # noqa: E731 - a vector as a JSON row carries it
+    rows = [Row(line=i + 1, id=i, context=as_lists(c), candidates=as_lists(k), top_k=10)
+            for i, (c, k) in enumerate(zip(ctx_ids, cand_ids))]
+    print(f"{len(rows)} rows: L = 8 context vectors, 100 candidate vectors each; torch threads {torch.get_num_threads()}",
+          flush=True)
+
+    loop_rows = rows[:args.loop_rows]
+    results = {}
+    results["loop"] = rate(lambda: [predictor.rerank(r.context, r.candidates) for r in loop_rows], len(loop_rows))
+    print(f"loop     {results['loop']:8.0f} rows/s", flush=True)
+
+    def batched():
+        for s in range(0, len(rows), 512):
+            score_rows(predictor, rows[s:s + 512])
+
+    results["batched"] = rate(batched, len(rows))
+    print(f"batched  {results['batched']:8.0f} rows/s", flush=True)
+
+    model = predictor.pipeline.model
+    x, m = pad_contexts([store.vectors(c) for c in ctx_ids[:256]], model.cfg.max_context)
+    c, cm = pad_candidates([store.vectors(k) for k in cand_ids[:256]])
+    with torch.inference_mode():
+        results["model"] = rate(lambda: model(x, m, c, cm), len(x))
+    print(f"model    {results['model']:8.0f} rows/s", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ids_path, vec_path = Path(tmp) / "ids.jsonl", Path(tmp) / "vectors.jsonl"
+        ids_path.write_text("".join(json.dumps({"id": i, "context": c, "candidates": k}) + "\n"
+                                    for i, (c, k) in enumerate(zip(ctx_ids, cand_ids))))
+        vec_path.write_text("".join(json.dumps({"id": r.id, "context": r.context, "candidates": r.candidates}) + "\n"
+                                    for r in rows[:512]))
+        results["job_ids"], _ = job_rate(args.data_dir, ids_path, Path(tmp) / "out.jsonl")
+        print(f"job ids  {results['job_ids']:8.0f} rows/s", flush=True)
+        results["job_vectors"], _ = job_rate(args.data_dir, vec_path, Path(tmp) / "out.jsonl")
+        print(f"job vecs {results['job_vectors']:8.0f} rows/s", flush=True)
+
+    speedup = results["batched"] / results["loop"]
+    record = {
+        "command": f"python bench/batch_speed.py --data-dir {args.data_dir} --rows {args.rows}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, torch threads "
+                   f"{torch.get_num_threads()}",
+        "model": {"version": predictor.model_version, **{k: getattr(model.cfg, k) for k in ("d_model", "n_heads",
+                  "n_context_layers", "n_scorer_layers", "n_list_layers")}},
+        "rows": len(rows), "context_length": 8, "candidates": 100,
+        "rows_per_second": {k: round(v, 1) for k, v in results.items()},
+        "batched_over_loop": round(speedup, 2),
+        "targets": {"batched_over_loop >= 10": speedup >= 10, "batched >= 5000 rows/s": results["batched"] >= 5000},
+    }
+    labels = {"loop": "Predictor.rerank, one row at a time", "batched": "score_rows over chunks of 512 (the engines' path)",
+              "model": "model forward alone, batch 256 (ceiling)", "job_ids": "rerank-batch job, ids in JSON",
+              "job_vectors": "rerank-batch job, vectors in JSON"}
+    table = ["| measurement | rows/s |", "| --- | --- |"]
+    table += [f"| {labels[k]} | {v:,.0f} |" for k, v in results.items()]
+    md = (f"# Batch reranking throughput\n\n`{record['command']}` on {record['date']}, {record['machine']}; model "
+          f"{record['model']}.\n\n{len(rows)} PEPs test queries, L = 8 context vectors and 100 stage-1 candidate vectors "
+          f"each.\n\n" + "\n".join(table) + f"\n\nbatched / loop: {speedup:.1f}x. Targets: {record['targets']}\n")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "batch_speed.json").write_text(json.dumps(record, indent=2) + "\n")
+    (HERE / "results" / "batch_speed.md").write_text(md)
+    print("\n" + md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
