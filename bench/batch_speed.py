@@ -28,8 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
 
@@ -73,7 +71,6 @@ def main() -> int:
     parser.add_argument("--loop-rows", type=int, default=200, help="rows for the one-at-a-time loop (default 200)")
     args = parser.parse_args()
     import torch
-
     from nextpara.attention_core.batch.rows import Row
     from nextpara.attention_core.batch.scoring import score_rows
     from nextpara.attention_core.pipeline import pad_candidates, pad_contexts

@@ -1,6 +1,6 @@
 """Training experiments on a built PEPs store, judged on the validation split only.
 
-    python bench/experiments.py --data-dir /tmp/peps-bench NAME [NAME ...]
+    python bench/experiments.py --data-dir /tmp/peps-bench [--keep DIR] NAME [NAME ...]
 
 Each named variant trains from scratch into a scratch copy of the store's model file and
 records its validation metrics (the pipeline's MRR@10 / Recall@1 / stage-1 recall on 1,000
@@ -34,12 +34,15 @@ VARIANTS = {
     "candidates50": ({}, {"n_candidates": 50}),
     "list1": ({"n_list_layers": 1}, {}),
     "list2": ({"n_list_layers": 2}, {}),
+    "list1_d128": ({"n_list_layers": 1, "d_model": 128}, {}),
+    "d128": ({"d_model": 128}, {}),
 }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--keep", default=None, metavar="DIR", help="copy each variant's model to DIR/NAME.safetensors")
     parser.add_argument("names", nargs="+", choices=sorted(VARIANTS))
     args = parser.parse_args()
     import logging
@@ -61,8 +64,9 @@ def main() -> int:
             cfg = TrainConfig(**train_cfg)
             meta = train(scratch, model_cfg, cfg, quiet=True)
             seconds = round(time.perf_counter() - t0, 1)
-            if "--keep" in os.environ.get("NEXTPARA_EXPERIMENT_FLAGS", ""):
-                shutil.copyfile(scratch / "model.safetensors", HERE / "results" / f"{name}.safetensors")
+            if args.keep:
+                Path(args.keep).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(scratch / "model.safetensors", Path(args.keep) / f"{name}.safetensors")
         v = meta["metrics"]["validation"]
         record[name] = {"model_config": model_cfg, "train_config": asdict(cfg), "seconds": seconds,
                         "validation": v, "history": meta["training"]["history"],
