@@ -133,9 +133,12 @@ class RayEngine:
         self._started = not ray.is_initialized()
         if self._started:
             # a local Ray when no address is given; else join the cluster (the data dir must be readable there)
-            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING, configure_logging=False,
-                     **({} if address else {"num_cpus": os.cpu_count()}))
+            try:
+                ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.WARNING, configure_logging=False,
+                         **({} if address else {"num_cpus": os.cpu_count()}))
+            except ConnectionError as e:
+                raise FailedPreconditionError(f"cannot join the Ray cluster at {address}: {e}") from None
         from ray.data import DataContext
 
         logging.getLogger("ray.data").setLevel(logging.ERROR)  # the job reports progress itself
