@@ -42,6 +42,25 @@ def test_fused_attention_equals_the_formula():
     assert (weights[~mask[:, None].expand_as(weights)] == 0).all()
 
 
+@pytest.mark.parametrize("list_layers", [0, 1])
+def test_scores_do_not_depend_on_what_else_is_batched(list_layers):
+    """A short candidate list padded to a longer one's length scores exactly as alone (the pool-density
+    feature once counted padding, so engines batching rows differently disagreed)."""
+    torch.manual_seed(1)
+    model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2, n_list_layers=list_layers)).eval()
+    for p in model.score_mlp[-1].parameters():  # a trained scorer is not zero: let the features matter
+        torch.nn.init.normal_(p)
+    unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape), dim=-1)  # noqa: E731
+    ctx, short = unit(1, 8, 48), unit(1, 5, 48)
+    alone = model(ctx, torch.ones(1, 8, dtype=torch.bool), short, torch.ones(1, 5, dtype=torch.bool))["scores"]
+    padded = torch.cat([short, unit(1, 25, 48)], dim=1)
+    mask = torch.zeros(1, 30, dtype=torch.bool)
+    mask[0, :5] = True
+    batched = model(ctx.expand(2, 8, 48), torch.ones(2, 8, dtype=torch.bool), torch.cat([padded, unit(1, 30, 48)]),
+                    torch.cat([mask, torch.ones(1, 30, dtype=torch.bool)]))["scores"]
+    torch.testing.assert_close(batched[0, :5], alone[0], atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("dim", [384, 1536])
 def test_any_embedding_dimension(dim):
     model = NextParagraphModel(RerankerConfig(embed_dim=dim, d_model=64, n_heads=4)).eval()
