@@ -50,6 +50,10 @@ def main() -> int:
         record["build"] = {"seconds": round(time.perf_counter() - t0, 1), "paragraphs": report.paragraphs_written,
                            "embed_seconds": round(report.embed_seconds, 1),
                            "paragraphs_per_second": round(report.paragraphs_per_second, 1)}
+    elif Path(args.out).with_suffix(".json").exists():  # keep the last measured build, saying when it was
+        earlier = json.loads(Path(args.out).with_suffix(".json").read_text())
+        if "build" in earlier:
+            record["build"] = {**earlier["build"], "measured": earlier["build"].get("measured", earlier["date"])}
     if not (args.reuse and (data / CHECKPOINT).exists()):
         t0 = time.perf_counter()
         meta = train(data, quiet=True)
@@ -68,10 +72,13 @@ def main() -> int:
              f"Machine: {record['machine']}", ""]
     if "build" in record:
         b = record["build"]
+        when = f" (measured {b['measured']}, store reused since)" if "measured" in b else ""
         lines += [f"Build: {b['paragraphs']} paragraphs in {b['seconds']} s "
-                  f"(embedding {b['embed_seconds']} s, {b['paragraphs_per_second']} paragraphs/s).", ""]
+                  f"(embedding {b['embed_seconds']} s, {b['paragraphs_per_second']} paragraphs/s){when}.", ""]
     t = record["train"]
-    lines += [f"Train: model {t['model_version']} in {t['seconds']} s; validation MRR@10 {t['validation']['mrr@10']:.4f}.", "",
+    reused = " (trained earlier, reused)" if t.get("reused") else ""
+    lines += [f"Train: model {t['model_version']} in {t['seconds']} s{reused}; validation MRR@10 "
+              f"{t['validation']['mrr@10']:.4f}.", "",
               f"Eval: {result['config']['queries']} test queries, L = {result['config']['context_length']}, "
               f"{result['config']['paragraphs']} paragraphs indexed.", "", markdown_table(result), ""]
     out.with_suffix(".md").write_text("\n".join(lines))
