@@ -25,10 +25,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .main import ensure_default_store, run_server
 
     settings = from_args(args)
-    if settings.data_dir is None:
-        data_dir = default_data_dir()
+    data_dir = Path(settings.data_dir) if settings.data_dir is not None else default_data_dir()
+    if data_dir == default_data_dir():  # the default store ($NEXTPARA_DATA_DIR included) builds itself
         ensure_default_store(data_dir, quiet=args.quiet)
-    else:
-        data_dir = Path(settings.data_dir)
     asyncio.run(run_server(settings, data_dir))
     return 0
