@@ -17,6 +17,8 @@ class ServerSettings:
     data_dir: str | None = field(default=None, metadata={"help": "store directory (default: the default data dir)"})
     address: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to listen on (port 0: any free port)"})
     workers: int = field(default=2, metadata={"help": "threads running CPU work (embedding, FAISS, torch)"})
+    threads: int = field(default=0, metadata={"help": "torch and FAISS threads each worker's work may use "
+                                                      "(0: cores / workers, at least 1)"})
     max_batch: int = field(default=32, metadata={"help": "PredictNext/Rerank calls coalesced into one model batch"})
     max_wait_ms: float = field(default=2.0, metadata={"help": "how long a batch waits for more calls"})
     max_queue: int = field(default=256, metadata={"help": "calls admitted at once; beyond: RESOURCE_EXHAUSTED"})
@@ -65,6 +67,10 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
         if value is not None:
             values[f.name] = value
     settings = ServerSettings(**values)
+    for name, low in (("workers", 1), ("threads", 0), ("max_batch", 1), ("max_queue", 1), ("max_message_mb", 1)):
+        if getattr(settings, name) < low:
+            raise SystemExit(f"nextpara serve: --{name.replace('_', '-')} must be at least {low}, "
+                             f"got {getattr(settings, name)}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise SystemExit("nextpara serve: --tls-cert and --tls-key go together")
     return settings
