@@ -100,3 +100,27 @@ def test_tls(server_store, tmp_path):
         assert r.returncode == 0 and "SERVING" in r.stdout, r.stderr
     finally:
         stop_serve(proc)
+
+
+def test_threads_are_divided_among_the_workers():
+    import faiss
+    import torch
+    from nextpara.server.runtime import size_threads
+
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    try:
+        n = size_threads(workers=2)
+        assert n == max(1, len(os.sched_getaffinity(0)) // 2)
+        assert torch.get_num_threads() == n and faiss.omp_get_max_threads() == n
+        assert size_threads(workers=1, threads=3) == 3 and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before[0])
+        faiss.omp_set_num_threads(before[1])
+
+
+def test_serve_refuses_impossible_sizes():
+    for flag in ("--workers", "--max-batch", "--max-queue"):
+        r = run_cli("serve", flag, "0", timeout=60)
+        assert r.returncode != 0 and f"{flag} must be at least 1, got 0" in r.stderr
+    r = run_cli("serve", "--threads", "-1", timeout=60)
+    assert r.returncode != 0 and "--threads must be at least 0" in r.stderr
