@@ -31,6 +31,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
 
 def make_rows(predictor, n: int, L: int = 8, K: int = 100):
@@ -76,6 +77,7 @@ def main() -> int:
     from nextpara.attention_core.batch.scoring import score_rows
     from nextpara.attention_core.pipeline import pad_candidates, pad_contexts
     from nextpara.attention_core.predictor import Predictor
+    from record import save
 
     predictor = Predictor.open(args.data_dir)
     store = predictor.store
@@ -149,10 +151,7 @@ def main() -> int:
     md = (f"# Batch reranking throughput\n\n`{record['command']}` on {record['date']}, {record['machine']}; model "
           f"{record['model']}.\n\n{len(rows)} PEPs test queries, L = 8 context vectors and 100 stage-1 candidate vectors "
           f"each.\n\n" + "\n".join(table) + f"\n\nbatched / loop: {speedup:.1f}x. Targets: {record['targets']}\n")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "batch_speed.json").write_text(json.dumps(record, indent=2) + "\n")
-    (HERE / "results" / "batch_speed.md").write_text(md)
-    print("\n" + md)
+    save("batch_speed", record, md)
     return 0
 
 

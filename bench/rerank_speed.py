@@ -18,7 +18,6 @@ Prints a table, writes bench/results/rerank_speed.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -57,6 +56,7 @@ def main() -> int:
     from nextpara.attention_core.embedders import bundled_minilm_path
     from nextpara.attention_core.pipeline import pad_candidates, pad_contexts
     from nextpara.attention_core.predictor import Predictor
+    from record import save
 
     predictor = Predictor.open(args.data_dir)
     store, model = predictor.store, predictor.pipeline.model
@@ -114,10 +114,7 @@ def main() -> int:
     md = (f"# Reranker cost\n\n`{record['command']}` on {record['date']}, {record['machine']}, model "
           f"{record['model']}; one query = L = 8 context paragraphs and 100 candidates (PEPs test queries).\n\n"
           + "\n".join(rows) + "\n\nFor batch 256, p50/p99 are per forward pass of 256 queries.\n")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "rerank_speed.json").write_text(json.dumps(record, indent=2) + "\n")
-    (HERE / "results" / "rerank_speed.md").write_text(md)
-    print("\n" + md)
+    save("rerank_speed", record, md)
     return 0
 
 

@@ -1,0 +1,15 @@
+"""Where bench scripts put what they measured: bench/results/NAME.json and NAME.md, and the terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def save(name: str, record: dict, markdown: str) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(markdown)
+    print("\n" + markdown)
