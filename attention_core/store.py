@@ -34,7 +34,7 @@ import numpy as np
 from . import snapshot as snap
 from .corpus import Document, text_hash, validate_document
 from .embedders import normalize_rows
-from .errors import FailedPreconditionError, InvalidInputError, NotFoundError
+from .errors import FailedPreconditionError, InvalidInputError, NotFoundError, StoreMismatchError
 from .vector_index import IndexChoice, VectorIndex, choose_index
 
 log = logging.getLogger(__name__)
@@ -95,13 +95,20 @@ class ParagraphStore:
         manifest = snap.read_manifest(self.data_dir)
         live_ids = np.fromiter((r[0] for r in self._db.execute("SELECT id FROM paragraphs ORDER BY id")), dtype=np.int64)
         choice = IndexChoice(**manifest["index"]) if manifest and "index" in manifest else choose_index(self.requested_index, len(live_ids))
+        ids, vectors = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        self.index = VectorIndex(choice, self.dim)
         if manifest and manifest.get("snapshot"):
-            index_bytes, ids, vectors = snap.read_snapshot(self.data_dir, manifest["snapshot"])
-            self.index = VectorIndex.deserialize(np.frombuffer(index_bytes, dtype=np.uint8), choice, self.dim)
-            self.snapshot_name, self.snapshot_generation = manifest["snapshot"], int(manifest["generation"])
-        else:
-            ids, vectors = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
-            self.index = VectorIndex(choice, self.dim)
+            try:  # np.load refuses pickled arrays, so a crafted snapshot cannot run code; it is then ignored
+                index_bytes, ids, vectors = snap.read_snapshot(self.data_dir, manifest["snapshot"])
+                self.index = VectorIndex.deserialize(np.frombuffer(index_bytes, dtype=np.uint8), choice, self.dim)
+                if vectors.dtype != np.float32 or vectors.shape[1:] != (self.dim,) or ids.dtype.kind != "i":
+                    raise StoreMismatchError(f"arrays of {vectors.dtype} {vectors.shape} and {ids.dtype}")
+                self.snapshot_name, self.snapshot_generation = manifest["snapshot"], int(manifest["generation"])
+            except (OSError, ValueError, RuntimeError, EOFError, StoreMismatchError) as e:
+                log.warning("snapshot %s is unreadable (%s): rebuilding the index from paragraphs.sqlite, "
+                            "which holds every vector", manifest["snapshot"], e)
+                ids, vectors = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+                self.index = VectorIndex(choice, self.dim)
         keep = np.isin(ids, live_ids)
         self._ids, self._vectors = ids[keep], np.ascontiguousarray(vectors[keep])
         added = np.setdiff1d(live_ids, self._ids)

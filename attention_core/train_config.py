@@ -19,5 +19,6 @@ class TrainConfig:
     max_train_queries: int = 30_000  # sampled from the training split
     val_queries: int = 1000  # validation noise matters: early stopping picks the epoch
     patience: int = 2  # epochs without a better validation MRR@10 before stopping
+    phase2_lr: float = 0.0  # learning rate of phase 2 (0: the same as lr)
     phase2_query_weight: float = 0.5  # weight of the phase-1 loss kept in phase 2 (keeps the query head)
     seed: int = 0

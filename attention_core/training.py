@@ -171,6 +171,8 @@ class Trainer:
             history.append({"phase": 1, "epoch": epoch + 1, "loss": loss})
             log.info("phase 1 epoch %d: loss %.4f", epoch + 1, loss)
         stale = 0
+        for group in self.opt.param_groups:
+            group["lr"] = self.cfg.phase2_lr or self.cfg.lr
         for epoch in range(self.cfg.phase2_epochs):
             lists = self.mine(self.train_q)  # re-mined with the current query head, as inference would
             usable = [(q, rows) for q, rows in zip(self.train_q, lists)

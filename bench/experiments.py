@@ -36,6 +36,7 @@ VARIANTS = {
     "list2": ({"n_list_layers": 2}, {}),
     "list1_d128": ({"n_list_layers": 1, "d_model": 128}, {}),
     "d128": ({"d_model": 128}, {}),
+    "p2lr3e-4": ({}, {"phase2_lr": 3e-4}),  # from here on the default width is 128
 }
 
 

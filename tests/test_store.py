@@ -177,3 +177,33 @@ def test_writes_after_snapshot_survive_without_one(tmp_path):
         assert reopened.count_paragraphs() == 27 and reopened.snapshot_generation < reopened.generation
         assert reopened.search(vecs[9][2], 1)[1][0, 0] == 30
         assert 1 not in reopened.search(vecs[0][0], 27)[1][0]
+
+
+class _Payload:
+    """Unpickling this would create a marker file: the proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("target", ["vectors.npy", "ids.npy", "index.faiss"])
+def test_a_crafted_or_corrupt_snapshot_is_refused_and_rebuilt_from_sqlite(tmp_path, target):
+    docs, vecs = make_docs(6, 3)
+    with new_store(tmp_path / "store") as store:
+        store.add_documents(docs, vecs)
+        store.snapshot()
+        name = json.loads((tmp_path / "store" / "manifest.json").read_text())["snapshot"]
+    path = tmp_path / "store" / name / target
+    marker = tmp_path / "code-ran"
+    if target.endswith(".npy"):  # a pickled object array, as np.save(allow_pickle=True) writes it
+        np.save(path, np.array([_Payload(str(marker))], dtype=object), allow_pickle=True)
+    else:
+        path.write_bytes(b"not a FAISS index" * 10)
+    with open_store(tmp_path / "store", readonly=True) as store:
+        assert not marker.exists(), "loading the snapshot ran code"
+        assert store.count_paragraphs() == 18 and store.snapshot_generation == -1
+        np.testing.assert_allclose(store.vectors([4]), vecs[1][:1], atol=1e-6)
+        assert store.search(vecs[5][2], 1)[1][0, 0] == 18
