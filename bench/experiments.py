@@ -37,6 +37,7 @@ VARIANTS = {
     "list1_d128": ({"n_list_layers": 1, "d_model": 128}, {}),
     "d128": ({"d_model": 128}, {}),
     "p2lr3e-4": ({}, {"phase2_lr": 3e-4}),  # from here on the default width is 128
+    "p2lr3e-4_x8": ({}, {"phase2_lr": 3e-4, "phase2_epochs": 8, "patience": 3}),
 }
 
 
