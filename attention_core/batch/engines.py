@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 from .rows import Row, error_output, predict_output, rerank_output
 
 log = logging.getLogger(__name__)
+MAX_DATASET_BYTES = 256 * 2**20  # of serialized rows per Ray dataset (each dataset starts its actor pool anew)
 
 
 def chunked(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
@@ -119,7 +120,7 @@ class RayEngine:
 
     def __init__(self, data_dir: str | Path, with_text: bool = True, address: str | None = None,
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
-                 chunk_rows: int = 20_000):
+                 chunk_rows: int = 100_000):
         import ray
 
         from ..checkpoint import CHECKPOINT, read_checkpoint_meta
@@ -154,8 +155,7 @@ class RayEngine:
     def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
         import ray
 
-        for chunk in chunked(rows, self.chunk_rows):
-            items = [{"row": json.dumps(row.__dict__)} for row in chunk]
+        for items in self._datasets(rows):
             ds = ray.data.from_items(items).map_batches(
                 RayScorer, fn_constructor_kwargs={"data_dir": self.data_dir, "with_text": self.with_text},
                 batch_size=self.batch_rows, compute=ray.data.ActorPoolStrategy(size=self.actors),
@@ -163,6 +163,19 @@ class RayEngine:
                 batch_format="numpy")
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 yield [json.loads(s) for s in batch["out"]]
+
+    def _datasets(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
+        """Rows serialized for Ray, a dataset's worth at a time: at most ``chunk_rows`` rows or MAX_DATASET_BYTES
+        (rows of vectors are large), so the driver never holds the whole input."""
+        items, size = [], 0
+        for row in rows:
+            items.append({"row": json.dumps(row.__dict__)})
+            size += len(items[-1]["row"])
+            if len(items) >= self.chunk_rows or size >= MAX_DATASET_BYTES:
+                yield items
+                items, size = [], 0
+        if items:
+            yield items
 
     def close(self) -> None:
         if self._started:
