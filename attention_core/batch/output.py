@@ -34,23 +34,27 @@ class ResumableOutput:
             self._file = open(self.path, "ab")
 
     def _scan(self) -> None:
-        data = self.path.read_bytes()
-        end = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
-        for n, line in enumerate(data[:end].splitlines(), 1):
-            try:
-                row = json.loads(line)
-                key = json.dumps(row["id"]) if row["id"] is not None else None
-            except (ValueError, KeyError, TypeError) as e:
-                raise OutputError(f"{self.path}:{n}: not a row this job wrote ({e}); "
-                                  "give another OUTPUT, or --overwrite to start over") from e
-            if key is None:
-                self.done_lines.add(int(row.get("line", 0)))
-            else:
-                self.done_keys[key] += 1
-            self.resumed_rows += 1
-            self.resumed_errors += "error" in row
-        if end < len(data):  # only now that the file is known to be ours
-            self.torn_bytes = len(data) - end
+        end = 0  # bytes of complete lines; what follows the last newline is a torn write
+        with open(self.path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    row = json.loads(line)
+                    key = json.dumps(row["id"]) if row["id"] is not None else None
+                except (ValueError, KeyError, TypeError) as e:
+                    raise OutputError(f"{self.path}:{n}: not a row this job wrote ({e}); "
+                                      "give another OUTPUT, or --overwrite to start over") from e
+                if key is None:
+                    self.done_lines.add(int(row.get("line", 0)))
+                else:
+                    self.done_keys[key] += 1
+                self.resumed_rows += 1
+                self.resumed_errors += "error" in row
+                end += len(line)
+        size = self.path.stat().st_size
+        if end < size:  # only now that the file is known to be ours
+            self.torn_bytes = size - end
             with open(self.path, "rb+") as f:
                 f.truncate(end)
                 os.fsync(f.fileno())
