@@ -19,6 +19,16 @@ from .store import ParagraphStore
 SCORE_BATCH = 256
 
 
+def use_threads(n: int) -> None:
+    """Let torch and FAISS (OpenMP) each use ``n`` threads in this process. Callers that run several scorings
+    at once (server workers, Ray actors on one node) give each a share of the cores: spinning OpenMP threads on
+    an oversubscribed core slow everything down."""
+    import faiss
+
+    torch.set_num_threads(n)
+    faiss.omp_set_num_threads(n)
+
+
 def pad_contexts(contexts: list[np.ndarray], L: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-aligned (B,L,D) context tensor and (B,L) mask; longer contexts keep their last L."""
     B, D = len(contexts), contexts[0].shape[1]

@@ -30,17 +30,13 @@ log = logging.getLogger(__name__)
 
 
 def size_threads(workers: int, threads: int = 0) -> int:
-    """Give torch's and FAISS's (OpenMP) thread pools ``threads`` each, by default the cores divided among the
-    workers: concurrent batches then use the cores without oversubscribing them (spinning OpenMP threads
-    on an oversubscribed core slow everything down)."""
+    """torch and FAISS threads: ``threads``, by default the cores divided among the workers."""
     import os
 
-    import faiss
-    import torch
+    from nextpara.attention_core.pipeline import use_threads
 
     n = threads or max(1, len(os.sched_getaffinity(0)) // max(1, workers))
-    torch.set_num_threads(n)
-    faiss.omp_set_num_threads(n)
+    use_threads(n)
     log.info("CPU work: %d workers x %d torch/FAISS threads", workers, n)
     return n
 
@@ -49,7 +45,7 @@ class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
         self.executor = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="nextpara-cpu")
-        self.threads = size_threads(settings.workers, settings.threads)
+        size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
         self.embedder = None

@@ -43,7 +43,7 @@ def make_engine(args):
     if args.address and (args.ray or args.data_dir):
         raise InvalidInputError("--address sends rows to a service, which has its own store: "
                                 "drop --data-dir / --ray")
-    for flag in ("top_k", "chunk_rows", "in_flight"):
+    for flag in ("chunk_rows", "in_flight"):  # --top-k is checked with the rows' own rule
         if getattr(args, flag) < 1:
             raise InvalidInputError(f"--{flag.replace('_', '-')} must be at least 1")
     if args.address:
@@ -63,7 +63,7 @@ def make_engine(args):
             raise InvalidInputError("--ray needs Ray: pip install 'nextpara[ray]'") from None
         from .engines import RayEngine
 
-        return RayEngine(data_dir, with_text=not args.no_text, address=None if args.ray == "local" else args.ray,
+        return RayEngine(data_dir, with_text=not args.no_text, address=args.ray,
                          actors=args.ray_actors, cpus_per_actor=args.ray_cpus, batch_rows=min(args.chunk_rows, 256))
     from .engines import InProcessEngine
 
@@ -76,23 +76,17 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
     from nextpara.attention_core.errors import InvalidInputError
 
     from .job import run_job
-    from .output import OutputError
-    from .rows import RowError, check_top_k
+    from .rows import check_top_k
 
     if not Path(args.input).is_file():
         raise InvalidInputError(f"INPUT {args.input} is not a file")
     if Path(args.input).resolve() == Path(args.output).resolve():
         raise InvalidInputError("INPUT and OUTPUT are the same file")
-    try:
-        check_top_k(args.top_k, "--top-k")
-    except RowError as e:
-        raise InvalidInputError(str(e)) from None
+    check_top_k(args.top_k, "--top-k")
     engine = make_engine(args)
     try:
         summary = run_job(args.input, args.output, engine, default_top_k=args.top_k, overwrite=args.overwrite,
                           quiet=args.quiet)
-    except OutputError as e:
-        raise InvalidInputError(str(e)) from None
     except KeyboardInterrupt:
         print(f"rerank-batch: interrupted; the rows in {args.output} are complete: rerun the same command to resume",
               file=sys.stderr)

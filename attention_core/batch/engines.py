@@ -92,16 +92,13 @@ class RayScorer:
     """A Ray Data actor: opens the store and model once, then scores batches of serialized rows."""
 
     def __init__(self, data_dir: str, with_text: bool):
-        import faiss
         import ray
-        import torch
 
+        from ..pipeline import use_threads
         from ..predictor import Predictor
 
-        # torch and FAISS (OpenMP) threads sized to the actor's CPUs: actors sharing a node must not oversubscribe it
-        threads = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
-        torch.set_num_threads(threads)
-        faiss.omp_set_num_threads(threads)
+        # threads sized to the actor's CPUs: actors sharing a node must not oversubscribe it
+        use_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
         self.predictor = Predictor.open(data_dir)
         self.with_text = with_text
 
@@ -118,7 +115,7 @@ class RayScorer:
 class RayEngine:
     name = "ray"
 
-    def __init__(self, data_dir: str | Path, with_text: bool = True, address: str | None = None,
+    def __init__(self, data_dir: str | Path, with_text: bool = True, address: str = "local",
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
                  chunk_rows: int = 100_000):
         import ray
@@ -133,11 +130,11 @@ class RayEngine:
         self.model_version = read_checkpoint_meta(Path(self.data_dir) / CHECKPOINT)["model_version"]
         self._started = not ray.is_initialized()
         if self._started:
-            # a local Ray when no address is given; else join the cluster (the data dir must be readable there)
+            # "local" starts a Ray here; else join the cluster at address (the data dir must be readable there)
             try:
-                ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
                          logging_level=logging.WARNING, configure_logging=False,
-                         **({} if address else {"num_cpus": os.cpu_count()}))
+                         **({"num_cpus": os.cpu_count()} if address == "local" else {}))
             except ConnectionError as e:
                 raise FailedPreconditionError(f"cannot join the Ray cluster at {address}: {e}") from None
         from ray.data import DataContext

@@ -13,8 +13,10 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from ..errors import InvalidInputError
 
-class OutputError(ValueError):
+
+class OutputError(InvalidInputError):
     """OUTPUT exists but is not a file this job can resume."""
 
 
@@ -23,8 +25,6 @@ class ResumableOutput:
         self.path = Path(path)
         self.done_keys: Counter[str] = Counter()  # json.dumps(id) -> rows with that id already in OUTPUT
         self.done_lines: set[int] = set()  # input lines of error rows that had no readable id
-        self.resumed_rows = 0
-        self.resumed_errors = 0
         self.torn_bytes = 0  # bytes of a partial last line removed on open
         if overwrite or not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,8 +49,6 @@ class ResumableOutput:
                     self.done_lines.add(int(row.get("line", 0)))
                 else:
                     self.done_keys[key] += 1
-                self.resumed_rows += 1
-                self.resumed_errors += "error" in row
                 end += len(line)
         size = self.path.stat().st_size
         if end < size:  # only now that the file is known to be ours

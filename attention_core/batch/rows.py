@@ -17,7 +17,7 @@ Rerank results are ``{"candidate": index into candidates, "score"}`` (plus ``par
 the candidate was given as one); retrieval results are ``{"paragraph_id", "doc_id", "position",
 "score", "retrieval_score"}`` plus ``text`` unless the job omits texts.
 
-This module imports nothing heavy: the service engine runs on a client-only install.
+This module imports nothing heavy (errors.py is plain Python): the service engine runs on a client-only install.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..errors import InvalidInputError
+
 MAX_TOP_K = 1000
 FIELDS = ("id", "context", "candidates", "top_k")
 
 
-class RowError(ValueError):
+class RowError(InvalidInputError):
     """A row that cannot be scored; the message says why."""
 
 
