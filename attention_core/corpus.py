@@ -75,6 +75,9 @@ def validate_document(doc: Document, where: str = "") -> None:
                 raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} is not a non-empty list of numbers")
             if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vec):
                 raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} has a non-numeric, NaN or inf value")
+            if len(vec) != len(doc.vectors[0]):
+                raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} has {len(vec)} values, "
+                                        f"vector 0 has {len(doc.vectors[0])}")
 
 
 def _document_from_json(obj: object) -> Document:

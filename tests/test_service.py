@@ -1,6 +1,7 @@
 """The gRPC service end to end: a real server on 127.0.0.1 (port 0), the real model and store, both clients."""
 
 import asyncio
+import logging
 import shutil
 import subprocess
 import sys
@@ -107,6 +108,9 @@ def test_every_rpc_from_the_async_client(server):
      "dimension 2"),
     (lambda c: c.add_documents([{"doc_id": "ok-1", "paragraphs": ["fine"]}, {"doc_id": "bad", "paragraphs": []}]),
      InvalidArgument, "has no paragraphs"),
+    # found by bench/fuzz_service.py: vectors of different lengths in one document were INTERNAL
+    (lambda c: c.add_documents([{"doc_id": "ragged", "paragraphs": ["a", "b"], "vectors": [[1.0] * 384, [1.0, 2.0]]}]),
+     InvalidArgument, "vector 1 has 2 values, vector 0 has 384"),
 ])
 def test_bad_input_gets_the_documented_status_and_changes_nothing(client, call, error, message):
     before = client.info()
@@ -224,14 +228,15 @@ def private_copy(server_store, tmp_path, *skip):
     return store
 
 
-def test_auth_roles(server_store, tmp_path):
+def test_auth_roles(server_store, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)  # every log record of the server, at every level
     s = LiveServer(private_copy(server_store, tmp_path), read_tokens="reader-token", write_tokens="writer-token").start()
     try:
         with Client(s.address) as anonymous:
             with pytest.raises(Unauthenticated):
                 anonymous.info()
             assert anonymous.health() == "SERVING"  # health stays open for load balancers
-        with Client(s.address, token="wrong") as wrong:
+        with Client(s.address, token="wrong-token-7f3a") as wrong:
             with pytest.raises(Unauthenticated):
                 wrong.predict_next([1])
         with Client(s.address, token="reader-token") as reader:
@@ -245,6 +250,10 @@ def test_auth_roles(server_store, tmp_path):
             assert writer.delete_documents(["auth-doc"]).documents_deleted == 1
     finally:
         s.stop()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert len(caplog.records) > 3, "the server's log was not captured"
+    for token in ("reader-token", "writer-token", "wrong-token-7f3a"):
+        assert token not in logged, f"a token ({token}) was logged"
 
 
 def test_health_through_startup_reload_and_shutdown(server_store, tmp_path):
