@@ -34,3 +34,7 @@ class CorpusFormatError(InvalidInputError):
     def __init__(self, path: str, line: int, reason: str):
         super().__init__(f"{path}:{line}: {reason}")
         self.path, self.line, self.reason = path, line, reason
+
+
+class StorageFullError(NextparaError):
+    """The data directory's file system is full: the write was not stored, earlier ones are intact."""

@@ -69,10 +69,14 @@ def write_snapshot(data_dir: Path, generation: int, index_bytes: bytes, ids: np.
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    write_bytes_durably(tmp / "index.faiss", index_bytes)
-    write_npy_durably(tmp / "ids.npy", np.asarray(ids, dtype=np.int64))
-    write_npy_durably(tmp / "vectors.npy", np.asarray(vectors, dtype=np.float32))
-    fsync_dir(tmp)
+    try:
+        write_bytes_durably(tmp / "index.faiss", index_bytes)
+        write_npy_durably(tmp / "ids.npy", np.asarray(ids, dtype=np.int64))
+        write_npy_durably(tmp / "vectors.npy", np.asarray(vectors, dtype=np.float32))
+        fsync_dir(tmp)
+    except OSError:  # a full disk, say: give the space back; the manifest still names the old snapshot
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     final = root / name
     if final.exists():  # a previous run wrote this generation but died before the manifest
         shutil.rmtree(final)
@@ -81,14 +85,16 @@ def write_snapshot(data_dir: Path, generation: int, index_bytes: bytes, ids: np.
     return f"{SNAPSHOTS}/{name}"
 
 
-def read_snapshot(data_dir: Path, name: str) -> tuple[bytes, np.ndarray, np.ndarray]:
+def read_snapshot(data_dir: Path, name: str) -> tuple[Path, np.ndarray, np.ndarray]:
+    """(index file, ids, vectors) of a snapshot; the vectors are memory-mapped read-only, not read.
+
+    np.load refuses pickled (object) arrays, so a crafted snapshot cannot run code here."""
     path = data_dir / name
     ids = np.load(path / "ids.npy")
-    vectors = np.load(path / "vectors.npy")
-    index_bytes = (path / "index.faiss").read_bytes()
+    vectors = np.load(path / "vectors.npy", mmap_mode="r")
     if len(ids) != len(vectors):
         raise StoreMismatchError(f"snapshot {path}: {len(ids)} ids but {len(vectors)} vectors")
-    return index_bytes, ids, vectors
+    return path / "index.faiss", ids, vectors
 
 
 def remove_stale_snapshots(data_dir: Path, keep: str | None) -> None:

@@ -19,9 +19,12 @@ any number of processes may open the store read-only. Open a store with
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -34,7 +37,7 @@ import numpy as np
 from . import snapshot as snap
 from .corpus import Document, text_hash, validate_document
 from .embedders import normalize_rows
-from .errors import FailedPreconditionError, InvalidInputError, NotFoundError, StoreMismatchError
+from .errors import FailedPreconditionError, InvalidInputError, NotFoundError, StorageFullError, StoreMismatchError
 from .vector_index import IndexChoice, VectorIndex, choose_index
 
 log = logging.getLogger(__name__)
@@ -98,9 +101,9 @@ class ParagraphStore:
         ids, vectors = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         self.index = VectorIndex(choice, self.dim)
         if manifest and manifest.get("snapshot"):
-            try:  # np.load refuses pickled arrays, so a crafted snapshot cannot run code; it is then ignored
-                index_bytes, ids, vectors = snap.read_snapshot(self.data_dir, manifest["snapshot"])
-                self.index = VectorIndex.deserialize(np.frombuffer(index_bytes, dtype=np.uint8), choice, self.dim)
+            try:  # a crafted snapshot cannot run code (see read_snapshot); it is then ignored
+                index_path, ids, vectors = snap.read_snapshot(self.data_dir, manifest["snapshot"])
+                self.index = VectorIndex.read(index_path, choice, self.dim)
                 if vectors.dtype != np.float32 or vectors.shape[1:] != (self.dim,) or ids.dtype.kind != "i":
                     raise StoreMismatchError(f"arrays of {vectors.dtype} {vectors.shape} and {ids.dtype}")
                 self.snapshot_name, self.snapshot_generation = manifest["snapshot"], int(manifest["generation"])
@@ -110,7 +113,8 @@ class ParagraphStore:
                 ids, vectors = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
                 self.index = VectorIndex(choice, self.dim)
         keep = np.isin(ids, live_ids)
-        self._ids, self._vectors = ids[keep], np.ascontiguousarray(vectors[keep])
+        # the snapshot's vectors stay memory-mapped until a write replaces the array (never written in place)
+        self._ids, self._vectors = (ids, vectors) if keep.all() else (ids[keep], np.ascontiguousarray(vectors[keep]))
         added = np.setdiff1d(live_ids, self._ids)
         self._append(added, self._fetch_vectors(added))
         # whatever the index holds that is no longer live (removed since the snapshot, or HNSW tombstones)
@@ -140,16 +144,7 @@ class ParagraphStore:
             self._ids, self._vectors = self._ids[order], self._vectors[order]
 
     def _rebuild_index(self, choice: IndexChoice) -> None:
-        index = VectorIndex(choice, self.dim)
-        if not index.is_trained:
-            if not index.can_train_on(len(self._ids)):
-                self.index = index
-                return
-            rng = np.random.default_rng(0)
-            sample = self._vectors[rng.permutation(len(self._ids))[: 256 * choice.params.get("nlist", 1)]]
-            index.train(sample)
-        index.add(self._vectors, self._ids)
-        self.index = index
+        self.index = VectorIndex.build(choice, self.dim, self._ids, self._vectors)
 
     def _rows_where_in(self, select: str, column: str, values: Sequence) -> Iterable[tuple]:
         """Rows of ``SELECT {select} FROM paragraphs WHERE {column} IN values``, in chunks under SQLite's parameter limit."""
@@ -226,7 +221,7 @@ class ParagraphStore:
             old_ids: list[int] = []
             stored = self._content_hashes([d.doc_id for d, _, _ in checked])
             now = time.time()
-            with self._db:  # one transaction
+            with self._disk_full_is_clear("adding documents"), self._db:  # one transaction
                 self._db.execute("BEGIN IMMEDIATE")
                 for doc, arr, chash in checked:
                     if stored.get(doc.doc_id) == chash:
@@ -255,6 +250,25 @@ class ParagraphStore:
         result.generation = self.generation
         return result
 
+    @contextlib.contextmanager
+    def _disk_full_is_clear(self, action: str):
+        """Turn "disk full" from SQLite or the OS into a StorageFullError that says what was kept."""
+        try:
+            yield
+        except (sqlite3.OperationalError, OSError) as e:
+            if isinstance(e, sqlite3.OperationalError):
+                full = "full" in str(e)
+            else:  # numpy's short writes raise OSError without an errno: then ask the file system
+                full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or (
+                    e.errno is None and shutil.disk_usage(self.data_dir).free < 64 * 2**20)
+            if not full:
+                raise
+            kept = (f"every stored document ({self.count_documents()}) is in {DB_FILE} and the store loads from it"
+                    if action.startswith("writing") else
+                    f"nothing of this write was stored; the {self.count_documents()} documents stored before it are intact")
+            raise StorageFullError(f"no space left on the file system of {self.data_dir} while {action} ({e}): {kept}. "
+                                   "Free space and retry (a rebuild skips documents already stored)") from e
+
     def delete_documents(self, doc_ids: Iterable[str]) -> int:
         """Delete documents; returns how many paragraphs went. Unknown ids: NotFoundError, nothing deleted."""
         self._check_writable()
@@ -266,7 +280,7 @@ class ParagraphStore:
                 raise NotFoundError(f"unknown doc_id(s): {', '.join(map(repr, missing[:10]))}"
                                     + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
             old_ids: list[int] = []
-            with self._db:
+            with self._disk_full_is_clear("deleting documents"), self._db:
                 self._db.execute("BEGIN IMMEDIATE")
                 for doc_id in doc_ids:
                     old_ids += [r[0] for r in self._db.execute("SELECT id FROM paragraphs WHERE doc_id = ?", (doc_id,))]
@@ -308,7 +322,8 @@ class ParagraphStore:
                 self._rebuild_index(wanted)
             if generation == self.snapshot_generation and (self.data_dir / snap.MANIFEST).exists():
                 return self.snapshot_name
-            name = snap.write_snapshot(self.data_dir, generation, self.index.serialize().tobytes(), self._ids, self._vectors)
+            with self._disk_full_is_clear("writing the index snapshot"):
+                name = snap.write_snapshot(self.data_dir, generation, self.index.serialize().tobytes(), self._ids, self._vectors)
             snap.write_manifest(self.data_dir, self.manifest(snapshot=name, generation=generation))
             snap.remove_stale_snapshots(self.data_dir, keep=name)
             self.snapshot_name, self.snapshot_generation = name, generation

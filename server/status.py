@@ -8,6 +8,7 @@ from nextpara.attention_core.errors import (
     InvalidInputError,
     NextparaError,
     NotFoundError,
+    StorageFullError,
     StoreLockedError,
 )
 
@@ -22,6 +23,7 @@ STATUS_OF: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (StoreLockedError, grpc.StatusCode.FAILED_PRECONDITION),
     (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
     (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StorageFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 
