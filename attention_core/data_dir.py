@@ -51,7 +51,7 @@ def _has_meta(db: sqlite3.Connection) -> bool:
 
 
 def open_store(data_dir: str | os.PathLike, *, readonly: bool = False, embedder_name: str | None = None,
-               dim: int | None = None, embedder_spec: str | None = None, index: str = "flat") -> ParagraphStore:
+               dim: int | None = None, embedder_spec: str | None = None, index: str = "auto") -> ParagraphStore:
     """Open the store in ``data_dir``; create it when ``embedder_name`` and ``dim`` are given.
 
     An existing store built by another embedder, or with another dimension, is refused

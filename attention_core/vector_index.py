@@ -4,12 +4,18 @@ Index types, through FAISS's index factory, all wrapped in ``IDMap2`` so FAISS r
 our paragraph ids:
 
 =========  ==============================  ============================================
-``flat``   ``IDMap2,Flat``                 exact; the default
-``hnsw``   ``IDMap2,HNSW32,Flat``          graph; efConstruction 80, efSearch 128
-``ivf``    ``IVF{nlist},Flat``              nlist = 4*sqrt(N) (at most N/39), nprobe 16;
-                                           trained on the vectors present when built
-``auto``   flat below 100,000 vectors, hnsw from there; re-decided at every snapshot
+``flat``   ``IDMap2,Flat``                 exact
+``hnsw``   ``IDMap2,HNSW32,Flat``          graph; efConstruction 80, efSearch 512
+``ivf``    ``IVF{nlist},Flat``              nlist = 2*sqrt(N) (at most N/39), nprobe 64;
+                                           trained on a sample of 64 points per list
+``auto``   flat below 50,000 vectors, hnsw from there; re-decided at every snapshot (the default)
 =========  ==============================  ============================================
+
+The parameters come from bench/index_scale.py (bench/results/index_scale.md): on 2 cores a flat
+scan costs about 0.1 ms per 1,000 vectors of 384 dims (9.5 ms at 100K, 114 ms at 1M), so exact
+search stops being cheap around 50K. HNSW needed efSearch 512 to keep recall@100 at 0.95 at 1M
+vectors (0.90 with 256, 0.82 with 128), at about 3 ms; IVF was slower than HNSW at equal recall
+(nprobe 128 of 2,000 lists: 0.91 at 9 ms), so auto chooses HNSW.
 
 Any other string is passed to ``faiss.index_factory`` (``IDMap2,`` is prefixed unless it is
 an IVF index, which keeps ids itself: IDMap2 over IVF cannot remove ids).
@@ -29,10 +35,12 @@ import numpy as np
 
 from .errors import InvalidInputError
 
-AUTO_HNSW_FROM = 100_000
-HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 128
-IVF_NPROBE = 16
+AUTO_HNSW_FROM = 50_000
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 512
+IVF_NPROBE = 64
+IVF_LISTS_PER_SQRT_N = 2
 IVF_MIN_POINTS_PER_LIST = 39  # FAISS warns below this many training points per list
+IVF_TRAIN_POINTS_PER_LIST = 64  # k-means sample; FAISS itself would take 256 per list
 TOMBSTONE_REBUILD_FRACTION = 0.2
 
 
@@ -63,7 +71,7 @@ def _factory(kind: str, n: int) -> tuple[str, dict]:
         return "IDMap2,Flat", {}
     if kind == "hnsw":
         return f"IDMap2,HNSW{HNSW_M},Flat", {"efConstruction": HNSW_EF_CONSTRUCTION, "efSearch": HNSW_EF_SEARCH}
-    nlist = max(1, min(int(4 * math.sqrt(max(n, 1))), n // IVF_MIN_POINTS_PER_LIST))
+    nlist = max(1, min(int(IVF_LISTS_PER_SQRT_N * math.sqrt(max(n, 1))), n // IVF_MIN_POINTS_PER_LIST))
     return f"IVF{nlist},Flat", {"nlist": nlist, "nprobe": min(IVF_NPROBE, nlist)}
 
 
@@ -96,6 +104,20 @@ class VectorIndex:
 
     def train(self, vectors: np.ndarray) -> None:
         self.index.train(vectors)
+
+    @classmethod
+    def build(cls, choice: IndexChoice, dim: int, ids: np.ndarray, vectors: np.ndarray) -> "VectorIndex":
+        """A new index of ``choice`` holding ``vectors`` under ``ids``; an IVF index is trained on a
+        seeded sample of at most IVF_TRAIN_POINTS_PER_LIST points per list (left untrained, answering by
+        exact search, while there are too few)."""
+        index = cls(choice, dim)
+        if not index.is_trained:
+            if not index.can_train_on(len(ids)):
+                return index
+            sample = np.random.default_rng(0).permutation(len(ids))[: IVF_TRAIN_POINTS_PER_LIST * choice.params.get("nlist", 1)]
+            index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
+        index.add(vectors, ids)
+        return index
 
     def ids(self) -> np.ndarray:
         """Every id the index holds (tombstoned ones included)."""
@@ -145,8 +167,9 @@ class VectorIndex:
         return faiss.serialize_index(self.index)
 
     @classmethod
-    def deserialize(cls, data: np.ndarray, choice: IndexChoice, dim: int) -> "VectorIndex":
-        index = faiss.deserialize_index(data)
+    def read(cls, path, choice: IndexChoice, dim: int) -> "VectorIndex":
+        """Read an index file written by :meth:`serialize` (FAISS reads it straight from the file)."""
+        index = faiss.read_index(str(path))
         if index.d != dim:
             raise InvalidInputError(f"index file has dimension {index.d}, the store expects {dim}")
         return cls(choice, dim, index=index)
