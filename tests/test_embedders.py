@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from nextpara.attention_core.data_dir import open_store
-from nextpara.attention_core.embedders import MINILM_NAME, PrecomputedEmbedder, make_embedder
+from nextpara.attention_core.embedders import MINILM_INT8_NAME, MINILM_NAME, PrecomputedEmbedder, embedder_for_store, make_embedder
 from nextpara.attention_core.embedding_cache import CachedEmbedder
 from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError
 from nextpara.attention_core.http_embedder import EmbeddingServiceError, OpenAIEmbedder
@@ -19,6 +19,15 @@ def test_minilm_shape_normalisation_and_meaning(minilm):
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert v[0] @ v[1] > v[0] @ v[2] + 0.3  # paraphrases closer than unrelated text
     assert minilm.embed([]).shape == (0, 384)
+
+
+def test_minilm_int8_is_close_to_fp32_and_named_apart(minilm):
+    int8 = make_embedder("minilm-int8")
+    a, b = minilm.embed(TEXTS), int8.embed(TEXTS)
+    assert int8.name == MINILM_INT8_NAME != minilm.name and b.shape == a.shape
+    cos = (a * b).sum(1)
+    assert (cos > 0.9).all() and not np.allclose(a, b)  # quantised: close, not equal (see bench/results/embed_speed.md)
+    assert embedder_for_store("minilm-int8", MINILM_INT8_NAME, 384).name == MINILM_INT8_NAME
 
 
 def test_cache_hits_cost_no_model_time(minilm, tmp_path):
