@@ -13,3 +13,13 @@ def save(name: str, record: dict, markdown: str) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown)
     print("\n" + markdown)
+
+
+def stamp(script: str) -> dict:
+    """The command that ran (this script and its arguments), the date and the machine, for a record."""
+    import os
+    import sys
+    import time
+
+    return {"command": " ".join(["python", f"bench/{script}", *sys.argv[1:]]),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{os.cpu_count()} cores"}

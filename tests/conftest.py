@@ -14,6 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from fault_injection import write_vector_corpus  # noqa: E402,F401  (one corpus writer for tests and bench)
 CORPORA = REPO.parent / "shared" / "corpora"
 PEPS = CORPORA / "peps.jsonl"
 
@@ -55,20 +57,6 @@ def unit_vectors(n: int, dim: int, seed: int = 0, clusters: int = 0) -> np.ndarr
         centres = rng.standard_normal((clusters, dim)).astype(np.float32) * 3
         x += centres[rng.integers(0, clusters, n)]
     return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def write_vector_corpus(path: Path, n_docs: int, n_paragraphs: int, dim: int, seed: int = 0) -> list[dict]:
-    """A JSONL corpus with precomputed vectors; returns the documents written."""
-    vecs = unit_vectors(n_docs * n_paragraphs, dim, seed)
-    docs = []
-    with open(path, "w") as f:
-        for d in range(n_docs):
-            doc = {"doc_id": f"doc-{d:05d}", "title": f"Document {d}",
-                   "paragraphs": [f"Paragraph {p} of document {d}, seed {seed}." for p in range(n_paragraphs)],
-                   "vectors": vecs[d * n_paragraphs:(d + 1) * n_paragraphs].round(6).tolist()}
-            f.write(json.dumps(doc) + "\n")
-            docs.append(doc)
-    return docs
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600):

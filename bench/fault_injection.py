@@ -1,0 +1,318 @@
+"""Crash safety, counted: ingestion runs killed with SIGKILL at random moments, then checked.
+
+    python bench/fault_injection.py                 # 10 `nextpara build` kills + 10 AddDocuments kills
+    python bench/fault_injection.py --runs 4        # (tests/test_crash.py runs this shorter setting)
+
+Two kinds of run, alternating, each on a fresh data directory:
+
+* ``build``: ``nextpara build`` of a 1,500-document corpus with precomputed 64-d vectors, killed
+  a random time after its n-th acknowledged batch (the build logs "stored N documents through
+  'doc-X'" after each committed batch; n random, sometimes 0 or the last, so kills also land
+  before the first write and during the final snapshot);
+* ``rpc``: ``nextpara serve`` (snapshots every 0.2 s, so kills land inside snapshot writes too)
+  while a client sends AddDocuments calls of 20 documents back to back; the server is killed a
+  random 0.3-3 s in. A document counts as acknowledged when its call returned OK.
+
+After each kill the data directory is checked: it opens as a writable store (the dead writer's
+lock must not block it); every document has all its paragraphs (none partial); the FAISS index
+holds exactly SQLite's paragraph ids; every acknowledged document is present; a fresh
+``nextpara serve`` on it answers GetInfo with SQLite's counts; a sample of stored vectors finds
+itself.
+
+Then a full disk: each build runs in its own mount namespace on a 16 MB tmpfs that already holds
+a ballast file of 14, 11, 8 or 7 MB, so the disk fills while documents are being added or while
+the index snapshot is written. Each must fail with a one-line "no space left" error (no
+traceback), leave a store that passes the same checks, and, once the ballast is deleted, a
+rerun must complete the build. (Needs root for the private mount; otherwise skipped, and the
+results say so.) Prints tables, writes bench/results/fault_injection.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+N_DOCS, N_PAR, DIM, BATCH_PARAGRAPHS = 1500, 20, 64, 300
+ACK = re.compile(r"stored \d+ documents through '(doc-\d+)'")
+SERVING = re.compile(r"SERVING(?: \(no model\))? on 127\.0\.0\.1:(\d+)")  # a store without a model serves writes
+
+
+def write_vector_corpus(path: Path, n_docs: int, n_paragraphs: int, dim: int, seed: int = 0, prefix: str = "doc") -> list[dict]:
+    """A JSONL corpus with precomputed unit vectors; returns the documents written."""
+    rng = np.random.default_rng(seed)
+    vecs = rng.standard_normal((n_docs * n_paragraphs, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    docs = []
+    with open(path, "w") as f:
+        for d in range(n_docs):
+            doc = {"doc_id": f"{prefix}-{d:05d}", "title": f"Document {d}",
+                   "paragraphs": [f"Paragraph {p} of document {d}, seed {seed}." for p in range(n_paragraphs)],
+                   "vectors": vecs[d * n_paragraphs:(d + 1) * n_paragraphs].round(6).tolist()}
+            f.write(json.dumps(doc) + "\n")
+            docs.append(doc)
+    return docs
+
+
+def nextpara(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nextpara", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kwargs)
+
+
+def start_server(data: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    proc = nextpara("serve", "--data-dir", str(data), "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                    "--grace-seconds", "1", *extra)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if m := SERVING.search(line):
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            return proc, f"127.0.0.1:{m.group(1)}"
+    proc.wait()
+    raise RuntimeError("server did not start:\n" + "".join(lines))
+
+
+def check_store(data: Path, acknowledged: set[str]) -> dict:
+    """What a kill left behind: counts of partial and lost documents, and whether index and SQLite agree."""
+    from nextpara.attention_core.data_dir import open_store
+    from nextpara.client import Client
+
+    out = {"loadable": False, "documents": 0, "partial": 0, "lost": 0, "index_agrees": False, "getinfo_agrees": False}
+    if not (data / "paragraphs.sqlite").exists():  # killed before the store was created: nothing was acknowledged
+        out.update(loadable=True, index_agrees=True, getinfo_agrees=True, lost=len(acknowledged))
+        return out
+    with open_store(data) as store:  # writable: the dead writer's lock must be gone
+        out["loadable"] = True
+        db = sqlite3.connect(data / "paragraphs.sqlite")
+        try:
+            docs = dict(db.execute("SELECT doc_id, n_paragraphs FROM documents"))
+            per_doc = dict(db.execute("SELECT doc_id, COUNT(*) FROM paragraphs GROUP BY doc_id"))
+            sql_ids = np.fromiter((r[0] for r in db.execute("SELECT id FROM paragraphs ORDER BY id")), np.int64)
+        finally:
+            db.close()
+        out["documents"] = len(docs)
+        out["partial"] = sum(per_doc.get(d, 0) != n for d, n in docs.items()) + len(set(per_doc) - set(docs))
+        out["lost"] = len(acknowledged - set(docs))
+        live = np.setdiff1d(store.index.ids(), np.asarray(sorted(store.index.tombstones), np.int64))
+        out["index_agrees"] = bool(np.array_equal(live, sql_ids) and store.count_paragraphs() == len(sql_ids))
+        if len(sql_ids):
+            sample = sql_ids[:: max(1, len(sql_ids) // 50)]
+            out["index_agrees"] &= bool(np.array_equal(store.search(store.vectors(sample), 1)[1][:, 0], sample))
+    proc, address = start_server(data)
+    try:
+        with Client(address, timeout=30) as c:
+            info = c.info()
+        out["getinfo_agrees"] = info.documents == len(docs) and info.paragraphs == len(sql_ids)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    return out
+
+
+def build_run(corpus: Path, data: Path, rng: random.Random) -> tuple[dict, set[str]]:
+    n_batches = N_DOCS * N_PAR // BATCH_PARAGRAPHS
+    n_acks = rng.choice([0, n_batches] + list(range(1, n_batches)))
+    jitter = rng.uniform(0.3, 1.0) if n_acks == 0 else rng.uniform(0, 0.05)
+    proc = nextpara("build", "--corpus", str(corpus), "--data-dir", str(data), "--embedder", "precomputed:rand64",
+                    "--batch-paragraphs", str(BATCH_PARAGRAPHS))
+    acks = []
+    if n_acks:
+        for line in proc.stderr:
+            if m := ACK.search(line):
+                acks.append(m.group(1))
+                if len(acks) == n_acks:
+                    break
+    time.sleep(jitter)
+    proc.send_signal(signal.SIGKILL)
+    _, rest = proc.communicate(timeout=60)
+    acks += ACK.findall(rest)
+    last = int(acks[-1].split("-")[1]) if acks else -1  # a build commits documents in corpus order
+    return {"kill_after_acks": n_acks, "jitter_s": round(jitter, 3)}, {f"doc-{d:05d}" for d in range(last + 1)}
+
+
+def rpc_run(base: Path, data: Path, rng: random.Random, run: int) -> tuple[dict, set[str]]:
+    from nextpara.client import Client
+
+    shutil.copytree(base, data, ignore=shutil.ignore_patterns("write.lock"))
+    proc, address = start_server(data, "--snapshot-seconds", "0.2")
+    docs = write_vector_corpus(data.parent / f"rpc{run}.jsonl", 12000, 5, DIM, seed=run, prefix=f"rpc{run}")
+    acked: set[str] = set()
+    stop = threading.Event()
+
+    def writer():
+        with Client(address, timeout=30) as c:
+            for s in range(0, len(docs), 20):
+                if stop.is_set():
+                    return
+                try:
+                    c.add_documents(docs[s:s + 20])
+                except Exception:  # the server died under the call: not acknowledged
+                    return
+                acked.update(d["doc_id"] for d in docs[s:s + 20])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    delay = rng.uniform(0.3, 3.0)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    stop.set()
+    thread.join(timeout=60)
+    return {"kill_after_s": round(delay, 2), "offered": len(docs)}, set(acked)
+
+
+def run(runs: int, work: Path, seed: int = 0, quiet: bool = False) -> list[dict]:
+    """``runs`` kills alternating between build and rpc; one result dict per run."""
+    rng = random.Random(seed)
+    corpus = work / "corpus.jsonl"
+    write_vector_corpus(corpus, N_DOCS, N_PAR, DIM, seed=5)
+    base = work / "base"
+    seed_corpus = work / "seed.jsonl"
+    write_vector_corpus(seed_corpus, 20, 5, DIM, seed=99, prefix="seed")
+    subprocess.run([sys.executable, "-m", "nextpara", "build", "--corpus", str(seed_corpus), "--data-dir", str(base),
+                    "--embedder", "precomputed:rand64"], check=True, capture_output=True)
+    results = []
+    for i in range(runs):
+        kind = "build" if i % 2 == 0 else "rpc"
+        data = work / f"{kind}{i}"
+        plan, acked = build_run(corpus, data, rng) if kind == "build" else rpc_run(base, data, rng, i)
+        t0 = time.perf_counter()
+        outcome = check_store(data, acked)
+        row = {"run": i, "kind": kind, **plan, "acknowledged": len(acked), **outcome,
+               "check_seconds": round(time.perf_counter() - t0, 1)}
+        row["ok"] = (row["loadable"] and row["index_agrees"] and row["getinfo_agrees"] and not row["partial"]
+                     and not row["lost"])
+        results.append(row)
+        if not quiet:
+            print(json.dumps(row), flush=True)
+        shutil.rmtree(data, ignore_errors=True)
+    return results
+
+
+BALLAST_MB = (14, 11, 8, 7)  # of a 16 MB file system: the 300-document build needs about 10 MB
+
+
+def can_mount_tmpfs() -> str | None:
+    """None if this process may mount a private tmpfs (root with unshare), else why not."""
+    if not shutil.which("unshare"):
+        return "unshare is not installed"
+    r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, text=True)
+    return None if r.returncode == 0 else f"cannot mount a private tmpfs here: {r.stderr.strip()}"
+
+
+def full_disk_runs(work: Path, quiet: bool = False) -> list[dict]:
+    """A build into a 16 MB tmpfs already holding a ballast file, for each ballast size; then the ballast
+    is deleted and the build rerun. Each in its own mount namespace (see ``full_disk_child``)."""
+    corpus = work / "disk-corpus.jsonl"
+    write_vector_corpus(corpus, 300, 20, DIM, seed=1)
+    results = []
+    for ballast in BALLAST_MB:
+        mnt = work / f"disk{ballast}"
+        mnt.mkdir()
+        script = (f"mount -t tmpfs -o size=16m tmpfs {mnt} && "
+                  f"{sys.executable} {Path(__file__).resolve()} --full-disk-child {mnt} {corpus} {ballast}")
+        r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or not r.stdout.strip():
+            raise RuntimeError(f"full-disk run with {ballast} MB ballast failed:\n{r.stdout}\n{r.stderr}")
+        results.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        if not quiet:
+            print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def full_disk_child(mnt: Path, corpus: Path, ballast_mb: int) -> None:
+    """Inside the namespace: fill, build, check; free the space, build again, check; print one JSON line."""
+    (mnt / "ballast").write_bytes(b"\0" * (ballast_mb * 2**20))
+    data = mnt / "store"
+
+    def build() -> tuple[subprocess.CompletedProcess, set[str]]:
+        r = subprocess.run([sys.executable, "-m", "nextpara", "build", "--corpus", str(corpus), "--data-dir", str(data),
+                            "--embedder", "precomputed:rand64", "--batch-paragraphs", str(BATCH_PARAGRAPHS)],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        acks = ACK.findall(r.stderr)
+        last = int(acks[-1].split("-")[1]) if acks else -1
+        return r, {f"doc-{d:05d}" for d in range(last + 1)}
+
+    first, acked = build()
+    errors = [line for line in first.stderr.splitlines() if "error:" in line]
+    out = {"ballast_mb": ballast_mb, "exit_code": first.returncode, "error": errors[-1] if errors else "",
+           "traceback": "Traceback" in first.stderr, "acknowledged": len(acked), **check_store(data, acked)}
+    (mnt / "ballast").unlink()
+    second, _ = build()
+    after = check_store(data, {f"doc-{d:05d}" for d in range(300)})
+    out.update(rerun_exit_code=second.returncode, rerun_documents=after["documents"])
+    out["ok"] = (out["loadable"] and out["index_agrees"] and out["getinfo_agrees"] and not out["partial"]
+                 and not out["lost"] and not out["traceback"] and (first.returncode == 0 or "no space left" in out["error"])
+                 and second.returncode == 0 and after["documents"] == 300 and not after["lost"])
+    print(json.dumps(out))
+
+
+def markdown(record: dict) -> str:
+    rows = record["runs"]
+    lines = [f"# Fault injection: SIGKILL during ingestion\n\n`{record['command']}` on {record['date']}, "
+             f"{record['machine']}, {record['seconds']:.0f} s.\n",
+             f"**{sum(r['ok'] for r in rows)}/{len(rows)} runs intact; {sum(r['lost'] for r in rows)} acknowledged "
+             f"documents lost; {sum(not r['loadable'] for r in rows)} stores unloadable; "
+             f"{sum(r['partial'] for r in rows)} partial documents.**\n",
+             "| run | kind | killed | acknowledged docs | docs stored | partial | lost | index = SQLite | GetInfo = SQLite |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        when = (f"{r['jitter_s']} s after ack {r['kill_after_acks']}" if r["kind"] == "build"
+                else f"{r['kill_after_s']} s into a stream of {r['offered']:,} documents")
+        lines.append(f"| {r['run']} | {r['kind']} | {when} | {r['acknowledged']} | {r['documents']} | {r['partial']} | "
+                     f"{r['lost']} | {r['index_agrees']} | {r['getinfo_agrees']} |")
+    disk = record.get("full_disk")
+    if disk:
+        lines += ["", "Full disk: a 16 MB tmpfs holding a ballast file; build, check, delete the ballast, build again.", "",
+                  "| ballast MB | exit code | error | docs stored | lost | index = SQLite | rerun exit | docs after rerun |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['ballast_mb']} | {r['exit_code']} | {r['error'][:110]} | {r['documents']} | {r['lost']} | "
+                  f"{r['index_agrees']} | {r['rerun_exit_code']} | {r['rerun_documents']} |" for r in disk]
+    elif "full_disk_skipped" in record:
+        lines += ["", f"Full disk: not run ({record['full_disk_skipped']})."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--full-disk-child", nargs=3, metavar=("MOUNT", "CORPUS", "BALLAST_MB"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.full_disk_child:
+        mnt, corpus, ballast = args.full_disk_child
+        full_disk_child(Path(mnt), Path(corpus), int(ballast))
+        return 0
+    from record import save, stamp
+
+    start = time.perf_counter()
+    record = stamp("fault_injection.py")
+    with tempfile.TemporaryDirectory(prefix="nextpara-faults-") as work:
+        record["runs"] = run(args.runs, Path(work), args.seed)
+        why_not = can_mount_tmpfs()
+        if why_not:
+            record["full_disk_skipped"] = why_not
+        else:
+            record["full_disk"] = full_disk_runs(Path(work))
+    record["seconds"] = time.perf_counter() - start
+    save("fault_injection", record, markdown(record))
+    return 0 if all(r["ok"] for r in record["runs"] + record.get("full_disk", [])) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
