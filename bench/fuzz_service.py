@@ -1,0 +1,236 @@
+"""Bad input, systematically: generated requests for every RPC against a live ``nextpara serve``.
+
+    python bench/fuzz_service.py --data-dir /tmp/peps-bench              # 10,000 requests
+    python bench/fuzz_service.py --data-dir DIR --requests 1000          # (tests/test_fuzz.py's setting)
+
+The data dir is copied first; the server runs on the copy as a separate process. hypothesis draws
+each request from strategies over the proto's messages: every RPC (PredictNext, Rerank,
+RerankStream, AddDocuments, DeleteDocuments, GetParagraphs, GetInfo, Reload) with field values
+that are valid, empty, huge, negative, out of range, NaN/inf, of the wrong dimension, duplicated
+or unknown; streams that the client abandons midway; and raw bytes that are not the message
+(random, or a valid request with bytes flipped, which also yields invalid UTF-8 in strings).
+
+For each request: the status must be one the service documents (OK, INVALID_ARGUMENT,
+NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, or CANCELLED for a stream the client
+abandoned), never INTERNAL or UNKNOWN; the server must stay up; and a rejected request must
+leave the store unchanged (GetInfo's documents, paragraphs and index version before == after).
+Prints a table, writes bench/results/fuzz_service.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+SERVICE = "/nextpara.v1.NextParagraphService/"
+ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+           grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
+    """A hypothesis strategy of (rpc name, request or list of requests, options)."""
+    from hypothesis import strategies as st
+    from nextpara.v1 import nextpara_pb2 as pb
+
+    floats = st.floats(allow_nan=True, allow_infinity=True, width=32)
+    good_vec = st.lists(st.floats(-1, 1, width=32), min_size=dim, max_size=dim)
+    vector = st.one_of(good_vec, st.lists(floats, min_size=0, max_size=dim + 3),
+                       st.lists(floats, min_size=dim, max_size=dim), st.just([0.0] * dim))
+    text = st.one_of(st.text(max_size=40), st.just(""), st.just(" \n\t"), st.text(min_size=2000, max_size=6000),
+                     st.sampled_from(["The next paragraph.", "ünïcødé ✓ 中文", "\x00", "a" * 100_000]))
+    para_id = st.one_of(st.integers(0, max(n_paragraphs + 10, 10)), st.integers(-2**63, 2**63 - 1))
+    item = st.one_of(text.map(lambda t: pb.ContextParagraph(text=t)),
+                     para_id.map(lambda i: pb.ContextParagraph(paragraph_id=i)),
+                     vector.map(lambda v: pb.ContextParagraph(vector=pb.Vector(values=v))),
+                     st.just(pb.ContextParagraph()))
+    items = st.lists(item, max_size=12)
+    top_k = st.one_of(st.integers(0, 20), st.integers(0, 2**32 - 1))
+    doc_id = st.one_of(st.sampled_from(doc_ids[:50] or ["x"]), st.text(max_size=20), st.just(""),
+                       st.text(min_size=513, max_size=600), st.uuids().map(lambda u: f"fuzz-{u}"))
+    document = st.builds(lambda d, t, ps, vs: pb.Document(doc_id=d, title=t, paragraphs=ps,
+                                                          vectors=[pb.Vector(values=v) for v in vs]),
+                         doc_id, st.text(max_size=30), st.lists(text, max_size=4),
+                         st.one_of(st.just([]), st.lists(vector, max_size=4)))
+    predict = st.builds(lambda c, k, o, a, x: pb.PredictNextRequest(context=c, top_k=k, omit_text=o, include_attention=a,
+                                                                    exclude_doc_ids=x),
+                        items, top_k, st.booleans(), st.booleans(), st.lists(doc_id, max_size=3))
+    rerank = st.builds(lambda r, c, k, n: pb.RerankRequest(request_id=r, context=c, candidates=k, top_k=n),
+                       st.text(max_size=10), items, st.lists(item, max_size=30), top_k)
+    raw = st.one_of(st.binary(max_size=200), st.tuples(predict, st.integers(0, 10**6), st.integers(1, 255)).map(
+        lambda t: flip(t[0].SerializeToString(), t[1], t[2])))
+    return st.one_of(
+        st.tuples(st.just("PredictNext"), predict),
+        st.tuples(st.just("Rerank"), rerank),
+        st.tuples(st.just("RerankStream"), st.tuples(st.lists(rerank, min_size=1, max_size=4), st.integers(0, 4))),
+        st.tuples(st.just("AddDocuments"), st.tuples(st.lists(st.builds(lambda ds: pb.AddDocumentsRequest(documents=ds),
+                                                                        st.lists(document, max_size=3)),
+                                                              min_size=0, max_size=3), st.integers(0, 3))),
+        st.tuples(st.just("DeleteDocuments"), st.builds(lambda ds: pb.DeleteDocumentsRequest(doc_ids=ds),
+                                                         st.lists(doc_id, max_size=4))),
+        st.tuples(st.just("GetParagraphs"), st.builds(lambda ids, v: pb.GetParagraphsRequest(paragraph_ids=ids, include_vectors=v),
+                                                       st.one_of(st.lists(para_id, max_size=20),
+                                                                 st.lists(para_id, min_size=5000, max_size=20000)),
+                                                       st.booleans())),
+        st.tuples(st.just("GetInfo"), st.just(pb.GetInfoRequest())),
+        st.tuples(st.just("Reload"), st.just(pb.ReloadRequest())),
+        st.tuples(st.sampled_from(["PredictNext", "Rerank", "AddDocuments", "GetParagraphs"]).map(lambda m: "raw:" + m), raw),
+    )
+
+
+def flip(data: bytes, at: int, mask: int) -> bytes:
+    if not data:
+        return bytes([mask])
+    b = bytearray(data)
+    b[at % len(b)] ^= mask
+    return bytes(b)
+
+
+class Fuzzer:
+    def __init__(self, address: str):
+        from nextpara.v1 import nextpara_pb2 as pb
+        from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
+
+        self.pb = pb
+        self.channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 * 2**20),
+                                                               ("grpc.max_receive_message_length", 64 * 2**20)])
+        self.stub = pb_grpc.NextParagraphServiceStub(self.channel)
+        self.codes: collections.Counter = collections.Counter()
+        self.by_rpc: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.failures: list[str] = []
+        self.requests = 0
+
+    def state(self) -> tuple[int, int, int]:
+        i = self.stub.GetInfo(self.pb.GetInfoRequest(), timeout=60)
+        return i.documents, i.paragraphs, i.index_version
+
+    def call(self, rpc: str, request) -> None:
+        before = self.state()
+        code, detail = grpc.StatusCode.OK, ""
+        try:
+            if rpc.startswith("raw:"):
+                self.channel.unary_unary(SERVICE + rpc[4:])(request, timeout=60)
+            elif rpc == "RerankStream":
+                reqs, stop_after = request
+                responses = self.stub.RerankStream(iter(reqs), timeout=60)
+                for i, _ in enumerate(responses):
+                    if i + 1 >= stop_after > 0:
+                        responses.cancel()  # the client abandons the stream midway
+                        break
+            elif rpc == "AddDocuments":
+                messages, stop_after = request
+                call = self.stub.AddDocuments.future(iter(messages), timeout=60)
+                if stop_after == 1:
+                    call.cancel()
+                call.result()
+            else:
+                getattr(self.stub, rpc)(request, timeout=60)
+        except grpc.RpcError as e:
+            code, detail = e.code(), e.details() or ""
+        except grpc.FutureCancelledError:
+            code = grpc.StatusCode.CANCELLED
+        self.requests += 1
+        self.codes[code.name] += 1
+        self.by_rpc[rpc.split(":")[0] if not rpc.startswith("raw:") else "raw bytes"][code.name] += 1
+        where = f"{rpc} {str(request)[:300]!r}"
+        if code not in ALLOWED and not (code == grpc.StatusCode.CANCELLED and rpc in ("RerankStream", "AddDocuments")):
+            self.failures.append(f"{code.name} {detail[:200]} for {where}")
+        if code != grpc.StatusCode.OK and rpc not in ("AddDocuments", "RerankStream") and self.state() != before:
+            self.failures.append(f"store changed by a rejected request: {where}")
+        if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND) and rpc == "DeleteDocuments" \
+                and self.state() != before:
+            self.failures.append(f"a refused delete changed the store: {where}")
+
+
+def fuzz(address: str, requests: int, seed: int, dim: int, n_paragraphs: int, doc_ids: list[str]) -> Fuzzer:
+    import warnings
+
+    from hypothesis import HealthCheck, given, seed as hseed, settings
+    from hypothesis.errors import HypothesisWarning
+
+    warnings.filterwarnings("ignore", category=HypothesisWarning)  # "overly large repr" of the huge cases
+
+    fuzzer = Fuzzer(address)
+
+    @hseed(seed)
+    @settings(max_examples=requests, deadline=None, database=None, derandomize=False,
+              suppress_health_check=list(HealthCheck))
+    @given(strategies(dim, n_paragraphs, doc_ids))
+    def one(case):
+        fuzzer.call(*case)
+
+    started = time.perf_counter()
+    while fuzzer.requests < requests:  # hypothesis may stop early once it has exhausted its budget
+        one()
+        if time.perf_counter() - started > 3600:
+            break
+    return fuzzer
+
+
+def start(data: Path):
+    from fault_injection import start_server
+
+    return start_server(data)
+
+
+def run(data_dir: str, requests: int, seed: int = 0) -> dict:
+    from nextpara.attention_core.data_dir import open_store
+
+    with tempfile.TemporaryDirectory(prefix="nextpara-fuzz-") as work:
+        data = Path(work) / "store"
+        shutil.copytree(data_dir, data, ignore=shutil.ignore_patterns("write.lock"))
+        with open_store(data, readonly=True) as store:
+            dim, n_paragraphs = store.dim, store.count_paragraphs()
+            doc_ids = sorted({p.doc_id for p in store.get_paragraphs(list(range(1, min(n_paragraphs, 200))))})
+        proc, address = start(data)
+        started = time.perf_counter()
+        try:
+            fuzzer = fuzz(address, requests, seed, dim, n_paragraphs, doc_ids)
+            alive = proc.poll() is None and fuzzer.stub.GetInfo(fuzzer.pb.GetInfoRequest(), timeout=30) is not None
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        return {"requests": fuzzer.requests, "seconds": round(time.perf_counter() - started, 1), "server_alive": alive,
+                "server_exit_code": proc.returncode, "codes": dict(fuzzer.codes),
+                "by_rpc": {k: dict(v) for k, v in sorted(fuzzer.by_rpc.items())}, "failures": fuzzer.failures[:50],
+                "n_failures": len(fuzzer.failures)}
+
+
+def markdown(record: dict) -> str:
+    r = record["result"]
+    codes = sorted({c for v in r["by_rpc"].values() for c in v})
+    lines = [f"# Service fuzzing\n\n`{record['command']}` on {record['date']}, {record['machine']}, {r['seconds']:.0f} s.\n",
+             f"**{r['requests']:,} generated requests; server alive at the end: {r['server_alive']} (exit code after "
+             f"SIGTERM {r['server_exit_code']}); INTERNAL: {r['codes'].get('INTERNAL', 0)}, UNKNOWN: "
+             f"{r['codes'].get('UNKNOWN', 0)}; failures (bad status or a rejected request that changed the store): "
+             f"{r['n_failures']}.**\n", "| RPC | " + " | ".join(codes) + " |", "| --- |" + " --- |" * len(codes)]
+    lines += [f"| {rpc} | " + " | ".join(str(v.get(c, 0)) for c in codes) + " |" for rpc, v in r["by_rpc"].items()]
+    if r["failures"]:
+        lines += ["", "First failures:", ""] + [f"- {f}" for f in r["failures"][:10]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True, help="a built (and trained) store; it is copied, not changed")
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    from record import save, stamp
+
+    record = {**stamp("fuzz_service.py"), "result": run(args.data_dir, args.requests, args.seed)}
+    save("fuzz_service", record, markdown(record))
+    return 0 if record["result"]["server_alive"] and not record["result"]["n_failures"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
