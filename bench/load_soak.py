@@ -119,8 +119,9 @@ async def overload(address: str, burst: int, ids: list[int]) -> dict:
                 return "ok", time.perf_counter() - t0
             except ResourceExhausted:
                 return "resource_exhausted", time.perf_counter() - t0
-            except Exception as e:  # noqa: BLE001
-                return type(e).__name__, time.perf_counter() - t0
+            except Exception as e:  # noqa: BLE001 - named by status code when it has one
+                code = getattr(e, "code", None)
+                return (f"{code.name}: {str(e)[:80]}" if code is not None else type(e).__name__), time.perf_counter() - t0
 
         t0 = time.perf_counter()
         results = await asyncio.gather(*(one() for _ in range(burst)))
