@@ -59,9 +59,12 @@ def normalize_rows(vectors: np.ndarray, where: str = "vectors") -> np.ndarray:
 
 
 class SentenceTransformerEmbedder:
-    """A local sentence-transformers model, loaded lazily on first use, CPU, offline."""
+    """A local sentence-transformers model, loaded lazily on first use, CPU, offline.
 
-    def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int = 64, int8: bool = False):
+    Batches of 32 (sentence-transformers' own default): 64 measured 8% slower on PEPs paragraphs
+    (bench/results/embed_speed.md), since longer batches pad more."""
+
+    def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int = 32, int8: bool = False):
         self.model_path = str(model_path)
         self.name = name
         self.batch_size = batch_size
