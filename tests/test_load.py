@@ -8,7 +8,9 @@ import pytest
 
 @pytest.mark.slow
 def test_concurrent_mixed_load_then_overload_and_recovery(server_store):
-    args = argparse.Namespace(clients=8, minutes=0.5, window=10.0, max_queue=16, burst=400, seed=1)
+    # 2,048 calls on one connection: before the server capped streams per connection, ~10% of them
+    # ended CANCELLED (bench/results/load_soak_first_run.md); this burst fails on that server
+    args = argparse.Namespace(clients=8, minutes=0.5, window=10.0, max_queue=256, burst=2048, seed=1)
     result = load_soak.run(str(server_store), args)
     assert result["error_kinds"] == {}, result["error_kinds"]
     assert all(w["calls"] > 0 for w in result["windows"]) and len(result["windows"]) == 3
