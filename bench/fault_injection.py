@@ -262,6 +262,66 @@ def full_disk_child(mnt: Path, corpus: Path, ballast_mb: int) -> None:
     print(json.dumps(out))
 
 
+def full_disk_server_run(work: Path) -> dict:
+    """A running server whose disk fills up under AddDocuments, in its own mount namespace (see
+    ``full_disk_server_child``); returns the child's JSON line."""
+    base, seed = work / "disk-server-base", work / "disk-server-seed.jsonl"
+    write_vector_corpus(seed, 20, 5, DIM, seed=98, prefix="seed")
+    subprocess.run([sys.executable, "-m", "nextpara", "build", "--corpus", str(seed), "--data-dir", str(base),
+                    "--embedder", "precomputed:rand64"], check=True, capture_output=True)
+    mnt = work / "disk-server"
+    mnt.mkdir()
+    script = (f"mount -t tmpfs -o size=8m tmpfs {mnt} && cp -r {base} {mnt}/store && rm -f {mnt}/store/write.lock && "
+              f"{sys.executable} {Path(__file__).resolve()} --full-disk-server-child {mnt}")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 or not r.stdout.strip():
+        raise RuntimeError(f"full-disk server run failed:\n{r.stdout}\n{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def full_disk_server_child(mnt: Path) -> None:
+    """Inside the namespace: leave ~1.5 MB free, add documents through a server until the disk is full,
+    read, free the space, add again, stop, check the store; print one JSON line."""
+    from nextpara.client import Client, ResourceExhausted
+
+    free = shutil.disk_usage(mnt).free
+    (mnt / "ballast").write_bytes(b"\0" * max(0, free - 3 * 2**19))
+    data = mnt / "store"
+    proc, address = start_server(data, "--snapshot-seconds", "0.5")
+    docs = write_vector_corpus(mnt.parent / "disk-server-docs.jsonl", 2000, 5, DIM, seed=97, prefix="full")
+    acked: set[str] = set()
+    out = {"refusal": "", "refused_code": None}
+    try:
+        with Client(address, timeout=60) as c:
+            for s in range(0, len(docs), 20):
+                try:
+                    c.add_documents(docs[s:s + 20])
+                except ResourceExhausted as e:
+                    out.update(refusal=str(e)[:300], refused_code="RESOURCE_EXHAUSTED", refused_at=s)
+                    break
+                except Exception as e:  # noqa: BLE001 - any other outcome is a failure to report
+                    out.update(refusal=f"{type(e).__name__}: {str(e)[:300]}", refused_code=type(e).__name__, refused_at=s)
+                    break
+                acked.update(d["doc_id"] for d in docs[s:s + 20])
+            time.sleep(1.5)  # periodic snapshots run (and fail) against the full disk meanwhile
+            info = c.info()
+            out["reads_while_full"] = info.documents == 20 + len(acked)
+            (mnt / "ballast").unlink()
+            c.add_documents(docs[-20:])
+            acked.update(d["doc_id"] for d in docs[-20:])
+            out["write_after_freeing"] = True
+        out["server_alive"] = proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    out.update(server_exit_code=proc.returncode, acknowledged=len(acked), **check_store(data, acked))
+    out["ok"] = (out["refused_code"] == "RESOURCE_EXHAUSTED" and "no space left" in out["refusal"]
+                 and out["reads_while_full"] and out.get("write_after_freeing", False) and out["server_alive"]
+                 and out["server_exit_code"] == 0 and out["loadable"] and out["index_agrees"]
+                 and out["getinfo_agrees"] and not out["partial"] and not out["lost"])
+    print(json.dumps(out))
+
+
 def markdown(record: dict) -> str:
     rows = record["runs"]
     lines = [f"# Fault injection: SIGKILL during ingestion\n\n`{record['command']}` on {record['date']}, "
@@ -283,7 +343,14 @@ def markdown(record: dict) -> str:
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {r['ballast_mb']} | {r['exit_code']} | {r['error'][:110]} | {r['documents']} | {r['lost']} | "
                   f"{r['index_agrees']} | {r['rerun_exit_code']} | {r['rerun_documents']} |" for r in disk]
-    elif "full_disk_skipped" in record:
+    server = record.get("full_disk_server")
+    if server:
+        lines += ["", f"Full disk under a running server (8 MB tmpfs, ~1.5 MB left, AddDocuments of 20 documents until "
+                  f"refused): {server['acknowledged']} documents acknowledged; refusal {server['refused_code']}: "
+                  f"{server['refusal'][:160]}; reads while full: {server['reads_while_full']}; a write after freeing "
+                  f"the space: {server.get('write_after_freeing')}; store after SIGTERM: loads {server['loadable']}, "
+                  f"lost {server['lost']}, index = SQLite {server['index_agrees']}; ok: {server['ok']}."]
+    if "full_disk_skipped" in record:
         lines += ["", f"Full disk: not run ({record['full_disk_skipped']})."]
     return "\n".join(lines) + "\n"
 
@@ -293,7 +360,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--full-disk-child", nargs=3, metavar=("MOUNT", "CORPUS", "BALLAST_MB"), help=argparse.SUPPRESS)
+    parser.add_argument("--full-disk-server-child", metavar="MOUNT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.full_disk_server_child:
+        full_disk_server_child(Path(args.full_disk_server_child))
+        return 0
     if args.full_disk_child:
         mnt, corpus, ballast = args.full_disk_child
         full_disk_child(Path(mnt), Path(corpus), int(ballast))
@@ -309,9 +380,12 @@ def main() -> int:
             record["full_disk_skipped"] = why_not
         else:
             record["full_disk"] = full_disk_runs(Path(work))
+            record["full_disk_server"] = full_disk_server_run(Path(work))
+            print(json.dumps(record["full_disk_server"]), flush=True)
     record["seconds"] = time.perf_counter() - start
     save("fault_injection", record, markdown(record))
-    return 0 if all(r["ok"] for r in record["runs"] + record.get("full_disk", [])) else 1
+    ok = all(r["ok"] for r in record["runs"] + record.get("full_disk", []) + [record.get("full_disk_server", {"ok": True})])
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

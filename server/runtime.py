@@ -17,7 +17,7 @@ from pathlib import Path
 from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.data_dir import open_store
 from nextpara.attention_core.embedders import embedder_for_store
-from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError
+from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError, StorageFullError
 from nextpara.attention_core.ingest import vectors_for
 from nextpara.attention_core.predictor import Predictor
 from nextpara.attention_core.store import ParagraphStore, WriteResult
@@ -105,7 +105,10 @@ class Runtime:
 
     async def close(self) -> None:
         await self.coalescer.stop()
-        await self.snapshot_if_changed()
+        try:
+            await self.snapshot_if_changed()
+        except StorageFullError as e:  # SQLite holds every write; the next start replays them
+            log.error("last index snapshot not written: %s", e)
         self.executor.shutdown(wait=True)
         if self.store:
             self.store.close()

@@ -28,3 +28,14 @@ def test_full_disk_gives_a_clear_error_and_a_store_that_loads(tmp_path):
     assert all(r["ok"] for r in runs), runs
     errors = " ".join(r["error"] for r in runs)
     assert "while adding documents" in errors and "while writing the index snapshot" in errors
+
+
+@pytest.mark.slow
+def test_a_server_whose_disk_fills_refuses_writes_and_keeps_serving(tmp_path):
+    why_not = fault_injection.can_mount_tmpfs()
+    if why_not:
+        pytest.skip(why_not)
+    # before the fix, a periodic snapshot hitting the full disk stopped the server
+    r = fault_injection.full_disk_server_run(tmp_path)
+    assert r["ok"], r
+    assert r["refused_code"] == "RESOURCE_EXHAUSTED" and "no space left" in r["refusal"] and r["acknowledged"] > 0
