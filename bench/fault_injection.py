@@ -215,6 +215,17 @@ def can_mount_tmpfs() -> str | None:
     return None if r.returncode == 0 else f"cannot mount a private tmpfs here: {r.stderr.strip()}"
 
 
+def in_private_tmpfs(mnt: Path, size_mb: int, setup: str, child_args: str) -> dict:
+    """Run this script with ``child_args`` in a new mount namespace where ``mnt`` is a tmpfs of
+    ``size_mb`` (after the shell commands ``setup``); return the JSON line it prints last."""
+    script = (f"mount -t tmpfs -o size={size_mb}m tmpfs {mnt} && {setup}"
+              f"{sys.executable} {Path(__file__).resolve()} {child_args}")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 or not r.stdout.strip():
+        raise RuntimeError(f"{child_args} failed:\n{r.stdout}\n{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def full_disk_runs(work: Path, quiet: bool = False) -> list[dict]:
     """A build into a 16 MB tmpfs already holding a ballast file, for each ballast size; then the ballast
     is deleted and the build rerun. Each in its own mount namespace (see ``full_disk_child``)."""
@@ -224,12 +235,7 @@ def full_disk_runs(work: Path, quiet: bool = False) -> list[dict]:
     for ballast in BALLAST_MB:
         mnt = work / f"disk{ballast}"
         mnt.mkdir()
-        script = (f"mount -t tmpfs -o size=16m tmpfs {mnt} && "
-                  f"{sys.executable} {Path(__file__).resolve()} --full-disk-child {mnt} {corpus} {ballast}")
-        r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600)
-        if r.returncode != 0 or not r.stdout.strip():
-            raise RuntimeError(f"full-disk run with {ballast} MB ballast failed:\n{r.stdout}\n{r.stderr}")
-        results.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        results.append(in_private_tmpfs(mnt, 16, "", f"--full-disk-child {mnt} {corpus} {ballast}"))
         if not quiet:
             print(json.dumps(results[-1]), flush=True)
     return results
@@ -271,12 +277,8 @@ def full_disk_server_run(work: Path) -> dict:
                     "--embedder", "precomputed:rand64"], check=True, capture_output=True)
     mnt = work / "disk-server"
     mnt.mkdir()
-    script = (f"mount -t tmpfs -o size=8m tmpfs {mnt} && cp -r {base} {mnt}/store && rm -f {mnt}/store/write.lock && "
-              f"{sys.executable} {Path(__file__).resolve()} --full-disk-server-child {mnt}")
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600)
-    if r.returncode != 0 or not r.stdout.strip():
-        raise RuntimeError(f"full-disk server run failed:\n{r.stdout}\n{r.stderr}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return in_private_tmpfs(mnt, 8, f"cp -r {base} {mnt}/store && rm -f {mnt}/store/write.lock && ",
+                            f"--full-disk-server-child {mnt}")
 
 
 def full_disk_server_child(mnt: Path) -> None:
