@@ -98,20 +98,19 @@ class ParagraphStore:
         manifest = snap.read_manifest(self.data_dir)
         live_ids = np.fromiter((r[0] for r in self._db.execute("SELECT id FROM paragraphs ORDER BY id")), dtype=np.int64)
         choice = IndexChoice(**manifest["index"]) if manifest and "index" in manifest else choose_index(self.requested_index, len(live_ids))
-        ids, vectors = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
-        self.index = VectorIndex(choice, self.dim)
+        ids, vectors, index = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32), None
         if manifest and manifest.get("snapshot"):
             try:  # a crafted snapshot cannot run code (see read_snapshot); it is then ignored
-                index_path, ids, vectors = snap.read_snapshot(self.data_dir, manifest["snapshot"])
-                self.index = VectorIndex.read(index_path, choice, self.dim)
-                if vectors.dtype != np.float32 or vectors.shape[1:] != (self.dim,) or ids.dtype.kind != "i":
-                    raise StoreMismatchError(f"arrays of {vectors.dtype} {vectors.shape} and {ids.dtype}")
+                index_path, s_ids, s_vectors = snap.read_snapshot(self.data_dir, manifest["snapshot"])
+                s_index = VectorIndex.read(index_path, choice, self.dim)
+                if s_vectors.dtype != np.float32 or s_vectors.shape[1:] != (self.dim,) or s_ids.dtype.kind != "i":
+                    raise StoreMismatchError(f"arrays of {s_vectors.dtype} {s_vectors.shape} and {s_ids.dtype}")
+                ids, vectors, index = s_ids, s_vectors, s_index
                 self.snapshot_name, self.snapshot_generation = manifest["snapshot"], int(manifest["generation"])
             except (OSError, ValueError, RuntimeError, EOFError, StoreMismatchError) as e:
                 log.warning("snapshot %s is unreadable (%s): rebuilding the index from paragraphs.sqlite, "
                             "which holds every vector", manifest["snapshot"], e)
-                ids, vectors = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
-                self.index = VectorIndex(choice, self.dim)
+        self.index = index or VectorIndex(choice, self.dim)
         keep = np.isin(ids, live_ids)
         # the snapshot's vectors stay memory-mapped until a write replaces the array (never written in place)
         self._ids, self._vectors = (ids, vectors) if keep.all() else (ids[keep], np.ascontiguousarray(vectors[keep]))
@@ -251,8 +250,9 @@ class ParagraphStore:
         return result
 
     @contextlib.contextmanager
-    def _disk_full_is_clear(self, action: str):
-        """Turn "disk full" from SQLite or the OS into a StorageFullError that says what was kept."""
+    def _disk_full_is_clear(self, action: str, snapshot: bool = False):
+        """Turn "disk full" from SQLite or the OS into a StorageFullError that says what was kept (for a
+        ``snapshot``, every stored document; for a write, everything before it)."""
         try:
             yield
         except (sqlite3.OperationalError, OSError) as e:
@@ -264,7 +264,7 @@ class ParagraphStore:
             if not full:
                 raise
             kept = (f"every stored document ({self.count_documents()}) is in {DB_FILE} and the store loads from it"
-                    if action.startswith("writing") else
+                    if snapshot else
                     f"nothing of this write was stored; the {self.count_documents()} documents stored before it are intact")
             raise StorageFullError(f"no space left on the file system of {self.data_dir} while {action} ({e}): {kept}. "
                                    "Free space and retry (a rebuild skips documents already stored)") from e
@@ -322,7 +322,7 @@ class ParagraphStore:
                 self._rebuild_index(wanted)
             if generation == self.snapshot_generation and (self.data_dir / snap.MANIFEST).exists():
                 return self.snapshot_name
-            with self._disk_full_is_clear("writing the index snapshot"):
+            with self._disk_full_is_clear("writing the index snapshot", snapshot=True):
                 name = snap.write_snapshot(self.data_dir, generation, self.index.serialize().tobytes(), self._ids, self._vectors)
             snap.write_manifest(self.data_dir, self.manifest(snapshot=name, generation=generation))
             snap.remove_stale_snapshots(self.data_dir, keep=name)

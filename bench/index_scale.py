@@ -68,14 +68,6 @@ def clustered(n: int, d: int, seed: int = 0, chunk: int = 65_536) -> np.ndarray:
     return out
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def timed(fn, max_calls: int, max_seconds: float) -> tuple[list[float], list]:
     ms, out, start = [], [], time.perf_counter()
     for i in range(max_calls):
@@ -125,6 +117,7 @@ def real_cell(data_dir: str, kinds: list[str], args) -> dict:
 def measure_cell(label: str, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], args) -> dict:
     import faiss
     from nextpara.attention_core.vector_index import VectorIndex, choose_index
+    from record import rss_bytes
 
     n, d = vectors.shape
     ids = np.arange(n, dtype=np.int64)

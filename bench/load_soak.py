@@ -39,14 +39,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 class Stats:
     def __init__(self):
         self.windows: list[dict] = []
@@ -138,6 +130,7 @@ async def overload(address: str, burst: int, ids: list[int]) -> dict:
 
 async def soak(address: str, pid: int, args, ids: list[int], texts: list[str]) -> dict:
     from nextpara.client import AsyncClient
+    from record import rss_bytes
 
     stats, stop = Stats(), asyncio.Event()
     rng = random.Random(args.seed)
@@ -154,7 +147,7 @@ async def soak(address: str, pid: int, args, ids: list[int], texts: list[str]) -
                    "calls_per_s": round(len(lat) / args.window, 1),
                    "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat else None,
                    "p99_ms": round(float(np.percentile(lat, 99)), 1) if lat else None,
-                   "errors": sum(stats.errors.values()), "provoked_not_found": stats.provoked, "server_rss_mb": round(rss_mb(pid), 1)}
+                   "errors": sum(stats.errors.values()), "provoked_not_found": stats.provoked, "server_rss_mb": round(rss_bytes(pid) / 2**20, 1)}
             stats.windows.append(row)
             print(row, flush=True)
         stop.set()

@@ -15,6 +15,12 @@ def save(name: str, record: dict, markdown: str) -> None:
     print("\n" + markdown)
 
 
+def rss_bytes(pid: int | str = "self") -> int:
+    """Resident memory of a process (this one by default), from /proc."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
 def stamp(script: str) -> dict:
     """The command that ran (this script and its arguments), the date and the machine, for a record."""
     import os

@@ -27,11 +27,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
-
-
 def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
     from index_scale import clustered
     from nextpara.attention_core.corpus import Document
@@ -59,14 +54,15 @@ def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
 
 def open_times(data: Path, repeats: int) -> list[dict]:
     from nextpara.attention_core.data_dir import open_store
+    from record import rss_bytes
 
     out = []
     for _ in range(repeats):
-        before = rss_mb()
+        before = rss_bytes()
         t0 = time.perf_counter()
         store = open_store(data, readonly=True)
         seconds = time.perf_counter() - t0
-        out.append({"open_seconds": round(seconds, 2), "rss_added_mb": round(rss_mb() - before, 1),
+        out.append({"open_seconds": round(seconds, 2), "rss_added_mb": round((rss_bytes() - before) / 2**20, 1),
                     "index": store.index.choice.factory})
         store.close()
         del store

@@ -16,7 +16,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from nextpara.attention_core.errors import StorageFullError
 from nextpara.v1 import nextpara_pb2
 
 from .auth import TokenAuthInterceptor
@@ -107,22 +106,13 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
             if reload_requested.is_set():
                 reload_requested.clear()
                 log.info("reloaded: model %s, index generation %d", *(await runtime.reload()))
-            await snapshot_or_log(runtime)
+            await runtime.snapshot_if_changed()
     finally:
         log.info("shutting down: NOT_SERVING, %.0fs for in-flight calls", settings.grace_seconds)
         await set_health(health_servicer, False)
         await server.stop(settings.grace_seconds)
         await runtime.close()
         log.info("stopped")
-
-
-async def snapshot_or_log(runtime: Runtime) -> None:
-    """A periodic snapshot that fails (a full disk) is logged, not fatal: every acknowledged write is in
-    SQLite, loading replays it, and the next round tries again."""
-    try:
-        await runtime.snapshot_if_changed()
-    except StorageFullError as e:
-        log.error("index snapshot not written, serving on: %s", e)
 
 
 def ensure_default_store(data_dir: Path, quiet: bool) -> None:

@@ -100,15 +100,16 @@ class Runtime:
             return
         async with self._write_lock:
             if self.store.generation != self._snapshot_generation:
-                await self.run(self.store.snapshot)
+                try:
+                    await self.run(self.store.snapshot)
+                except StorageFullError as e:  # not fatal: SQLite holds every write, loading replays them,
+                    log.error("index snapshot not written, serving on: %s", e)  # and the next round retries
+                    return
                 self._snapshot_generation = self.store.generation
 
     async def close(self) -> None:
         await self.coalescer.stop()
-        try:
-            await self.snapshot_if_changed()
-        except StorageFullError as e:  # SQLite holds every write; the next start replays them
-            log.error("last index snapshot not written: %s", e)
+        await self.snapshot_if_changed()
         self.executor.shutdown(wait=True)
         if self.store:
             self.store.close()
