@@ -80,6 +80,18 @@ class Runtime:
     async def run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
+    async def run_locked(self, fn, *args):
+        """Run ``fn`` in the executor holding the write lock until it has really finished: a caller that is
+        cancelled (the client went away) cannot stop the thread, so the lock waits for it before the next
+        write, reload or snapshot may start; the cancellation is raised afterwards."""
+        async with self._write_lock:
+            work = asyncio.ensure_future(self.run(fn, *args))
+            try:
+                return await asyncio.shield(work)
+            except asyncio.CancelledError:
+                await asyncio.wait([work])
+                raise
+
     async def reload(self) -> tuple[str, int]:
         async with self._write_lock:
             if self.settings.read_only:  # a replica re-reads the snapshot another process wrote
@@ -149,8 +161,7 @@ class Runtime:
         committed = 0
         async for docs in messages:
             try:
-                async with self._write_lock:
-                    result = await self.run(self._write, docs)
+                result = await self.run_locked(self._write, docs)
             except InvalidInputError as e:
                 raise InvalidInputError(f"{e} ({committed} earlier message(s) were committed)") from e
             committed += 1
@@ -174,7 +185,6 @@ class Runtime:
         self._check_writable()
         if not doc_ids:
             raise InvalidInputError("doc_ids is empty")
-        async with self._write_lock:
-            paragraphs = await self.run(self.store.delete_documents, doc_ids)
+        paragraphs = await self.run_locked(self.store.delete_documents, doc_ids)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return len(set(doc_ids)), paragraphs

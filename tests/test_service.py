@@ -155,6 +155,26 @@ def test_a_stream_that_fails_midway_keeps_the_committed_messages(server, client)
     client.delete_documents(["stream-a"])
 
 
+def test_a_cancelled_write_holds_the_write_lock_until_its_thread_is_done(server, client):
+    """A client that cancels an AddDocuments cannot stop the thread embedding its message; the next write
+    must wait for that thread (it used to start at once and the store changed after it had answered)."""
+    texts = [f"Paragraph {i} of a long message, written so that embedding it takes a while." for i in range(300)]
+    request = pb.AddDocumentsRequest(documents=[pb.Document(doc_id="cancelled-write", paragraphs=texts)])
+    before = client.info()
+    with grpc.insecure_channel(server.address) as channel:
+        call = pb_grpc.NextParagraphServiceStub(channel).AddDocuments.future(iter([request]), timeout=60)
+        threading.Event().wait(0.5)  # the server has the message and is embedding it
+        call.cancel()
+    with pytest.raises(NotFound):
+        client.delete_documents(["no-such-doc"])  # a write: it must wait for the cancelled one
+    settled = client.info()
+    threading.Event().wait(1.0)
+    assert client.info().index_version == settled.index_version
+    assert settled.paragraphs in (before.paragraphs, before.paragraphs + 300)  # all of the message or none
+    if settled.paragraphs != before.paragraphs:
+        client.delete_documents(["cancelled-write"])
+
+
 def test_deadline_shorter_than_the_work(client):
     with pytest.raises(DeadlineExceeded):
         client.predict_next(["A context paragraph that needs embedding before anything else."], timeout=0.001)
