@@ -85,7 +85,7 @@ def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
         raise StoreMismatchError(f"{path} was trained on embedder {emb.get('name')!r}, the store uses {expect_embedder!r}")
     if expect_dim is not None and emb.get("dim") != expect_dim:
         raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}")
-    model = NextParagraphModel(RerankerConfig(**meta["model_config"]))
+    model = NextParagraphModel(RerankerConfig(**{"lexical": False, **meta["model_config"]}))  # older: no lexical
     try:
         state = load_file(str(path))
     except SafetensorError as e:

@@ -61,6 +61,8 @@ def register_model_commands(sub: argparse._SubParsersAction) -> None:
                        help=f"(default {f.default})")
     p.add_argument("--d-model", type=int, default=None, help="model width (default from RerankerConfig)")
     p.add_argument("--layers", type=int, default=None, help="context encoder layers")
+    p.add_argument("--no-lexical", action="store_true",
+                   help="score from the vectors alone, without the word overlap of the texts")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate baselines and the trained model on the test split (DESIGN.md protocol)")
@@ -83,6 +85,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     model_cfg = {k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers}.items() if v is not None}
+    if args.no_lexical:
+        model_cfg["lexical"] = False
     meta = train(args.data_dir or default_data_dir(), model_cfg, cfg, quiet=args.quiet)
     v = meta["metrics"]["validation"]
     print(f"trained model {meta['model_version']} in {meta['training']['seconds']}s: validation MRR@10 {v['mrr@10']:.4f}, "

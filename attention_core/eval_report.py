@@ -44,7 +44,8 @@ def attention_example(evaluation) -> dict | None:
     q = full[0]
     ctx = evaluation.context(q, evaluation.L)
     cand, _ = evaluation.pipeline.candidates([ctx], [evaluation.exclude_ids(q, evaluation.L)])
-    scored = evaluation.pipeline.rank([ctx], cand, [evaluation.store.vectors(cand[0])], need_weights=True)[0]
+    scored = evaluation.pipeline.rank([ctx], cand, [evaluation.store.vectors(cand[0])], need_weights=True,
+                                      context_texts=[evaluation.context_texts(q, evaluation.L)])[0]
     L = evaluation.pipeline.max_context
     weights = scored.attention[:, L - len(ctx):]  # (h, n): drop padding positions
     texts = [p.text for p in evaluation.store.get_paragraphs([int(evaluation.seq.ids[r]) for r in q.context[-evaluation.L:]])]

@@ -41,18 +41,23 @@ class Evaluation:
         if not self.targets:
             raise ValueError("the test split holds no queries")
         rows = sorted({int(r) for q in self.targets for r in q.context})
+        texts = store_texts(store, seq, rows)
         if embedder is None:  # a store of precomputed vectors: the context is given as its stored vectors
             log.info("no text embedder for %s: contexts use their stored vectors", store.embedder_name)
             vecs = seq.vectors[rows]
         else:
             log.info("embedding %d context paragraphs as text", len(rows))
-            vecs = embedder.embed(store_texts(store, seq, rows)) if rows else np.zeros((0, store.dim), np.float32)
+            vecs = embedder.embed(texts) if rows else np.zeros((0, store.dim), np.float32)
         self.text_vec = dict(zip(rows, vecs))
+        self.text = dict(zip(rows, texts))  # the context is given as text: the model may compare its words
         self._b4 = None
 
     # ---- helpers ---------------------------------------------------------------------
     def context(self, q: Query, L: int) -> np.ndarray:
         return np.stack([self.text_vec[int(r)] for r in q.context[-L:]])
+
+    def context_texts(self, q: Query, L: int) -> list[str | None]:
+        return [self.text.get(int(r)) for r in q.context[-L:]]
 
     def exclude_ids(self, q: Query, L: int) -> set[int]:
         return set(self.seq.ids[self.seq.same_text_rows(q.context[-L:])].tolist())
@@ -91,9 +96,10 @@ class Evaluation:
     def run(self, name: str, queries: list[Query], L: int, exclude_len: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(ranked ids, stage-1 candidate ids) per query, reading L paragraphs, excluding the last exclude_len."""
         contexts = [self.context(q, L) for q in queries]
-        return self._rank(name, contexts, [self.exclude_ids(q, exclude_len) for q in queries])
+        return self._rank(name, contexts, [self.exclude_ids(q, exclude_len) for q in queries],
+                          [self.context_texts(q, L) for q in queries])
 
-    def _rank(self, name: str, contexts: list[np.ndarray], exclude: list[set[int]]):
+    def _rank(self, name: str, contexts: list[np.ndarray], exclude: list[set[int]], texts: list[list[str | None]]):
         if name in ("B1", "B2", "B4", "head"):
             lists = search_excluding(self.store, self.method_vectors(name, contexts), N_STAGE1, exclude)
             lists = [np.asarray(l, np.int64) for l in lists]
@@ -103,7 +109,7 @@ class Evaluation:
         if name == "full":
             cand, _ = self.pipeline.candidates(contexts, exclude)
             vecs = [self.store.vectors(c) for c in cand]
-            return [s.ids for s in self.pipeline.rank(contexts, cand, vecs)], cand
+            return [s.ids for s in self.pipeline.rank(contexts, cand, vecs, context_texts=texts)], cand
         raise ValueError(name)
 
     def successors(self, contexts, exclude):
@@ -127,7 +133,7 @@ class Evaluation:
             texts = store_texts(self.store, self.seq, [int(r) for r in q.context[-self.L:]])
             t0 = time.perf_counter()
             vecs = self.embedder.embed(texts) if self.embedder else self.context(q, self.L)
-            self._rank(name, [vecs], [self.exclude_ids(q, self.L)])
+            self._rank(name, [vecs], [self.exclude_ids(q, self.L)], [texts])
             times.append((time.perf_counter() - t0) * 1000)
         return {"latency_ms_mean": float(np.mean(times)), "latency_ms_p95": float(np.percentile(times, 95))}
 

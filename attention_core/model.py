@@ -16,6 +16,9 @@ embeddings:
   positions, per head, are what a caller sees as "which paragraphs drove the choice".
   With ``n_list_layers`` > 0 the candidates then attend to each other (self-attention over the
   list), so a candidate's score can depend on the company it keeps in the list.
+  With ``lexical`` the features also hold word overlap (TF-IDF cosines) between the candidate's
+  text and the context's (lexical.py), through the MLP and a direct linear term; the IDF vector is
+  a buffer of the model, so the checkpoint carries it.
 
 Notation used for tensor shapes: B batch, L context length (right-aligned, padding first),
 K candidates, D embedding dimension, d model width, h heads, hs = d / h.
@@ -29,6 +32,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from . import lexical
 
 POOL_TOP = 20  # neighbours in the candidate pool used for the density feature
 
@@ -44,6 +49,7 @@ class RerankerConfig:
     max_context: int = 8  # context paragraphs the model reads; older ones are dropped
     dropout: float = 0.1  # on attention outputs and MLPs, training only
     mlp_ratio: int = 2  # hidden width of the MLPs, in multiples of d_model
+    lexical: bool = True  # word-overlap features of the texts (lexical.py); checkpoints from before have False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -53,7 +59,7 @@ class RerankerConfig:
 
     @property
     def n_features(self) -> int:
-        return self.max_context + 5
+        return self.max_context + 5 + (lexical.n_features(self.max_context) if self.lexical else 0)
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
@@ -132,6 +138,14 @@ class NextParagraphModel(nn.Module):
         nn.init.zeros_(self.score_mlp[-1].weight)  # an untrained scorer ranks by cos(query, candidate)
         nn.init.zeros_(self.score_mlp[-1].bias)
         self.query_scale = nn.Parameter(torch.tensor(20.0))  # logit scale of cos(query, candidate)
+        if cfg.lexical:
+            self.register_buffer("lexicon_idf", torch.zeros(lexical.N_BUCKETS))  # set by training, saved with it
+            # weight of the TF-IDF cosine to the last paragraph added to the scores, fitted on the validation
+            # split after training (training.py: tune_lexical_boost)
+            self.register_buffer("lexical_boost", torch.zeros(()))
+            self.lexical_linear = nn.Linear(lexical.n_features(L), 1)  # a direct path: overlap adds to the score
+            nn.init.zeros_(self.lexical_linear.weight)
+            nn.init.zeros_(self.lexical_linear.bias)
 
     def encode(self, context: torch.Tensor, context_mask: torch.Tensor):
         """context (B,L,D), context_mask (B,L) True=real -> query (B,D) unit vectors, states (B,L,d)."""
@@ -170,8 +184,10 @@ class NextParagraphModel(nn.Module):
         cos_ctx = F.pad(cos_ctx, (pad, 0))  # (B, K, max_context): right-aligned like the context
         return torch.cat([cos_ctx, cos_q, max_ctx, mean_ctx, margin, density], dim=-1)
 
-    def forward(self, context, context_mask, candidates, candidate_mask, need_weights: bool = False):
-        """Score candidates (B,K,D) for context (B,L,D).
+    def forward(self, context, context_mask, candidates, candidate_mask, need_weights: bool = False,
+                lexical_features: torch.Tensor | None = None):
+        """Score candidates (B,K,D) for context (B,L,D); ``lexical_features`` (B,K,max_context+2) when
+        cfg.lexical (None: no texts, all zero).
 
         Returns dict: ``query`` (B,D), ``scores`` (B,K) (-inf where candidate_mask is False),
         ``attention`` (B,h,K,L) from the last scorer layer when need_weights.
@@ -179,6 +195,10 @@ class NextParagraphModel(nn.Module):
         query, ctx_states = self.encode(context, context_mask)
         B, K, _ = candidates.shape
         feats = self.features(context, context_mask, candidates, candidate_mask, query)  # (B, K, F)
+        if self.cfg.lexical:
+            if lexical_features is None:
+                lexical_features = candidates.new_zeros(B, K, lexical.n_features(self.cfg.max_context))
+            feats = torch.cat([feats, lexical_features], dim=-1)
         c = self.in_proj(candidates) + self.type_emb.weight[1]  # (B, K, d)
         attend = context_mask[:, None, :].expand(B, K, context.shape[1])  # (B, K, L)
         weights = None
@@ -192,5 +212,8 @@ class NextParagraphModel(nn.Module):
                 c, _ = block(c, mask=among)
         h = torch.cat([c, f], dim=-1)  # (B, K, 2d)
         scores = self.query_scale * feats[..., self.cfg.max_context] + self.score_mlp(h).squeeze(-1)  # (B, K)
+        if self.cfg.lexical:
+            last = lexical_features[..., self.cfg.max_context - 1]  # (B, K): cosine to the last paragraph's words
+            scores = scores + self.lexical_linear(lexical_features).squeeze(-1) + self.lexical_boost * last
         scores = scores.masked_fill(~candidate_mask, float("-inf"))
         return {"query": query, "scores": scores, "attention": weights}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import lexical
 from .candidates import generate_candidates
 from .model import NextParagraphModel
 from .store import ParagraphStore
@@ -42,6 +43,7 @@ def pad_contexts(contexts: list[np.ndarray], L: int) -> tuple[torch.Tensor, torc
 
 
 def pad_candidates(candidates: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,K,D) rows per query (any trailing width D), zero-padded to the longest list, and the (B,K) mask."""
     K = max(1, max(len(c) for c in candidates))
     B, D = len(candidates), candidates[0].shape[1]
     x = np.zeros((B, K, D), np.float32)
@@ -67,6 +69,7 @@ class RerankPipeline:
         self.model = model.eval()
         self.store = store
         self.n_candidates = n_candidates
+        self.lexicon = lexical.Lexicon(model.lexicon_idf.numpy()) if model.cfg.lexical else None
 
     @property
     def max_context(self) -> int:
@@ -86,14 +89,32 @@ class RerankPipeline:
         last = np.stack([c[-1] for c in contexts])
         return generate_candidates(self.store, q, last, exclude, n or self.n_candidates), q
 
+    def lexical_features(self, context_texts: list[list[str | None]],
+                         candidate_texts: list[list[str | None]]) -> list[np.ndarray] | None:
+        """Word-overlap features per query, (K_i, max_context + 2); None if the model does not use them.
+        A None text (a raw vector given by the caller) counts as no text."""
+        if self.lexicon is None:
+            return None
+        return [lexical.features(self.lexicon.matrix(ct[-self.max_context:]), self.lexicon.matrix(cands), self.max_context)
+                for ct, cands in zip(context_texts, candidate_texts)]
+
+    def stored_texts(self, ids: list[np.ndarray]) -> list[list[str]]:
+        """The stored texts of candidate ids, per query (only when the model reads texts)."""
+        if self.lexicon is None:
+            return [[] for _ in ids]
+        return [[p.text for p in self.store.get_paragraphs(row)] if len(row) else [] for row in ids]
+
     @torch.no_grad()
-    def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False):
-        """Model scores per query (list of (K_i,) arrays), queries (B,D), attention per query (h,K_i,L) or None."""
+    def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
+              lexical_features: list[np.ndarray] | None = None):
+        """Model scores per query (list of (K_i,) arrays), queries (B,D), attention per query (h,K_i,L) or None.
+        ``lexical_features``: per query (K_i, max_context + 2), from lexical_features(); None: no texts."""
         scores, queries, attention = [], [], []
         for s in range(0, len(contexts), SCORE_BATCH):
             x, m = pad_contexts(contexts[s:s + SCORE_BATCH], self.max_context)
             c, cm = pad_candidates(candidates[s:s + SCORE_BATCH])
-            out = self.model(x, m, c, cm, need_weights=need_weights)
+            lex = pad_candidates(lexical_features[s:s + SCORE_BATCH])[0] if lexical_features is not None else None
+            out = self.model(x, m, c, cm, need_weights=need_weights, lexical_features=lex)
             for i, cand in enumerate(candidates[s:s + SCORE_BATCH]):
                 scores.append(out["scores"][i, :len(cand)].numpy())
                 if need_weights:
@@ -102,8 +123,13 @@ class RerankPipeline:
         return scores, np.concatenate(queries), attention if need_weights else None
 
     def rank(self, contexts: list[np.ndarray], candidate_ids: list[np.ndarray], candidate_vectors: list[np.ndarray],
-             need_weights: bool = False) -> list[Scored]:
-        scores, queries, attention = self.score(contexts, candidate_vectors, need_weights)
+             need_weights: bool = False, context_texts: list[list[str | None]] | None = None,
+             lexical_features: list[np.ndarray] | None = None) -> list[Scored]:
+        """Rank stored candidates. ``context_texts`` (per query, per paragraph, None where only a vector is
+        known) let the model compare words with the candidates' stored texts; or give ``lexical_features``."""
+        if lexical_features is None and context_texts is not None and self.lexicon is not None:
+            lexical_features = self.lexical_features(context_texts, self.stored_texts(candidate_ids))
+        scores, queries, attention = self.score(contexts, candidate_vectors, need_weights, lexical_features)
         out = []
         for i, (ids, vecs, sc) in enumerate(zip(candidate_ids, candidate_vectors, scores)):
             order = np.argsort(-sc, kind="stable")
@@ -111,4 +137,3 @@ class RerankPipeline:
             out.append(Scored(ids=np.asarray(ids)[order], scores=sc[order],
                               retrieval_scores=(vecs @ queries[i])[order], attention=att))
         return out
-

@@ -3,7 +3,9 @@
 ``predict_next(context, top_k)`` retrieves and reranks; ``rerank(context, candidates)`` scores
 caller-given candidates. Each context or candidate item is a text, a stored paragraph id
 (``int``) or a raw vector (a sequence of floats of the store's dimension). Text is embedded by
-the store's embedder (with an in-memory cache); ids use their stored vectors.
+the store's embedder (with an in-memory cache); ids use their stored vectors. The model also
+compares the words of texts (given, or stored for ids and retrieved candidates); a raw vector has
+none, so it is scored from the vectors alone.
 
 Excluded from predictions: the context paragraphs given as ids, every stored paragraph whose
 text equals a context paragraph's text (given as text or id), and documents the caller
@@ -70,6 +72,7 @@ class _Resolved:
     vectors: np.ndarray  # (n, D)
     exclude: set[int] = field(default_factory=set)
     dropped: int = 0
+    texts: list[str | None] = field(default_factory=list)  # per item: its text, None for a raw vector
 
 
 def _all_vectors(items: list, dim: int) -> np.ndarray | None:
@@ -126,6 +129,12 @@ class Predictor:
     def close(self) -> None:
         self.store.close()
 
+    def __enter__(self) -> "Predictor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ---- input resolution ---------------------------------------------------------------
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
         """Vectors of texts, through the in-memory LRU cache; the model runs outside the lock."""
@@ -161,7 +170,7 @@ class Predictor:
         dim = self.store.dim
         fast = _all_vectors(items, dim)
         if fast is not None:  # the common batch-job case: every item a valid vector, converted in one go
-            return _Resolved(vectors=fast, dropped=dropped)
+            return _Resolved(vectors=fast, dropped=dropped, texts=[None] * len(fast))
         vectors = np.zeros((len(items), dim), np.float32)
         texts: dict[int, str] = {}
         ids: dict[int, int] = {}
@@ -194,13 +203,15 @@ class Predictor:
                 raise NotFoundError(f"{where}[{i + offset}]: unknown paragraph id {ids[i]}"
                                     + (f" ({len(missing) - 1} more unknown)" if len(missing) > 1 else ""))
             paragraphs = self.store.get_paragraphs(list(ids.values()))
+            texts_of_ids = dict(zip(ids, (p.text for p in paragraphs)))
             vectors[list(ids)] = self.store.vectors(list(ids.values()))
             exclude.update(ids.values())
             exclude.update(self.store.ids_with_text([p.text for p in paragraphs]).tolist())
         if texts:
             vectors[list(texts)] = self._embed_texts(list(texts.values()))
             exclude.update(self.store.ids_with_text(texts.values()).tolist())
-        return _Resolved(vectors=vectors, exclude=exclude, dropped=dropped)
+        known = {**texts, **(texts_of_ids if ids else {})}
+        return _Resolved(vectors=vectors, exclude=exclude, dropped=dropped, texts=[known.get(i) for i in range(len(items))])
 
     @staticmethod
     def _check_top_k(top_k: int) -> None:
@@ -238,7 +249,8 @@ class Predictor:
         cand_ids, _ = self.pipeline.candidates(contexts, [r.exclude | excluded_docs for r in resolved])
         cand_vecs = [self.store.vectors(ids) for ids in cand_ids]
         t1 = time.perf_counter()
-        scored = self.pipeline.rank(contexts, cand_ids, cand_vecs, need_weights=include_attention)
+        scored = self.pipeline.rank(contexts, cand_ids, cand_vecs, need_weights=include_attention,
+                                    context_texts=[r.texts for r in resolved])
         self.observe("search", t1 - t0)
         self.observe("rerank", time.perf_counter() - t1)
         results = []
@@ -286,7 +298,8 @@ class Predictor:
             return []
         index_version = self.store.generation
         t0 = time.perf_counter()
-        scores, _, _ = self.pipeline.score([r.vectors for r in ctx], [c.vectors for c in cands])
+        lexical = self.pipeline.lexical_features([r.texts for r in ctx], [c.texts for c in cands])
+        scores, _, _ = self.pipeline.score([r.vectors for r in ctx], [c.vectors for c in cands], lexical_features=lexical)
         self.observe("rerank", time.perf_counter() - t0)
         out = []
         for r, sc in zip(ctx, scores):

@@ -140,3 +140,15 @@ def server_store(trained_store, tmp_path_factory):
     copy = tmp_path_factory.mktemp("served") / "store"
     shutil.copytree(trained_store, copy, ignore=shutil.ignore_patterns("write.lock"))
     return copy
+
+
+def vector_store(root: Path, embedder_name: str, docs) -> Path:
+    """Build a store of precomputed vectors under ``root`` from (doc_id, paragraphs, vectors) triples."""
+    from nextpara.attention_core.ingest import build
+
+    corpus = root / f"{embedder_name}.jsonl"
+    with open(corpus, "w") as f:
+        for doc_id, paragraphs, vectors in docs:
+            f.write(json.dumps({"doc_id": doc_id, "paragraphs": paragraphs, "vectors": np.round(vectors, 6).tolist()}) + "\n")
+    build(str(corpus), root / "store", embedder=f"precomputed:{embedder_name}", quiet=True)
+    return root / "store"

@@ -69,12 +69,14 @@ def test_rerank_given_candidates(predictor):
     result = predictor.rerank(context, cands)
     assert sorted(result.order) == list(range(len(cands)))
     assert result.scores == sorted(result.scores, reverse=True)
-    # the same list given as a text, an id and a vector scores the same (scores depend on the whole list)
+    # the same list given as texts and ids scores the same (scores depend on the whole list); a raw vector has
+    # no text, so with word-overlap features only its own score may differ
     mixed = [store.get_paragraphs([cands[0]])[0].text, cands[1], store.vectors([cands[2]])[0], *cands[3:]]
     mixed_result = predictor.rerank(context, mixed)
     direct = dict(zip(result.order, result.scores))
     got = dict(zip(mixed_result.order, mixed_result.scores))
-    np.testing.assert_allclose([got[i] for i in range(len(cands))], [direct[i] for i in range(len(cands))], atol=1e-3)
+    same = [i for i in range(len(cands)) if i != 2 or not predictor.pipeline.model.cfg.lexical]
+    np.testing.assert_allclose([got[i] for i in same], [direct[i] for i in same], atol=1e-3)
     among = predictor.predict_next(context, top_k=3, candidates=cands)
     assert [p.paragraph_id for p in among.predictions] == [cands[i] for i in result.order[:3]]
 

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import vector_store
 from nextpara.attention_core.corpus import CorpusReader
 from nextpara.attention_core.data_dir import open_store
 from nextpara.attention_core.evaluation import Evaluation
@@ -34,29 +35,24 @@ def test_split_rule_is_the_fixed_md5_rule():
         assert split_of(doc) == ("train" if bucket < 8 else "validation" if bucket == 8 else "test")
 
 
-def predictable_corpus(path, n_docs=400, n_par=12, dim=32, seed=0):
+def predictable_docs(n_docs=400, n_par=12, dim=32, seed=0):
     """Documents whose next paragraph is a fixed rotation of the last one (plus noise): cosine cannot see it,
     a model that learns the rotation can."""
     rng = np.random.default_rng(seed)
     rotation, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
-    with open(path, "w") as f:
-        for d in range(n_docs):
-            v = rng.standard_normal(dim)
-            vecs = []
-            for _ in range(n_par):
-                v = v / np.linalg.norm(v)
-                vecs.append(v)
-                v = rotation @ v + 0.05 * rng.standard_normal(dim)
-            f.write(json.dumps({"doc_id": f"chain-{d}", "paragraphs": [f"chain {d} step {p}" for p in range(n_par)],
-                                "vectors": np.round(vecs, 6).tolist()}) + "\n")
+    for d in range(n_docs):
+        v = rng.standard_normal(dim)
+        vecs = []
+        for _ in range(n_par):
+            v = v / np.linalg.norm(v)
+            vecs.append(v)
+            v = rotation @ v + 0.05 * rng.standard_normal(dim)
+        yield f"chain-{d}", [f"chain {d} step {p}" for p in range(n_par)], np.array(vecs)
 
 
 @pytest.fixture(scope="module")
 def predictable_store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("predictable")
-    predictable_corpus(root / "chains.jsonl")
-    build(str(root / "chains.jsonl"), root / "store", embedder="precomputed:rotation32", quiet=True)
-    return root / "store"
+    return vector_store(tmp_path_factory.mktemp("predictable"), "rotation32", predictable_docs())
 
 
 FAST = TrainConfig(phase1_epochs=6, phase2_epochs=2, batch_size=64, lr=3e-3, val_queries=200, n_candidates=30)

@@ -1,0 +1,91 @@
+"""Word-overlap features: the TF-IDF arithmetic by hand, the checkpoint carrying the IDF vector, and a
+model that learns to use words where the vectors say nothing."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import vector_store
+from nextpara.attention_core import lexical
+from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
+from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
+from nextpara.attention_core.predictor import Predictor
+from nextpara.attention_core.sequences import ParagraphSequences
+from nextpara.attention_core.train_config import TrainConfig
+from nextpara.attention_core.training import train
+
+
+def test_features_agree_with_a_hand_computed_example():
+    corpus = ["alpha beta", "alpha gamma", "beta gamma gamma", "delta"]
+    lx = lexical.Lexicon.fit(corpus)
+    idf = {w: math.log(5 / 3) + 1 for w in ("alpha", "beta", "gamma")}  # each in 2 of 4 texts; delta in 1: weight 0
+    assert lx.idf[lexical.token_counts("delta")[0]].tolist() == [0.0]
+    # candidate "gamma gamma alpha": weights gamma (1 + ln 2) idf, alpha idf; context "alpha beta", "gamma"
+    cand = np.array([idf["gamma"] * (1 + math.log(2)), idf["alpha"]])
+    cand = cand / np.linalg.norm(cand)
+    by_hand_first = cand[1] * (1 / math.sqrt(2))  # shares alpha with "alpha beta" (unit weights 1/sqrt 2 each)
+    by_hand_second = cand[0]  # "gamma" alone is the unit vector on gamma
+    whole = np.array([1 / math.sqrt(2), 1 / math.sqrt(2), 1.0])  # alpha, beta, gamma: sum of the two rows
+    by_hand_whole = (cand[1] * whole[0] + cand[0] * whole[2]) / np.linalg.norm(whole)
+    got = lexical.features(lx.matrix(["Alpha beta!", "gamma"]), lx.matrix(["gamma gamma alpha", "delta", None]), 4)
+    assert got.shape == (3, lexical.n_features(4))
+    np.testing.assert_allclose(got[0], [0, 0, by_hand_first, by_hand_second, by_hand_whole, 1.0], rtol=1e-5)
+    np.testing.assert_array_equal(got[1:], 0.0)  # a text of unweighted words and a missing text: no overlap, flag 0
+    only_vectors = lexical.features(lx.matrix([None, None]), lx.matrix(["alpha"]), 4)
+    np.testing.assert_array_equal(only_vectors, 0.0)
+
+
+def test_checkpoint_carries_the_idf_vector_and_older_checkpoints_load(tmp_path):
+    model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2))
+    idf = torch.rand(lexical.N_BUCKETS)
+    model.lexicon_idf.copy_(idf)
+    save_checkpoint(tmp_path / "model.safetensors", model, {"embedder": {"name": "e", "dim": 16}})
+    loaded, _ = load_checkpoint(tmp_path / "model.safetensors", "e", 16)
+    assert torch.equal(loaded.lexicon_idf, idf)
+    # a checkpoint written before the lexical features: its config has no "lexical" key and no idf tensor
+    from safetensors.torch import save_file
+
+    old = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2, lexical=False))
+    cfg = {k: v for k, v in old.cfg.__dict__.items() if k != "lexical"}
+    save_file({k: v.contiguous() for k, v in old.state_dict().items()}, str(tmp_path / "old.safetensors"),
+              metadata={"nextpara": json.dumps({"model_config": cfg, "embedder": {"name": "e", "dim": 16}})})
+    loaded_old, _ = load_checkpoint(tmp_path / "old.safetensors", "e", 16)
+    assert loaded_old.cfg.lexical is False
+
+
+def linked_docs(n_docs=100, n_par=8, dim=16, seed=0):
+    """A document's vectors scatter around its own direction in random order, so cosine finds the document
+    but not which of its paragraphs comes next; each paragraph shares one made-up word with the next only."""
+    rng = np.random.default_rng(seed)
+    for d in range(n_docs):
+        vecs = 2.0 * rng.standard_normal(dim) + rng.standard_normal((n_par, dim))
+        yield (f"linked-{d}", [f"filler words here link{d}x{p} link{d}x{p + 1}" for p in range(n_par)],
+               vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
+
+
+@pytest.fixture(scope="module")
+def linked_store(tmp_path_factory):
+    store = vector_store(tmp_path_factory.mktemp("linked"), "random16", linked_docs())
+    cfg = TrainConfig(phase1_epochs=2, phase2_epochs=4, batch_size=32, lr=3e-3, val_queries=100, n_candidates=30)
+    train(store, {"d_model": 32, "n_heads": 2}, cfg, quiet=True)
+    return store
+
+
+def test_the_model_learns_to_read_shared_words(linked_store):
+    with Predictor.open(linked_store) as predictor:
+        seq = ParagraphSequences(predictor.store)
+        rng = np.random.default_rng(1)
+        hits_words, hits_vectors = [], []
+        for q in seq.queries("test", 3)[:60]:
+            doc = seq.doc_rows[seq.doc_ids[q.target]]
+            same_doc = [r for r in doc if r != q.target and r not in q.context]
+            others = rng.choice([r for r in range(len(seq)) if r not in doc], 10, replace=False)
+            rows = [q.target, *same_doc, *others]
+            context, cands = [int(seq.ids[r]) for r in q.context], [int(seq.ids[r]) for r in rows]
+            hits_words.append(predictor.rerank(context, cands).order[0] == 0)  # ids: the stored texts are read
+            vectors = [predictor.store.vectors([i])[0] for i in cands]
+            hits_vectors.append(predictor.rerank(predictor.store.vectors(context), vectors).order[0] == 0)
+    assert np.mean(hits_words) > 0.9, np.mean(hits_words)
+    assert np.mean(hits_vectors) < 0.5, np.mean(hits_vectors)  # no words: a guess among the document's paragraphs
