@@ -32,7 +32,8 @@ from scipy import sparse
 
 N_BUCKETS = 1 << 18
 TOKEN = re.compile(r"\w\w+")
-CACHE_SIZE = 20_000  # texts whose hashed counts are kept (a PEPs-sized corpus has 44K paragraphs)
+CACHE_SIZE = 20_000  # texts whose weighted rows are kept (a PEPs-sized corpus has 44K paragraphs)
+EMPTY_ROW = (np.zeros(0, np.int64), np.zeros(0, np.float32))
 
 
 def n_features(max_context: int) -> int:
@@ -66,33 +67,32 @@ class Lexicon:
         idf[df < 2] = 0.0
         return cls(idf.astype(np.float32))
 
-    def _counts(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+    def _row(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """The text's L2-normalised TF-IDF row as (buckets, weights), through the LRU cache."""
         with self._lock:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        counts = token_counts(text)
+        b, tf = token_counts(text)
+        w = tf * self.idf[b]
+        keep = w > 0
+        norm = float(np.sqrt((w[keep] ** 2).sum()))
+        row = (b[keep], (w[keep] / norm).astype(np.float32)) if norm > 0 else (b[:0], w[:0])
         with self._lock:
-            self._cache[text] = counts
+            self._cache[text] = row
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
-        return counts
+        return row
 
     def matrix(self, texts: Sequence[str | None]) -> sparse.csr_matrix:
         """(n, N_BUCKETS) L2-normalised TF-IDF rows; a None or wordless text is a zero row."""
-        cols, vals, indptr = [], [], [0]
-        for text in texts:
-            b, w = self._counts(text) if text else (np.zeros(0, np.int64), np.zeros(0, np.float32))
-            w = w * self.idf[b]
-            norm = float(np.sqrt((w * w).sum()))
-            keep = w > 0 if norm > 0 else np.zeros(len(w), bool)
-            cols.append(b[keep])
-            vals.append(w[keep] / max(norm, 1e-12))
-            indptr.append(indptr[-1] + int(keep.sum()))
-        data = np.concatenate(vals).astype(np.float32) if vals else np.zeros(0, np.float32)
-        indices = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-        return sparse.csr_matrix((data, indices, np.asarray(indptr)), shape=(len(texts), N_BUCKETS))
+        rows = [self._row(text) if text else EMPTY_ROW for text in texts]
+        indptr = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum([len(b) for b, _ in rows], out=indptr[1:])
+        indices = np.concatenate([b for b, _ in rows]) if rows else np.zeros(0, np.int64)
+        data = np.concatenate([w for _, w in rows]) if rows else np.zeros(0, np.float32)
+        return sparse.csr_matrix((data, indices, indptr), shape=(len(texts), N_BUCKETS))
 
 
 def features(context: sparse.csr_matrix, candidates: sparse.csr_matrix, max_context: int) -> np.ndarray:
