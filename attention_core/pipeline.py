@@ -95,8 +95,14 @@ class RerankPipeline:
         A None text (a raw vector given by the caller) counts as no text."""
         if self.lexicon is None:
             return None
-        return [lexical.features(self.lexicon.matrix(ct[-self.max_context:]), self.lexicon.matrix(cands), self.max_context)
-                for ct, cands in zip(context_texts, candidate_texts)]
+        out = []
+        for ct, cands in zip(context_texts, candidate_texts):
+            ct = ct[-self.max_context:]
+            if any(ct) and any(cands):
+                out.append(lexical.features(self.lexicon.matrix(ct), self.lexicon.matrix(cands), self.max_context))
+            else:  # raw vectors on one side (the batch-job case): no words to compare, no work
+                out.append(np.zeros((len(cands), lexical.n_features(self.max_context)), np.float32))
+        return out
 
     def stored_texts(self, ids: list[np.ndarray]) -> list[list[str]]:
         """The stored texts of candidate ids, per query (only when the model reads texts)."""
