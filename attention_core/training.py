@@ -12,6 +12,11 @@ hard it is. Phase 2, the scorer: candidates are mined with FAISS exactly as infe
 listwise InfoNCE over the list (no target is inserted: inserting it into a list selected for
 high cosine teaches that high cosine is wrong), plus the phase-1 loss to keep the query head.
 Early stopping on validation MRR@10 of the whole pipeline. Deterministic under a seed.
+
+With word-overlap features (lexical.py, on by default) the IDF vector is fitted on the store's
+texts first; phase 2 hides the texts of ``text_dropout`` of its queries (raw-vector callers have
+none); after early stopping, one weight of the words' cosine to the last paragraph is fitted on
+the validation lists (tune_lexical_boost).
 """
 
 from __future__ import annotations
