@@ -12,7 +12,6 @@ the model. Writes bench/results/lexical_probe.{md,json}.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -21,21 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
+import record  # bench/record.py: this script's folder is on sys.path when it runs
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--queries", type=int, default=2000)
+    parser = record.store_parser(__doc__)
     parser.add_argument("--name", default="lexical_probe", help="results file name under bench/results/")
     args = parser.parse_args()
 
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    import record
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
     from nextpara.attention_core.data_dir import open_store
     from nextpara.attention_core.metrics import hit_rank, summarize

@@ -12,25 +12,21 @@ Writes bench/results/lexical_stage1.{md,json}.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
+import record  # bench/record.py: this script's folder is on sys.path when it runs
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--queries", type=int, default=2000)
+    parser = record.store_parser(__doc__)
     args = parser.parse_args()
 
-    import record
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
     from nextpara.attention_core.data_dir import open_store
     from nextpara.attention_core.lexical import Lexicon

@@ -29,3 +29,13 @@ def stamp(script: str) -> dict:
 
     return {"command": " ".join(["python", f"bench/{script}", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{os.cpu_count()} cores"}
+
+
+def store_parser(doc: str):
+    """The argument parser of a probe over a built, trained store: --data-dir and --queries (per split)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True, help="a built and trained store (read only)")
+    parser.add_argument("--queries", type=int, default=2000, help="queries per split (default 2000)")
+    return parser
