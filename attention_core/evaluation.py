@@ -130,7 +130,7 @@ class Evaluation:
         """Per-query latency, one query at a time, embedding the context text included."""
         times = []
         for q in self.targets[:n]:
-            texts = store_texts(self.store, self.seq, [int(r) for r in q.context[-self.L:]])
+            texts = self.context_texts(q, self.L)
             t0 = time.perf_counter()
             vecs = self.embedder.embed(texts) if self.embedder else self.context(q, self.L)
             self._rank(name, [vecs], [self.exclude_ids(q, self.L)], [texts])

@@ -196,6 +196,7 @@ class Predictor:
             else:
                 raise InvalidInputError(f"{at}: expected a text, a paragraph id or a vector, got {type(item).__name__}")
         exclude: set[int] = set()
+        known = dict(texts)  # item -> its text: given, or stored for an id
         if ids:
             missing = self.store.missing_ids(list(ids.values()))
             if missing:
@@ -203,14 +204,13 @@ class Predictor:
                 raise NotFoundError(f"{where}[{i + offset}]: unknown paragraph id {ids[i]}"
                                     + (f" ({len(missing) - 1} more unknown)" if len(missing) > 1 else ""))
             paragraphs = self.store.get_paragraphs(list(ids.values()))
-            texts_of_ids = dict(zip(ids, (p.text for p in paragraphs)))
+            known.update(zip(ids, (p.text for p in paragraphs)))
             vectors[list(ids)] = self.store.vectors(list(ids.values()))
             exclude.update(ids.values())
             exclude.update(self.store.ids_with_text([p.text for p in paragraphs]).tolist())
         if texts:
             vectors[list(texts)] = self._embed_texts(list(texts.values()))
             exclude.update(self.store.ids_with_text(texts.values()).tolist())
-        known = {**texts, **(texts_of_ids if ids else {})}
         return _Resolved(vectors=vectors, exclude=exclude, dropped=dropped, texts=[known.get(i) for i in range(len(items))])
 
     @staticmethod

@@ -135,8 +135,9 @@ class Trainer:
             losses.append(self._query_loss(self.model.encode(x, m)[0], qs[s:s + 256]).item() * len(qs[s:s + 256]))
         return sum(losses) / max(len(qs), 1)
 
-    def validate(self) -> dict:
-        lists = self.mine(self.val_q)
+    def validate(self, lists: list[np.ndarray] | None = None) -> dict:
+        """Pipeline metrics on the validation queries; ``lists``: their stage-1 rows if already mined."""
+        lists = self.mine(self.val_q) if lists is None else lists
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         scored = pipeline.rank([self.seq.vectors[q.context] for q in self.val_q], [self.seq.ids[l] for l in lists],
                                [self.seq.vectors[l] for l in lists],
@@ -147,11 +148,11 @@ class Trainer:
                           for l, q in zip(lists, self.val_q)])
         return {**summarize(np.array(ranks), n_boot=200), "stage1_recall": float(stage1)}
 
-    def tune_lexical_boost(self) -> float:
+    def tune_lexical_boost(self, lists: list[np.ndarray]) -> float:
         """Fit the one weight of the words' cosine to the last paragraph added to the trained scores, on the
-        validation lists (a grid, ties to the smaller). Listwise training leaves that signal underused: on
-        PEPs a boost of 4 raised validation and test MRR@10 alike (bench/results/lexical_probe_on_lexical_model.md)."""
-        lists = self.mine(self.val_q)
+        validation lists (``lists``: their stage-1 rows; a grid, ties to the smaller). Listwise training leaves
+        that signal underused: on PEPs a boost of 4 raised validation and test MRR@10 alike
+        (bench/results/lexical_probe_on_lexical_model.md)."""
         lex = self._lexical([q.context for q in self.val_q], lists, train=False)
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         scores, _, _ = pipeline.score([self.seq.vectors[q.context] for q in self.val_q], [self.seq.vectors[l] for l in lists],
@@ -247,8 +248,9 @@ class Trainer:
             self.model.load_state_dict(best_state)
         boost = None
         if self.words is not None and best_state is not None:
-            boost = self.tune_lexical_boost()
-            best = self.validate()
+            lists = self.mine(self.val_q)  # the boost does not change the query head: one mining for both
+            boost = self.tune_lexical_boost(lists)
+            best = self.validate(lists)
             log.info("with the boost: validation MRR@10 %.4f R@1 %.4f", best["mrr@10"], best["recall@1"])
         return {"validation": best, "history": history, "lexical_boost": boost, "train_queries": len(self.train_q),
                 "val_queries": len(self.val_q), "seconds": round(time.perf_counter() - started, 1),

@@ -81,9 +81,9 @@ class Runtime:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def run_locked(self, fn, *args):
-        """Run ``fn`` in the executor holding the write lock until it has really finished: a caller that is
-        cancelled (the client went away) cannot stop the thread, so the lock waits for it before the next
-        write, reload or snapshot may start; the cancellation is raised afterwards."""
+        """Run ``fn`` in the executor holding the write lock until it has really finished: every write, reload
+        and snapshot goes through here. A caller that is cancelled (the client went away, shutdown) cannot stop
+        the thread, so the lock waits for it before the next one may start; the cancellation is raised after."""
         async with self._write_lock:
             work = asyncio.ensure_future(self.run(fn, *args))
             try:
@@ -93,16 +93,21 @@ class Runtime:
                 raise
 
     async def reload(self) -> tuple[str, int]:
-        async with self._write_lock:
-            if self.settings.read_only:  # a replica re-reads the snapshot another process wrote
-                old = self.store
-                await self.run(self.load)
-                asyncio.get_running_loop().call_later(30, old.close)  # in-flight calls may still use it
-            else:
-                await self.run(self._load_model)
+        old = await self.run_locked(self._reload)
+        if self.settings.read_only:
+            asyncio.get_running_loop().call_later(30, old.close)  # in-flight calls may still use it
         if self.on_reload is not None:
             await self.on_reload()
         return self.versions()
+
+    def _reload(self) -> ParagraphStore:
+        """A replica re-reads the snapshot another process wrote, a writer the model; returns the store before."""
+        old = self.store
+        if self.settings.read_only:
+            self.load()
+        else:
+            self._load_model()
+        return old
 
     def versions(self) -> tuple[str, int]:
         return (self.predictor.model_version if self.predictor else "", self.store.generation if self.store else -1)
@@ -110,14 +115,16 @@ class Runtime:
     async def snapshot_if_changed(self) -> None:
         if self.settings.read_only or self.store is None:
             return
-        async with self._write_lock:
-            if self.store.generation != self._snapshot_generation:
-                try:
-                    await self.run(self.store.snapshot)
-                except StorageFullError as e:  # not fatal: SQLite holds every write, loading replays them,
-                    log.error("index snapshot not written, serving on: %s", e)  # and the next round retries
-                    return
-                self._snapshot_generation = self.store.generation
+        await self.run_locked(self._snapshot_if_changed)
+
+    def _snapshot_if_changed(self) -> None:
+        if self.store.generation != self._snapshot_generation:
+            try:
+                self.store.snapshot()
+            except StorageFullError as e:  # not fatal: SQLite holds every write, loading replays them,
+                log.error("index snapshot not written, serving on: %s", e)  # and the next round retries
+                return
+            self._snapshot_generation = self.store.generation
 
     async def close(self) -> None:
         await self.coalescer.stop()
