@@ -1,5 +1,5 @@
-"""Corpus reading, embedders, the paragraph store with its FAISS index, and (later) the model.
+"""The model: the attention reranker, training, checkpoints, word features, candidate mining, the Predictor, evaluation.
 
-Heavy libraries (numpy, faiss, torch, sentence-transformers) are imported by the
-submodules that need them, never here, so ``import nextpara.attention_core`` is cheap.
+May import the store and torch, never the server, batch jobs or client.
+Submodules import what they need, so ``import nextpara.attention_core`` itself is cheap.
 """

@@ -3,8 +3,8 @@
 Candidates are the union of two FAISS searches: the model's query vector (the predicted next
 paragraph) and the last context paragraph's own neighbours, each ``n`` deep, merged in that
 order without duplicates. Excluded ids (the context and every paragraph with identical text)
-are filtered out; searches ask for ``n`` plus the size of the largest exclusion set so every
-row still gets ``n`` results, which lets one batched FAISS call serve many queries.
+are filtered out by the store's search, which still gives every row ``n`` results from one batched
+FAISS call for many queries.
 """
 
 from __future__ import annotations
@@ -12,19 +12,13 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-
-from .store import ParagraphStore
+from nextpara.store.store import ParagraphStore
 
 
 def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]]) -> list[list[int]]:
     """Top-n ids per query row, never one of that row's excluded ids; one batched FAISS call."""
-    pad = max((len(e) for e in exclude), default=0)
-    _, ids = store.search(queries, n + pad)
-    out = []
-    for row, ex in zip(ids, exclude):
-        kept = [int(i) for i in row if i >= 0 and int(i) not in ex]
-        out.append(kept[:n])
-    return out
+    _, ids = store.search(queries, n, exclude)
+    return [[int(i) for i in row if i >= 0] for row in ids]
 
 
 def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_vectors: np.ndarray,

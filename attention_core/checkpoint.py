@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import torch
+from nextpara.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.store.snapshot import fsync_dir
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .errors import FailedPreconditionError, StoreMismatchError
 from .model import NextParagraphModel, RerankerConfig
-from .snapshot import fsync_dir
 
 CHECKPOINT = "model.safetensors"
 META_KEY = "nextpara"

@@ -58,7 +58,7 @@ def write_plots(result: dict, plot_dir: Path) -> list[Path]:
     try:
         import matplotlib
     except ImportError as e:
-        from .errors import FailedPreconditionError
+        from nextpara.errors import FailedPreconditionError
 
         raise FailedPreconditionError("--plot needs matplotlib: pip install 'nextpara[plot]'") from e
 
@@ -100,9 +100,10 @@ def write_plots(result: dict, plot_dir: Path) -> list[Path]:
 
 def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, output: str | None = None,
                    plot_dir: str | None = None, latency_queries: int = 100, seed: int = 0) -> dict:
+    from nextpara.store.embedders import PrecomputedEmbedder, embedder_for_store
+    from nextpara.store.store import open_store
+
     from .checkpoint import CHECKPOINT, load_checkpoint
-    from .data_dir import open_store
-    from .embedders import PrecomputedEmbedder, embedder_for_store
     from .evaluation import Evaluation
     from .pipeline import RerankPipeline
     from .sequences import ParagraphSequences

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from nextpara.store.store import ParagraphStore
 
 from . import lexical
 from .candidates import generate_candidates
 from .model import NextParagraphModel
-from .store import ParagraphStore
 
 SCORE_BATCH = 256
 

@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Callable, Sequence, Union
 
 import numpy as np
+from nextpara.errors import InvalidInputError, NotFoundError
+from nextpara.store.embedders import Embedder, embedder_for_store
+from nextpara.store.store import ParagraphStore, open_store
 
 from .checkpoint import CHECKPOINT, load_checkpoint
-from .data_dir import open_store
-from .embedders import Embedder, embedder_for_store
-from .errors import InvalidInputError, NotFoundError
 from .pipeline import RerankPipeline
-from .store import ParagraphStore
 
 ContextItem = Union[str, int, Sequence[float], np.ndarray]
 MAX_TOP_K = 1000

@@ -13,8 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
-
-from .store import ParagraphStore
+from nextpara.store.store import ParagraphStore
 
 SPLITS = {"train": range(0, 8), "validation": range(8, 9), "test": range(9, 10)}
 

@@ -27,15 +27,14 @@ from dataclasses import asdict
 
 import numpy as np
 import torch
+from nextpara.progress import progress_bar
+from nextpara.store.store import ParagraphStore, open_store
 
 from . import lexical
-from .data_dir import open_store
 from .metrics import hit_rank, per_query, summarize
 from .model import NextParagraphModel, RerankerConfig
 from .pipeline import RerankPipeline, pad_candidates, pad_contexts
-from .progress import progress_bar
 from .sequences import ParagraphSequences, Query
-from .store import ParagraphStore
 from .train_config import TrainConfig
 
 log = logging.getLogger(__name__)

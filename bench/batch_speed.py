@@ -73,10 +73,10 @@ def main() -> int:
     parser.add_argument("--loop-rows", type=int, default=200, help="rows for the one-at-a-time loop (default 200)")
     args = parser.parse_args()
     import torch
-    from nextpara.attention_core.batch.rows import Row
-    from nextpara.attention_core.batch.scoring import score_rows
     from nextpara.attention_core.pipeline import pad_candidates, pad_contexts
     from nextpara.attention_core.predictor import Predictor
+    from nextpara.batch.rows import Row
+    from nextpara.batch.scoring import score_rows
     from record import save
 
     predictor = Predictor.open(args.data_dir)

@@ -40,7 +40,7 @@ DEFAULT_CORPUS = HERE.parent.parent / "shared" / "corpora" / "peps.jsonl"
 
 
 def sample_paragraphs(corpus: str, n: int, seed: int) -> list[str]:
-    from nextpara.attention_core.corpus import CorpusReader
+    from nextpara.store.corpus import CorpusReader
 
     texts = [p for doc in CorpusReader(corpus) for p in doc.paragraphs]
     pick = np.random.default_rng(seed).choice(len(texts), size=min(n, len(texts)), replace=False)
@@ -87,8 +87,11 @@ def onnx_models(path: str) -> list[tuple[str, object]]:
     optimum is not installed (``pip install 'sentence-transformers[onnx]'``)."""
     try:
         import onnxruntime  # noqa: F401
-        from sentence_transformers import (SentenceTransformer, export_dynamic_quantized_onnx_model,
-                                           export_optimized_onnx_model)
+        from sentence_transformers import (
+            SentenceTransformer,
+            export_dynamic_quantized_onnx_model,
+            export_optimized_onnx_model,
+        )
     except ImportError as e:
         print(f"ONNX modes skipped: {e}", flush=True)
         return []
@@ -106,9 +109,8 @@ def onnx_models(path: str) -> list[tuple[str, object]]:
 
 
 def speed(texts: list[str], int8: bool = True) -> dict:
+    from nextpara.store.embedders import SentenceTransformerEmbedder, bundled_minilm_path
     from sentence_transformers import SentenceTransformer
-
-    from nextpara.attention_core.embedders import SentenceTransformerEmbedder, bundled_minilm_path
 
     path = str(bundled_minilm_path())
     st = SentenceTransformer(path, device="cpu")
@@ -174,7 +176,6 @@ def main() -> int:
     parser.add_argument("--output", default="embed_speed", help="name under bench/results/")
     args = parser.parse_args()
     import torch
-
     from record import save, stamp
 
     texts = sample_paragraphs(args.corpus, args.paragraphs, args.seed)

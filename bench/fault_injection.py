@@ -89,8 +89,8 @@ def start_server(data: Path, *extra: str) -> tuple[subprocess.Popen, str]:
 
 def check_store(data: Path, acknowledged: set[str]) -> dict:
     """What a kill left behind: counts of partial and lost documents, and whether index and SQLite agree."""
-    from nextpara.attention_core.data_dir import open_store
     from nextpara.client import Client
+    from nextpara.store.store import open_store
 
     out = {"loadable": False, "documents": 0, "partial": 0, "lost": 0, "index_agrees": False, "getinfo_agrees": False}
     if not (data / "paragraphs.sqlite").exists():  # killed before the store was created: nothing was acknowledged

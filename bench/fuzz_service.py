@@ -184,7 +184,8 @@ class Fuzzer:
 def fuzz(address: str, requests: int, seed: int, dim: int, n_paragraphs: int, doc_ids: list[str]) -> Fuzzer:
     import warnings
 
-    from hypothesis import HealthCheck, given, seed as hseed, settings
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
     from hypothesis.errors import HypothesisWarning
 
     warnings.filterwarnings("ignore", category=HypothesisWarning)  # "overly large repr" of the huge cases
@@ -208,7 +209,7 @@ def fuzz(address: str, requests: int, seed: int, dim: int, n_paragraphs: int, do
 
 def run(data_dir: str, requests: int, seed: int = 0) -> dict:
     from fault_injection import start_server
-    from nextpara.attention_core.data_dir import open_store
+    from nextpara.store.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="nextpara-fuzz-") as work:
         data = Path(work) / "store"

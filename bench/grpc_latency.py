@@ -32,8 +32,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def contexts_from(data_dir: str, n: int):
-    from nextpara.attention_core.data_dir import open_store
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
 
     with open_store(data_dir, readonly=True) as store:
         seq = ParagraphSequences(store)

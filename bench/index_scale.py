@@ -104,7 +104,7 @@ def synthetic_cell(n: int, d: int, kinds: list[str], args) -> dict:
 
 
 def real_cell(data_dir: str, kinds: list[str], args) -> dict:
-    from nextpara.attention_core.data_dir import open_store
+    from nextpara.store.store import open_store
 
     with open_store(data_dir, readonly=True) as store:
         vectors = store.vectors(store.paragraph_table()[0])
@@ -116,7 +116,7 @@ def real_cell(data_dir: str, kinds: list[str], args) -> dict:
 
 def measure_cell(label: str, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], args) -> dict:
     import faiss
-    from nextpara.attention_core.vector_index import VectorIndex, choose_index
+    from nextpara.store.vector_index import VectorIndex, choose_index
     from record import rss_bytes
 
     n, d = vectors.shape

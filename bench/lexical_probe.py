@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import record  # bench/record.py: this script's folder is on sys.path when it runs
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,13 +29,12 @@ def main() -> int:
     parser.add_argument("--name", default="lexical_probe", help="results file name under bench/results/")
     args = parser.parse_args()
 
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
-    from nextpara.attention_core.data_dir import open_store
     from nextpara.attention_core.metrics import hit_rank, summarize
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
     t0 = time.perf_counter()
     store = open_store(args.data_dir, readonly=True)

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 import record  # bench/record.py: this script's folder is on sys.path when it runs
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -28,10 +27,10 @@ def main() -> int:
     args = parser.parse_args()
 
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
-    from nextpara.attention_core.data_dir import open_store
     from nextpara.attention_core.lexical import Lexicon
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
 
     store = open_store(args.data_dir, readonly=True)
     seq = ParagraphSequences(store)

@@ -160,7 +160,7 @@ async def soak(address: str, pid: int, args, ids: list[int], texts: list[str]) -
 
 def run(data_dir: str, args) -> dict:
     from fault_injection import start_server
-    from nextpara.attention_core.data_dir import open_store
+    from nextpara.store.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="nextpara-soak-") as work:
         data = Path(work) / "store"

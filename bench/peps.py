@@ -37,8 +37,8 @@ def main() -> int:
     logging.getLogger("nextpara").setLevel(logging.INFO)
     from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
     from nextpara.attention_core.eval_report import markdown_table, run_evaluation
-    from nextpara.attention_core.ingest import build
     from nextpara.attention_core.training import train
+    from nextpara.store.ingest import build
 
     data = Path(args.data_dir)
     record: dict = {"command": "python bench/" + Path(__file__).name + " " + " ".join(shlex.quote(a) for a in sys.argv[1:]),

@@ -53,9 +53,9 @@ def main() -> int:
     args = parser.parse_args()
     import torch
     from batch_speed import make_rows
-    from nextpara.attention_core.embedders import bundled_minilm_path
     from nextpara.attention_core.pipeline import pad_candidates, pad_contexts
     from nextpara.attention_core.predictor import Predictor
+    from nextpara.store.embedders import bundled_minilm_path
     from record import save
 
     predictor = Predictor.open(args.data_dir)

@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     from fault_injection import start_server
-    from nextpara.attention_core.data_dir import open_store
+    from nextpara.store.store import open_store
     from record import save, stamp
 
     with tempfile.TemporaryDirectory(prefix="nextpara-start-") as work:

@@ -22,15 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
 def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
     from index_scale import clustered
-    from nextpara.attention_core.corpus import Document
-    from nextpara.attention_core.data_dir import open_store
+    from nextpara.store.corpus import Document
+    from nextpara.store.store import open_store
 
     vectors = clustered(n, dim, seed=seed)
     per_doc, batch_docs = 10, 1000
@@ -53,7 +52,7 @@ def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
 
 
 def open_times(data: Path, repeats: int) -> list[dict]:
-    from nextpara.attention_core.data_dir import open_store
+    from nextpara.store.store import open_store
     from record import rss_bytes
 
     out = []

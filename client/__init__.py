@@ -14,12 +14,13 @@ from .errors import (
                      NotFound,
                      PermissionDenied,
                      ResourceExhausted,
+                     ServiceError,
                      Unauthenticated,
                      Unavailable,
 )
 from .sync import Client
 from .types import AddResult, DeleteResult, Document, Info, Paragraph, Prediction, PredictResult, RerankResult
 
-__all__ = ["Client", "AsyncClient", "NextparaError", "InvalidArgument", "NotFound", "FailedPrecondition",
+__all__ = ["Client", "AsyncClient", "NextparaError", "ServiceError", "InvalidArgument", "NotFound", "FailedPrecondition",
            "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
            "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info"]

@@ -7,7 +7,7 @@
             print(p.score, p.doc_id, p.text)
 
 Every call takes ``timeout=`` (seconds; the client's default otherwise). Failures raise a
-:class:`nextpara.client.errors.NextparaError` subclass chosen by status code.
+:class:`nextpara.client.errors.ServiceError` subclass chosen by status code.
 """
 
 from __future__ import annotations

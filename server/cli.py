@@ -17,16 +17,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
-    from nextpara.attention_core.ingest import default_data_dir
+    from nextpara.store.data_dir import DataDir
 
     from .config import from_args
-    from .main import ensure_default_store, run_server
+    from .main import run_server
 
     settings = from_args(args)
-    data_dir = Path(settings.data_dir) if settings.data_dir is not None else default_data_dir()
-    if data_dir == default_data_dir():  # the default store ($NEXTPARA_DATA_DIR included) builds itself
+    data_dir = DataDir.resolve(settings.data_dir)
+    if data_dir == DataDir.default():  # the default store ($NEXTPARA_DATA_DIR included) builds itself
+        from nextpara.attention_core.bootstrap import ensure_default_store
+
         ensure_default_store(data_dir, quiet=args.quiet)
     asyncio.run(run_server(settings, data_dir))
     return 0

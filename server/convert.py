@@ -3,9 +3,9 @@ the field paths that error messages name."""
 
 from __future__ import annotations
 
-from nextpara.attention_core.corpus import Document
-from nextpara.attention_core.errors import InvalidInputError
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
+from nextpara.errors import InvalidInputError
+from nextpara.store.corpus import Document
 from nextpara.v1 import nextpara_pb2 as pb
 
 

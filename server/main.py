@@ -1,7 +1,7 @@
 """``nextpara serve``: the grpc.aio server with health, reflection, auth, metrics and graceful shutdown.
 
-``create_server(settings, runtime) -> (server, port)`` builds and binds (port 0 picks a free
-port, which tests use); ``serve(settings)`` runs until SIGTERM/SIGINT: health goes NOT_SERVING,
+``create_server(settings, runtime) -> (server, port, health)`` builds and binds (port 0 picks a
+free port, which tests use); ``run_server(settings, data_dir)`` serves until SIGTERM/SIGINT: health goes NOT_SERVING,
 in-flight calls get ``grace_seconds`` to finish, a last snapshot is written. SIGHUP reloads the
 model (and, on a read-only replica, the index snapshot).
 """
@@ -113,21 +113,3 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
         await server.stop(settings.grace_seconds)
         await runtime.close()
         log.info("stopped")
-
-
-def ensure_default_store(data_dir: Path, quiet: bool) -> None:
-    """The default data dir: build (or complete) the built-in corpus and train a model if there is none."""
-    from nextpara.attention_core.checkpoint import CHECKPOINT
-    from nextpara.attention_core.ingest import build
-    from nextpara.attention_core.training import train
-
-    # always (re)build: unchanged documents cost nothing, and a build killed halfway is completed
-    log.info("%s the built-in corpus in %s", "checking" if (data_dir / "paragraphs.sqlite").exists() else "building",
-             data_dir)
-    report = build("builtin", data_dir, quiet=quiet)
-    log.info("%d paragraphs written, %d documents unchanged, in %.0fs", report.paragraphs_written,
-             report.documents_unchanged, report.total_seconds)
-    if not (data_dir / CHECKPOINT).exists():
-        log.info("no model in %s yet: training one", data_dir)
-        meta = train(data_dir, quiet=quiet)
-        log.info("trained model %s: validation MRR@10 %.3f", meta["model_version"], meta["metrics"]["validation"]["mrr@10"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grpc
 from google.protobuf.message import DecodeError
-from nextpara.attention_core.errors import InvalidInputError
+from nextpara.errors import InvalidInputError
 from nextpara.v1 import nextpara_pb2
 
 SERVICE = nextpara_pb2.DESCRIPTOR.services_by_name["NextParagraphService"]

@@ -15,12 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nextpara.attention_core.checkpoint import CHECKPOINT
-from nextpara.attention_core.data_dir import open_store
-from nextpara.attention_core.embedders import embedder_for_store
-from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError, StorageFullError
-from nextpara.attention_core.ingest import vectors_for
 from nextpara.attention_core.predictor import Predictor
-from nextpara.attention_core.store import ParagraphStore, WriteResult
+from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError
+from nextpara.store.embedders import embedder_for_store
+from nextpara.store.ingest import vectors_for
+from nextpara.store.store import ParagraphStore, WriteResult, open_store
 
 from .batching import Coalescer
 from .config import ServerSettings

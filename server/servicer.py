@@ -13,7 +13,7 @@ import time
 
 import grpc
 from nextpara import __version__
-from nextpara.attention_core.errors import InvalidInputError
+from nextpara.errors import InvalidInputError
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 

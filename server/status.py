@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import grpc
-from nextpara.attention_core.errors import (
+from nextpara.errors import (
     FailedPreconditionError,
     InvalidInputError,
-    NextparaError,
     NotFoundError,
+    OverloadedError,
     StorageFullError,
     StoreLockedError,
 )
-
-
-class OverloadedError(NextparaError):
-    """The request queue is full."""
-
 
 STATUS_OF: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT),

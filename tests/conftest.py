@@ -16,6 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from fault_injection import write_vector_corpus  # noqa: E402,F401  (one corpus writer for tests and bench)
+
 CORPORA = REPO.parent / "shared" / "corpora"
 PEPS = CORPORA / "peps.jsonl"
 
@@ -37,7 +38,7 @@ def _private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def minilm():
-    from nextpara.attention_core.embedders import make_embedder
+    from nextpara.store.embedders import make_embedder
 
     return make_embedder("minilm")
 
@@ -70,9 +71,9 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600):
 @pytest.fixture(scope="session")
 def trained_store(tmp_path_factory):
     """A real store (the first 60 built-in documents, MiniLM) with a small trained model: built once per run."""
-    from nextpara.attention_core.corpus import CorpusReader
-    from nextpara.attention_core.ingest import build
     from nextpara.attention_core.training import TrainConfig, train
+    from nextpara.store.corpus import CorpusReader
+    from nextpara.store.ingest import build
 
     root = tmp_path_factory.mktemp("trained")
     docs = [d for _, d in zip(range(60), CorpusReader("builtin"))]
@@ -144,7 +145,7 @@ def server_store(trained_store, tmp_path_factory):
 
 def vector_store(root: Path, embedder_name: str, docs) -> Path:
     """Build a store of precomputed vectors under ``root`` from (doc_id, paragraphs, vectors) triples."""
-    from nextpara.attention_core.ingest import build
+    from nextpara.store.ingest import build
 
     corpus = root / f"{embedder_name}.jsonl"
     with open(corpus, "w") as f:

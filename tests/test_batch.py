@@ -15,8 +15,8 @@ from conftest import LiveServer, run_cli
 
 
 def _store_rows(store_dir):
-    from nextpara.attention_core.data_dir import open_store
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
 
     with open_store(store_dir, readonly=True) as store:
         seq = ParagraphSequences(store)
@@ -174,8 +174,8 @@ BAD_ROWS = [
 
 
 def test_each_kind_of_bad_row_becomes_an_error_row(trained_store, tmp_path):
-    from nextpara.attention_core.batch.engines import InProcessEngine
-    from nextpara.attention_core.batch.job import run_job
+    from nextpara.batch.engines import InProcessEngine
+    from nextpara.batch.job import run_job
 
     src = tmp_path / "bad.jsonl"
     src.write_bytes(b"\n".join(raw for raw, _ in BAD_ROWS) + b"\n\n")  # a blank line is skipped, not a row

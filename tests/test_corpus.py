@@ -1,8 +1,8 @@
 import json
 
 import pytest
-from nextpara.attention_core.corpus import CorpusReader, split_paragraphs
-from nextpara.attention_core.errors import CorpusFormatError, InvalidInputError
+from nextpara.errors import CorpusFormatError, InvalidInputError
+from nextpara.store.corpus import CorpusReader, split_paragraphs
 
 
 def write_lines(path, lines):

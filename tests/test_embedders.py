@@ -2,12 +2,18 @@
 
 import numpy as np
 import pytest
-from nextpara.attention_core.data_dir import open_store
-from nextpara.attention_core.embedders import MINILM_INT8_NAME, MINILM_NAME, PrecomputedEmbedder, embedder_for_store, make_embedder
-from nextpara.attention_core.embedding_cache import CachedEmbedder
-from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError
-from nextpara.attention_core.http_embedder import EmbeddingServiceError, OpenAIEmbedder
-from nextpara.attention_core.ingest import build
+from nextpara.errors import FailedPreconditionError, InvalidInputError
+from nextpara.store.embedders import (
+    MINILM_INT8_NAME,
+    MINILM_NAME,
+    PrecomputedEmbedder,
+    embedder_for_store,
+    make_embedder,
+)
+from nextpara.store.embedding_cache import CachedEmbedder
+from nextpara.store.http_embedder import EmbeddingServiceError, OpenAIEmbedder
+from nextpara.store.ingest import build
+from nextpara.store.store import open_store
 from openai_fake import FakeEmbeddingsServer, fake_vector
 
 TEXTS = ["The cat sat on the mat.", "A cat was sitting on a rug.", "Quarterly revenue grew by four percent."]
@@ -100,7 +106,7 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
 
 
 def test_local_sentence_transformers_directory(minilm):
-    from nextpara.attention_core.embedders import bundled_minilm_path
+    from nextpara.store.embedders import bundled_minilm_path
 
     local = make_embedder(f"sentence-transformers:{bundled_minilm_path()}")
     assert local.name == "sentence-transformers:model" and local.dim == 384

@@ -11,9 +11,9 @@ import fuzz_service
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nextpara.attention_core.batch.rows import parse_row
-from nextpara.attention_core.corpus import CorpusReader
-from nextpara.attention_core.errors import InvalidInputError
+from nextpara.batch.rows import parse_row
+from nextpara.errors import InvalidInputError
+from nextpara.store.corpus import CorpusReader
 
 FAST = settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 

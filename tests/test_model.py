@@ -6,8 +6,8 @@ import pickle
 import pytest
 import torch
 from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
-from nextpara.attention_core.errors import FailedPreconditionError, StoreMismatchError
 from nextpara.attention_core.model import MultiHeadAttention, NextParagraphModel, RerankerConfig
+from nextpara.errors import FailedPreconditionError, StoreMismatchError
 
 
 def explicit_multi_head(mha: MultiHeadAttention, x_q, x_kv, mask):

@@ -1,11 +1,12 @@
 """The in-process Predictor on a real store with a trained model."""
 
 import copy
+
 import numpy as np
 import pytest
-from nextpara.attention_core.data_dir import open_store
-from nextpara.attention_core.errors import FailedPreconditionError, InvalidInputError, NotFoundError
 from nextpara.attention_core.predictor import Predictor
+from nextpara.errors import FailedPreconditionError, InvalidInputError, NotFoundError
+from nextpara.store.store import open_store
 
 
 @pytest.fixture(scope="module")

@@ -5,15 +5,15 @@ import json
 import numpy as np
 import pytest
 from conftest import unit_vectors
-from nextpara.attention_core.corpus import Document
-from nextpara.attention_core.data_dir import open_store
-from nextpara.attention_core.errors import (
+from nextpara.errors import (
     FailedPreconditionError,
     InvalidInputError,
     NotFoundError,
     StoreLockedError,
     StoreMismatchError,
 )
+from nextpara.store.corpus import Document
+from nextpara.store.store import open_store
 
 DIM = 32
 INDEX_TYPES = ["flat", "hnsw", "ivf", "auto"]
@@ -65,7 +65,7 @@ def test_search_matches_brute_force(tmp_path, index):
         with open_store(tmp_path, readonly=readonly) as store:
             all_ids = np.arange(1, 4001)
             expected = brute_force(np.concatenate(vecs), all_ids, queries, 10, exclude)
-            scores, got = store.search(queries, 10, exclude_ids=exclude)
+            scores, got = store.search(queries, 10, [exclude] * len(queries))
             assert not np.isin(got, list(exclude)).any()
             assert (np.diff(scores, axis=1) <= 1e-6).all()
             if index in ("flat", "auto"):
@@ -139,7 +139,7 @@ def test_exclusion_and_identical_texts(tmp_path):
     with new_store(tmp_path) as store:
         store.add_documents(docs, vecs)
         assert list(store.ids_with_text([docs[0].paragraphs[0]])) == [1, 8]
-        scores, ids = store.search(vecs[0][0], 20, exclude_ids=[1, 2])
+        scores, ids = store.search(vecs[0][0], 20, [[1, 2]])
         assert list(ids[0, -2:]) == [-1, -1] and 1 not in ids[0] and 2 not in ids[0]
 
 

@@ -5,15 +5,15 @@ import json
 import numpy as np
 import pytest
 from conftest import vector_store
-from nextpara.attention_core.corpus import CorpusReader
-from nextpara.attention_core.data_dir import open_store
 from nextpara.attention_core.evaluation import Evaluation
-from nextpara.attention_core.ingest import build
 from nextpara.attention_core.metrics import NO_HIT, summarize
 from nextpara.attention_core.model import RerankerConfig
 from nextpara.attention_core.pipeline import RerankPipeline
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.attention_core.training import TrainConfig, Trainer, train
+from nextpara.store.corpus import CorpusReader
+from nextpara.store.ingest import build
+from nextpara.store.store import open_store
 
 SMALL_MODEL = {"d_model": 64, "n_heads": 4, "n_context_layers": 1}
 

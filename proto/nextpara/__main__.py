@@ -15,17 +15,19 @@ HEAVY = {"numpy", "torch", "faiss", "sentence_transformers", "tqdm", "grpc_refle
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from nextpara.attention_core import cli as core_cli
-    from nextpara.attention_core.batch import cli as batch_cli
+    from nextpara.attention_core import cli as model_cli
+    from nextpara.batch import cli as batch_cli
     from nextpara.client import cli as client_cli
     from nextpara.server import cli as server_cli
+    from nextpara.store import cli as store_cli
 
     parser = argparse.ArgumentParser(prog="nextpara", description="Next-paragraph retrieval: build, train, serve, query.")
     parser.add_argument("--version", action="version", version=f"nextpara {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    core_cli.register(sub)
+    store_cli.register(sub)
+    model_cli.register(sub)
     batch_cli.register(sub)
     server_cli.register(sub)
     client_cli.register(sub)
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("nextpara").setLevel(logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO)
-    from nextpara.attention_core.errors import NextparaError
+    from nextpara.errors import NextparaError
 
     try:
         return int(args.func(args) or 0)

@@ -13,7 +13,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ..errors import InvalidInputError
+from nextpara.errors import InvalidInputError
 
 
 class OutputError(InvalidInputError):

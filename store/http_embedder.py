@@ -24,9 +24,9 @@ import urllib.request
 from typing import Sequence
 
 import numpy as np
+from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError
 
-from .embedders import normalize_rows
-from .errors import FailedPreconditionError, InvalidInputError, NextparaError
+from .unit_vectors import unit_rows
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -96,4 +96,4 @@ class OpenAIEmbedder:
         if len(dims) != 1 or (self.dim is not None and self.dim not in dims):
             raise InvalidInputError(f"{self.name}: expected vectors of dimension {self.dim}, got {sorted(dims)}")
         self.dim = dims.pop()
-        return normalize_rows(np.asarray(rows, dtype=np.float32), where=f"{self.name} answer")
+        return unit_rows(rows, where=f"{self.name} answer")

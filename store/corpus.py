@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .errors import CorpusFormatError, InvalidInputError
+from nextpara.errors import CorpusFormatError, InvalidInputError
 
 BUILTIN = "builtin"
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import InvalidInputError
+from nextpara.errors import InvalidInputError
 
 MAX_TOP_K = 1000
 FIELDS = ("id", "context", "candidates", "top_k")

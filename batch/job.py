@@ -100,7 +100,7 @@ class _NoBar:
 
 def _progress(total: int | None, quiet: bool):
     try:
-        from ..progress import progress_bar
+        from nextpara.progress import progress_bar
     except ModuleNotFoundError:
         return _NoBar()
     return progress_bar(total=total, desc="rerank-batch", unit="row", quiet=quiet)

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
+from nextpara.errors import FailedPreconditionError, InvalidInputError
 
-from .errors import FailedPreconditionError, InvalidInputError
+from .unit_vectors import unit_rows
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_INT8_NAME = MINILM_NAME + ":int8"
@@ -39,23 +40,6 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return a (len(texts), dim) float32 array of unit vectors."""
         ...
-
-
-def normalize_rows(vectors: np.ndarray, where: str = "vectors") -> np.ndarray:
-    """Check for finite, non-zero rows and return them L2-normalised as float32.
-
-    Raises InvalidInputError naming the first bad row.
-    """
-    arr = np.asarray(vectors, dtype=np.float32)
-    if arr.ndim != 2:
-        raise InvalidInputError(f"{where}: expected a 2-d array of vectors, got shape {arr.shape}")
-    bad = ~np.isfinite(arr).all(axis=1)
-    if bad.any():
-        raise InvalidInputError(f"{where}: row {int(np.argmax(bad))} has a NaN or infinite value")
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    if (norms == 0).any():
-        raise InvalidInputError(f"{where}: row {int(np.argmax(norms[:, 0] == 0))} is the zero vector")
-    return np.ascontiguousarray(arr / norms, dtype=np.float32)
 
 
 class SentenceTransformerEmbedder:
@@ -103,7 +87,7 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
                                  normalize_embeddings=False, show_progress_bar=False)
-        return normalize_rows(vecs, where=f"{self.name} output")
+        return unit_rows(vecs, where=f"{self.name} output")
 
 
 def quantize_linear_int8(model):

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
-
-from .errors import InvalidInputError
+from nextpara.errors import InvalidInputError
 
 AUTO_HNSW_FROM = 50_000
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 512

@@ -7,8 +7,9 @@ one batched retrieval + rerank, exactly as the service's Rerank and PredictNext 
 
 from __future__ import annotations
 
-from ..errors import InvalidInputError, NotFoundError
-from ..predictor import Predictor
+from nextpara.attention_core.predictor import Predictor
+from nextpara.errors import InvalidInputError, NotFoundError
+
 from .rows import Row, error_output, predict_output, rerank_output
 
 

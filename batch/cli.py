@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def make_engine(args):
-    from nextpara.attention_core.errors import InvalidInputError
+    from nextpara.errors import InvalidInputError
 
     if args.address and (args.ray or args.data_dir):
         raise InvalidInputError("--address sends rows to a service, which has its own store: "
@@ -53,9 +53,9 @@ def make_engine(args):
 
         return ServiceEngine(client_from(args), with_text=not args.no_text, in_flight=args.in_flight,
                              chunk_rows=args.chunk_rows)
-    from nextpara.attention_core.ingest import default_data_dir
+    from nextpara.store.data_dir import DataDir
 
-    data_dir = args.data_dir or default_data_dir()
+    data_dir = DataDir.resolve(args.data_dir)
     if args.ray:
         try:
             import ray  # noqa: F401
@@ -73,7 +73,7 @@ def make_engine(args):
 def cmd_rerank_batch(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from nextpara.attention_core.errors import InvalidInputError
+    from nextpara.errors import InvalidInputError
 
     from .job import run_job
     from .rows import check_top_k

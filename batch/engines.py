@@ -35,7 +35,7 @@ class InProcessEngine:
     name = "in-process"
 
     def __init__(self, data_dir: str | Path, with_text: bool = True, chunk_rows: int = 512):
-        from ..predictor import Predictor
+        from nextpara.attention_core.predictor import Predictor
 
         self.predictor = Predictor.open(data_dir)
         self.with_text, self.chunk_rows = with_text, chunk_rows
@@ -93,9 +93,8 @@ class RayScorer:
 
     def __init__(self, data_dir: str, with_text: bool):
         import ray
-
-        from ..pipeline import use_threads
-        from ..predictor import Predictor
+        from nextpara.attention_core.pipeline import use_threads
+        from nextpara.attention_core.predictor import Predictor
 
         # threads sized to the actor's CPUs: actors sharing a node must not oversubscribe it
         use_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
@@ -119,9 +118,8 @@ class RayEngine:
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
                  chunk_rows: int = 100_000):
         import ray
-
-        from ..checkpoint import CHECKPOINT, read_checkpoint_meta
-        from ..errors import FailedPreconditionError
+        from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
+        from nextpara.errors import FailedPreconditionError
 
         self.data_dir = str(Path(data_dir).resolve())
         if not (Path(self.data_dir) / CHECKPOINT).is_file():  # fail before starting Ray, not in every actor

@@ -4,7 +4,7 @@ Documents are embedded and written in batches of about ``batch_paragraphs`` para
 each batch is one store transaction, so a kill at any moment loses at most the batch in
 flight and never leaves a partial document. Documents whose content is already stored
 unchanged are skipped before embedding. The index snapshot is written once at the end
-(and loading replays anything after the last snapshot, see store.py).
+(and loading replays anything after the last snapshot, see vector_table.py).
 """
 
 from __future__ import annotations
@@ -13,28 +13,19 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
+from nextpara.errors import InvalidInputError
+from nextpara.progress import progress_bar
 
 from .corpus import CorpusReader, Document, validate_document
-from .data_dir import open_store
+from .data_dir import DataDir
 from .embedders import Embedder, PrecomputedEmbedder, make_embedder
 from .embedding_cache import CachedEmbedder
-from .errors import InvalidInputError
-from .progress import progress_bar
-from .store import ParagraphStore
+from .store import open_store
 
 log = logging.getLogger(__name__)
-
-
-def default_data_dir() -> Path:
-    """``$NEXTPARA_DATA_DIR``, else ``$XDG_DATA_HOME/nextpara`` (``~/.local/share/nextpara``)."""
-    env = os.environ.get("NEXTPARA_DATA_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")) / "nextpara"
 
 
 @dataclass
@@ -108,12 +99,12 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document]) -> list[np.ndarray
     return out
 
 
-def build(corpus: str, data_dir: str | os.PathLike | None = None, *, embedder: str = "minilm", index: str = "auto",
+def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, embedder: str = "minilm", index: str = "auto",
           skip_bad: bool = False, batch_paragraphs: int = 1024, use_cache: bool = True, quiet: bool = False,
           embedder_options: dict | None = None) -> BuildReport:
     """Read ``corpus``, embed what changed, upsert it into the store, snapshot. Returns a report."""
     started = time.perf_counter()
-    data_dir = Path(data_dir) if data_dir else default_data_dir()
+    data_dir = DataDir.resolve(data_dir)
     report = BuildReport(data_dir=str(data_dir))
     reader = CorpusReader(corpus, skip_bad=skip_bad)
     docs = list(progress_bar(reader, desc="read corpus", unit="doc", quiet=quiet))
@@ -157,7 +148,3 @@ def build(corpus: str, data_dir: str | os.PathLike | None = None, *, embedder: s
         report.paragraphs_embedded = report.paragraphs_written
     report.total_seconds = time.perf_counter() - started
     return report
-
-
-def open_default(data_dir: str | os.PathLike | None, readonly: bool = True) -> ParagraphStore:
-    return open_store(Path(data_dir) if data_dir else default_data_dir(), readonly=readonly)

@@ -1,4 +1,10 @@
-"""Domain errors. The server maps each class to one gRPC status code (see server/)."""
+"""The errors of every part of nextpara, one hierarchy under :class:`NextparaError`.
+
+The store, the model, batch jobs and the command line raise these; the server maps each class to
+one gRPC status code (``nextpara.server.status``); the client's exceptions
+(``nextpara.client.errors``) derive from :class:`NextparaError` too. Pure Python: importing it
+costs nothing, so the client may.
+"""
 
 
 class NextparaError(Exception):
@@ -38,3 +44,7 @@ class CorpusFormatError(InvalidInputError):
 
 class StorageFullError(NextparaError):
     """The data directory's file system is full: the write was not stored, earlier ones are intact."""
+
+
+class OverloadedError(NextparaError):
+    """The server's request queue is full: retry shortly."""

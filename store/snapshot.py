@@ -1,32 +1,23 @@
-"""Atomic on-disk snapshots of the vector index, and the manifest that names the current one.
+"""Atomic on-disk snapshots of the vector index, and the atomic file writes the manifest uses too.
 
-Layout of a data directory::
-
-    paragraphs.sqlite        documents, paragraphs and their vectors (WAL mode): the truth
-    snapshots/g<N>/          index.faiss, ids.npy, vectors.npy as of SQLite generation N
-    manifest.json            format version, embedder, index, counts, current snapshot
-
-A snapshot is written into ``snapshots/.tmp-g<N>``, every file fsynced, the directory
+A snapshot (``snapshots/g<N>/``: index.faiss, ids.npy, vectors.npy as of SQLite generation N)
+is written into ``snapshots/.tmp-g<N>``, every file fsynced, the directory
 renamed to ``snapshots/g<N>`` and fsynced; only then is ``manifest.json`` replaced
 (write to a temporary name, fsync, rename, fsync the directory). A process killed at any
 instant therefore leaves the old manifest pointing at a complete old snapshot, or the new
 manifest pointing at a complete new one. Writes acknowledged after the snapshot live in
-SQLite, and loading replays them (see store.py).
+SQLite, and loading replays them (see vector_table.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
+from nextpara.errors import StoreMismatchError
 
-from .errors import StoreMismatchError
-
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 SNAPSHOTS = "snapshots"
 
 
@@ -104,22 +95,3 @@ def remove_stale_snapshots(data_dir: Path, keep: str | None) -> None:
     for entry in root.iterdir():
         if keep is None or f"{SNAPSHOTS}/{entry.name}" != keep:
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def read_manifest(data_dir: Path) -> dict | None:
-    path = data_dir / MANIFEST
-    if not path.exists():
-        return None
-    try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise StoreMismatchError(f"{path} is not valid JSON ({e}); it is written atomically, so it was edited by hand") from e
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise StoreMismatchError(
-            f"{path} has format_version {version!r}; this nextpara reads format {FORMAT_VERSION} and older: upgrade nextpara")
-    return manifest
-
-
-def write_manifest(data_dir: Path, manifest: dict) -> None:
-    replace_file_atomically(data_dir / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())

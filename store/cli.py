@@ -1,0 +1,97 @@
+"""CLI commands over the store: ``build``, ``info``, ``search``.
+
+Only argparse is imported at module level; each command imports what it needs when run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default=None,
+                        help="store directory (default: $NEXTPARA_DATA_DIR or ~/.local/share/nextpara)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="read a corpus, embed it and store it with a FAISS index",
+                       description="Upsert every document of a corpus into the store; unchanged documents are skipped.")
+    p.add_argument("--corpus", default="builtin",
+                   help="a .jsonl file, a directory of .txt/.md files, or 'builtin' (default: the interpreter's own docs)")
+    add_data_dir(p)
+    p.add_argument("--embedder", default="minilm",
+                   help="minilm (default), sentence-transformers:PATH, precomputed:NAME (vectors in the corpus) or openai:MODEL")
+    p.add_argument("--embedder-url", default=None,
+                   help="base URL of an OpenAI-compatible API for openai:MODEL (default: $NEXTPARA_EMBEDDINGS_URL or OpenAI)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    p.add_argument("--index", default="auto",
+                   help="auto (default: exact below 50,000 paragraphs, HNSW from there), flat, hnsw, ivf or a FAISS "
+                        "factory string; used when the store is created")
+    p.add_argument("--skip-bad", action="store_true", help="skip malformed documents and report how many")
+    p.add_argument("--batch-paragraphs", type=int, default=1024, help="paragraphs per embedded, committed batch")
+    p.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("info", help="describe a store: embedder, counts, index, disk use")
+    add_data_dir(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("search", help="plain nearest neighbours of a text (for debugging)")
+    p.add_argument("text")
+    add_data_dir(p)
+    p.add_argument("-k", type=int, default=5, help="how many neighbours (default 5)")
+    p.set_defaults(func=cmd_search)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .ingest import build
+
+    report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
+                   batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
+                   embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env}
+                   if args.embedder.startswith("openai:") else None)
+    for reason in report.skipped_reasons:
+        print(f"skipped: {reason}", file=sys.stderr)
+    print(f"built {report.data_dir}: {report.documents_read} documents read"
+          f" ({report.documents_added} added, {report.documents_replaced} replaced, {report.documents_unchanged} unchanged,"
+          f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
+          f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s"
+          f" ({report.paragraphs_per_second:.0f}/s), {report.cache_hits} from cache; total {report.total_seconds:.1f}s")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .store import open_store
+
+    with open_store(args.data_dir, readonly=True) as store:
+        info = store.info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    index = info["index"]
+    params = ", ".join(f"{k}={v}" for k, v in index["params"].items())
+    print(f"data dir      {info['data_dir']}\n"
+          f"embedder      {info['embedder']} (dim {info['dim']})\n"
+          f"documents     {info['documents']}\n"
+          f"paragraphs    {info['paragraphs']}\n"
+          f"index         {index['requested']}: {index['factory']}{f' ({params})' if params else ''}, {index['vectors']} vectors\n"
+          f"generation    {info['generation']} (snapshot at {info['snapshot_generation']})\n"
+          f"disk          {info['disk_bytes'] / 1e6:.1f} MB ({info['disk_bytes_per_paragraph']} bytes/paragraph)")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from .embedders import embedder_for_store
+    from .store import open_store
+
+    with open_store(args.data_dir, readonly=True) as store:
+        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+        scores, ids = store.search(embedder.embed([args.text]), args.k)
+        hits = [(s, i) for s, i in zip(scores[0], ids[0]) if i >= 0]
+        for (score, pid), para in zip(hits, store.get_paragraphs([i for _, i in hits])):
+            text = para.text if len(para.text) <= 160 else para.text[:157] + "..."
+            print(f"{score:.3f}  #{pid}  {para.doc_id}[{para.position}]  {text}")
+    return 0

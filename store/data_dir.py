@@ -1,0 +1,167 @@
+"""DataDir: one data directory, its files, its write lock, its manifest and its SQLite schema.
+
+Layout::
+
+    paragraphs.sqlite        documents, paragraphs and their vectors (WAL mode): the truth
+    snapshots/g<N>/          index.faiss, ids.npy, vectors.npy as of write generation N (snapshot.py)
+    manifest.json            format version, embedder, index, counts, current snapshot
+    write.lock               held (flock) by the one process that writes
+    model.safetensors        the trained reranker, if any (nextpara.attention_core.checkpoint)
+
+Everything that knows these names, the default location, the format version and the schema is
+here; the store (store.py) opens a DataDir, and every command resolves ``--data-dir`` with
+:meth:`DataDir.resolve`. The manifest is read once per DataDir, and the format version of the
+manifest and of SQLite's ``meta`` table is checked by one function.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from nextpara.errors import FailedPreconditionError, StoreLockedError, StoreMismatchError
+
+from .snapshot import replace_file_atomically
+
+FORMAT_VERSION = 1
+DB_FILE = "paragraphs.sqlite"
+MANIFEST = "manifest.json"
+LOCK_FILE = "write.lock"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, n_paragraphs INTEGER NOT NULL,
+    content_hash TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS paragraphs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
+    position INTEGER NOT NULL, text TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL,
+    UNIQUE (doc_id, position));
+CREATE INDEX IF NOT EXISTS paragraphs_text_hash ON paragraphs (text_hash);
+"""
+
+_UNREAD = object()
+
+
+def check_format(version, where: str) -> None:
+    """Refuse a store written by a newer nextpara (the manifest's and SQLite's version both come here)."""
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise StoreMismatchError(f"{where} has format_version {version!r}; this nextpara reads format "
+                                 f"{FORMAT_VERSION} and older: upgrade nextpara")
+
+
+class DataDir(os.PathLike):
+    """A data directory (it need not exist yet). ``os.fspath(data_dir)`` is its path."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path).expanduser().resolve()
+        self._manifest = _UNREAD
+
+    @classmethod
+    def default(cls) -> "DataDir":
+        """``$NEXTPARA_DATA_DIR`` (an empty value counts as unset), else ``$XDG_DATA_HOME/nextpara``
+        (``~/.local/share/nextpara``)."""
+        env = os.environ.get("NEXTPARA_DATA_DIR")
+        if env:
+            return cls(env)
+        return cls(Path(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")) / "nextpara")
+
+    @classmethod
+    def resolve(cls, path: "str | os.PathLike | DataDir | None") -> "DataDir":
+        """What a ``--data-dir`` option means: the given directory, or the default when none (or "") is given."""
+        if isinstance(path, DataDir):
+            return path
+        return cls(path) if path not in (None, "") else cls.default()
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DataDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __repr__(self) -> str:
+        return f"DataDir({str(self.path)!r})"
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def has_store(self) -> bool:
+        return (self.path / DB_FILE).exists()
+
+    # ---- the manifest -----------------------------------------------------------------
+    def manifest(self) -> dict | None:
+        """The manifest (None before the first snapshot), read and checked once, then as this process wrote it."""
+        if self._manifest is _UNREAD:
+            path = self.path / MANIFEST
+            manifest = None
+            if path.exists():
+                try:
+                    manifest = json.loads(path.read_text())
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    raise StoreMismatchError(f"{path} is not valid JSON ({e}); it is written atomically, "
+                                             "so it was edited by hand") from e
+                check_format(manifest.get("format_version"), str(path))
+            self._manifest = manifest
+        return self._manifest
+
+    def write_manifest(self, manifest: dict) -> None:
+        replace_file_atomically(self.path / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        self._manifest = manifest
+
+    # ---- the write lock ---------------------------------------------------------------
+    def take_write_lock(self) -> int:
+        """An exclusive flock on write.lock (the holder's pid written in it); StoreLockedError if held."""
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreLockedError(f"{self.path} is being written by another process (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    # ---- SQLite -----------------------------------------------------------------------
+    def no_store_error(self) -> FailedPreconditionError:
+        return FailedPreconditionError(f"no nextpara store in {self.path}: build one with "
+                                       f"`nextpara build --data-dir {self.path}`")
+
+    def connect(self, readonly: bool) -> sqlite3.Connection:
+        """A connection in autocommit mode (transactions are explicit), WAL for the writer, synchronous=FULL."""
+        uri = f"file:{self.path / DB_FILE}" + ("?mode=ro" if readonly else "")
+        db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+        if not readonly:
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        return db
+
+    def read_meta(self, db: sqlite3.Connection) -> dict[str, str]:
+        """The ``meta`` table, or {} for a file whose first transaction never committed (a store not yet created)."""
+        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+            return {}
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+        if "embedder" in meta:
+            check_format(int(meta.get("format_version", 0)), str(self.path / DB_FILE))
+        return meta
+
+    def create_schema(self, db: sqlite3.Connection, embedder_name: str, embedder_spec: str, dim: int, index: str) -> None:
+        """Tables and metadata of a new store, in one transaction."""
+        db.execute("BEGIN IMMEDIATE")
+        for statement in filter(str.strip, SCHEMA.split(";")):
+            db.execute(statement)
+        db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+            ("format_version", str(FORMAT_VERSION)), ("embedder", embedder_name), ("embedder_spec", embedder_spec),
+            ("dim", str(dim)), ("index", index), ("generation", "0"), ("created_at", str(time.time()))])
+        db.execute("COMMIT")

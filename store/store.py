@@ -1,0 +1,283 @@
+"""ParagraphStore: documents, paragraphs and vectors in a data directory, searchable with FAISS.
+
+Three parts, each in its own file: the data directory's files, lock and manifest (data_dir.py),
+the SQLite tables that are the source of truth (tables.py), and the vectors in memory with the
+FAISS index over them (vector_table.py). The store validates writes, runs each as one SQLite
+transaction, mirrors it in the vector table, and turns a full disk into an error that says what
+was kept. A write that returns is acknowledged and survives a kill; the index is saved as an
+atomic snapshot by :meth:`ParagraphStore.snapshot`, and loading replays SQLite beyond it.
+
+One process writes at a time (an exclusive ``flock`` on ``write.lock``); any number of processes
+may open the store read-only. Open one with :func:`open_store`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
+import threading
+from typing import Iterable, Sequence
+
+import numpy as np
+from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError, StoreMismatchError
+
+from .corpus import Document, validate_document
+from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
+from .tables import Checked, Paragraph, ParagraphTables, WriteResult, content_hash
+from .unit_vectors import unit_rows
+from .vector_index import choose_index
+from .vector_table import VectorTable
+
+__all__ = ["ParagraphStore", "Paragraph", "WriteResult", "open_store", "DB_FILE"]
+
+
+def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool = False, embedder_name: str | None = None,
+               dim: int | None = None, embedder_spec: str | None = None, index: str = "auto") -> "ParagraphStore":
+    """Open the store in ``data_dir`` (None: the default location); create it when ``embedder_name`` and ``dim``
+    are given. A store built by another embedder, dimension or a newer format is refused with a
+    StoreMismatchError naming the expected and the actual, before anything is touched."""
+    data_dir = DataDir(DataDir.resolve(data_dir))  # a fresh view: its manifest is read once, by this open
+    creating = not readonly and embedder_name is not None and dim is not None
+    if not data_dir.has_store and not creating:
+        raise data_dir.no_store_error()
+    data_dir.manifest()  # refuses newer formats before touching anything
+    if not readonly:
+        data_dir.path.mkdir(parents=True, exist_ok=True)
+    lock_fd = None if readonly else data_dir.take_write_lock()
+    try:
+        db = data_dir.connect(readonly)
+        meta = data_dir.read_meta(db)
+        exists = "embedder" in meta  # a file whose first transaction never committed counts as absent
+        if not exists:
+            if not creating:
+                raise data_dir.no_store_error()
+            choose_index(index, 0)  # validate before creating anything
+            data_dir.create_schema(db, embedder_name, embedder_spec or embedder_name, dim, index)
+            meta = data_dir.read_meta(db)
+        elif embedder_name is not None and embedder_name != meta["embedder"]:
+            raise StoreMismatchError(
+                f"{data_dir} was built by embedder {meta['embedder']!r} (dim {meta['dim']}), not {embedder_name!r}"
+                + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
+        elif dim is not None and dim != int(meta["dim"]):
+            raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
+        store = ParagraphStore(data_dir, ParagraphTables(db, meta), readonly=readonly, lock_fd=lock_fd)
+    except BaseException:
+        if lock_fd is not None:
+            os.close(lock_fd)
+        raise
+    if not exists:
+        store.snapshot()  # a new store gets its manifest at once
+    return store
+
+
+class ParagraphStore:
+    """Open with :func:`open_store`."""
+
+    def __init__(self, data_dir: DataDir, tables: ParagraphTables, readonly: bool, lock_fd: int | None):
+        self.data_dir = data_dir
+        self.tables = tables
+        self.readonly = readonly
+        self._lock_fd = lock_fd
+        self._mutex = threading.RLock()
+        self.embedder_name, self.embedder_spec, self.dim = tables.embedder_name, tables.embedder_spec, tables.dim
+        self.requested_index = tables.requested_index
+        self.vector_table = VectorTable.load(data_dir, tables)
+
+    # ---- properties ------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return self.tables.generation
+
+    @property
+    def snapshot_generation(self) -> int:
+        return self.vector_table.snapshot_generation
+
+    @property
+    def snapshot_name(self) -> str | None:
+        return self.vector_table.snapshot_name
+
+    @property
+    def index(self):
+        return self.vector_table.index
+
+    def count_documents(self) -> int:
+        return self.tables.count_documents()
+
+    def count_paragraphs(self) -> int:
+        return len(self.vector_table)
+
+    # ---- writes -----------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise FailedPreconditionError(f"store {self.data_dir} is open read-only")
+
+    def _check(self, doc: Document, vectors) -> Checked:
+        validate_document(doc, where=doc.source)
+        if vectors is None:
+            raise InvalidInputError(f"document {doc.doc_id!r} has no vectors")
+        if len(vectors) != len(doc.paragraphs):
+            raise InvalidInputError(f"document {doc.doc_id!r}: expected {len(doc.paragraphs)} vectors for its "
+                                    f"paragraphs, got {len(vectors)}")
+        arr = unit_rows(vectors, self.dim, f"document {doc.doc_id!r} vectors", self.embedder_name)
+        return Checked(doc, arr, content_hash(doc, arr if doc.vectors is not None else None))
+
+    def unchanged(self, docs: Sequence[Document]) -> set[str]:
+        """doc_ids of ``docs`` whose stored text content is identical (so need no embedding)."""
+        stored = self.tables.content_hashes([d.doc_id for d in docs])
+        return {d.doc_id for d in docs if d.vectors is None and stored.get(d.doc_id) == content_hash(d)}
+
+    def add_documents(self, docs: Sequence[Document], vectors: Sequence[np.ndarray | None]) -> WriteResult:
+        """Upsert documents atomically: all of them are stored, or (on any error) none.
+
+        ``vectors[i]`` holds one vector per paragraph of ``docs[i]``; every document and
+        vector is validated before anything is written.
+        """
+        self._check_writable()
+        if len(docs) != len(vectors):
+            raise InvalidInputError(f"{len(docs)} documents but {len(vectors)} vector arrays")
+        checked = [self._check(doc, vecs) for doc, vecs in zip(docs, vectors)]
+        doc_ids = [c.doc.doc_id for c in checked]
+        if len(set(doc_ids)) != len(doc_ids):
+            twice = next(d for d in doc_ids if doc_ids.count(d) > 1)
+            raise InvalidInputError(f"document {twice!r} appears twice in one write")
+        with self._mutex:
+            with self._disk_full_is_clear("adding documents"):
+                result, removed, added, vecs = self.tables.write_documents(checked)
+            self.vector_table.apply(removed, added, vecs)
+        result.generation = self.generation
+        return result
+
+    def delete_documents(self, doc_ids: Iterable[str]) -> int:
+        """Delete documents; returns how many paragraphs went. Unknown ids: NotFoundError, nothing deleted."""
+        self._check_writable()
+        doc_ids = list(dict.fromkeys(doc_ids))
+        with self._mutex:
+            with self._disk_full_is_clear("deleting documents"):
+                removed = self.tables.delete_documents(doc_ids)
+            self.vector_table.apply(removed, np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32))
+        return len(removed)
+
+    @contextlib.contextmanager
+    def _disk_full_is_clear(self, action: str, snapshot: bool = False):
+        """Turn "disk full" from SQLite or the OS into a StorageFullError that says what was kept (for a
+        ``snapshot``, every stored document; for a write, everything before it)."""
+        try:
+            yield
+        except (sqlite3.OperationalError, OSError) as e:
+            if isinstance(e, sqlite3.OperationalError):
+                full = "full" in str(e)
+            else:  # numpy's short writes raise OSError without an errno: then ask the file system
+                full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or (
+                    e.errno is None and shutil.disk_usage(self.data_dir).free < 64 * 2**20)
+            if not full:
+                raise
+            kept = (f"every stored document ({self.count_documents()}) is in {DB_FILE} and the store loads from it"
+                    if snapshot else
+                    f"nothing of this write was stored; the {self.count_documents()} documents stored before it are intact")
+            raise StorageFullError(f"no space left on the file system of {self.data_dir} while {action} ({e}): {kept}. "
+                                   "Free space and retry (a rebuild skips documents already stored)") from e
+
+    def snapshot(self) -> str | None:
+        """Save the index and vectors atomically and point the manifest at them (nothing to do if unchanged)."""
+        self._check_writable()
+        with self._mutex:
+            generation = self.generation
+            self.vector_table.refit()
+            if generation == self.snapshot_generation and self.data_dir.manifest() is not None:
+                return self.snapshot_name
+            counts = {"embedder": {"name": self.embedder_name, "spec": self.embedder_spec, "dim": self.dim},
+                      "counts": {"documents": self.count_documents(), "paragraphs": self.count_paragraphs()}}
+            with self._disk_full_is_clear("writing the index snapshot", snapshot=True):
+                return self.vector_table.save(self.data_dir, generation, counts)
+
+    # ---- reads ------------------------------------------------------------------------
+    def get_paragraphs(self, ids: Sequence[int]) -> list[Paragraph]:
+        """Paragraphs in the order asked; NotFoundError naming the unknown ids."""
+        return self.tables.get_paragraphs(ids)
+
+    def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
+        """(ids, doc_ids, positions, text_hashes) of every paragraph, ordered by (doc_id, position)."""
+        return self.tables.paragraph_table()
+
+    def missing_ids(self, ids: Sequence[int]) -> set[int]:
+        """The ids among ``ids`` that the store does not hold."""
+        ids = np.asarray(ids, dtype=np.int64)
+        with self._mutex:
+            _, ok = self.vector_table.rows(ids)
+        return set(ids[~ok].tolist())
+
+    def vectors(self, ids: Sequence[int]) -> np.ndarray:
+        """Stored vectors of ``ids`` (n, dim); NotFoundError naming unknown ids."""
+        with self._mutex:
+            return self.vector_table.get(np.asarray(ids, dtype=np.int64))
+
+    def ids_of_documents(self, doc_ids: Iterable[str]) -> np.ndarray:
+        """Ids of every paragraph of the given documents (unknown doc_ids contribute nothing)."""
+        return self.tables.ids_of_documents(doc_ids)
+
+    def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
+        """Ids of every stored paragraph whose text equals one of ``texts``."""
+        return self.tables.ids_with_text(texts)
+
+    def search(self, queries: np.ndarray, k: int, exclude: Sequence[Iterable[int]] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) by inner product for each query row (a single vector is one row), in one FAISS call.
+
+        ``exclude[i]``: ids never returned for row i. What every row excludes is filtered inside the search; the
+        rest by searching deeper and dropping them, so each row still gets k results where the store has them.
+        Short rows (small store, many exclusions) are padded with id -1 and score -inf.
+        """
+        queries = np.asarray(queries, dtype=np.float32)
+        queries = unit_rows(queries[None, :] if queries.ndim == 1 else queries, self.dim, "query vectors")
+        if k < 1:
+            raise InvalidInputError(f"k must be at least 1, got {k}")
+        sets = [{int(i) for i in e} for e in exclude] if exclude is not None else [set() for _ in queries]
+        if len(sets) != len(queries):
+            raise InvalidInputError(f"{len(queries)} queries but {len(sets)} exclusion sets")
+        common = set.intersection(*sets) if sets else set()
+        extra = max((len(e) - len(common) for e in sets), default=0)
+        with self._mutex:
+            scores, ids = self.vector_table.search(queries, k + extra, np.asarray(sorted(common), dtype=np.int64))
+        if not extra:
+            return scores, ids
+        out_s, out_i = np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)
+        for row, e in enumerate(sets):
+            keep = [j for j, i in enumerate(ids[row]) if i >= 0 and int(i) not in e][:k]
+            out_s[row, :len(keep)], out_i[row, :len(keep)] = scores[row, keep], ids[row, keep]
+        return out_s, out_i
+
+    def info(self) -> dict:
+        db_bytes = sum(p.stat().st_size for p in self.data_dir.path.glob(DB_FILE + "*"))
+        snap_bytes = sum(p.stat().st_size for p in (self.data_dir / self.snapshot_name).iterdir()) if self.snapshot_name else 0
+        n = self.count_paragraphs()
+        index = self.index
+        return {
+            "data_dir": str(self.data_dir),
+            "format_version": FORMAT_VERSION,
+            "embedder": self.embedder_name,
+            "dim": self.dim,
+            "index": {"requested": index.choice.requested, "factory": index.choice.factory,
+                      "params": index.choice.params, "vectors": index.ntotal - len(index.tombstones)},
+            "documents": self.count_documents(),
+            "paragraphs": n,
+            "generation": self.generation,
+            "snapshot_generation": self.snapshot_generation,
+            "disk_bytes": db_bytes + snap_bytes,
+            "disk_bytes_per_paragraph": round((db_bytes + snap_bytes) / n, 1) if n else None,
+        }
+
+    def close(self) -> None:
+        with self._mutex:
+            self.tables.db.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def __enter__(self) -> "ParagraphStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,194 @@
+"""ParagraphTables: the SQLite side of a store, the source of truth.
+
+``documents`` (doc_id, title, content hash), ``paragraphs`` (id, doc_id, position, text, sha256
+of the text, vector blob) and ``meta`` (embedder, dimension, index type, write generation). One
+write (add, upsert, delete) is one transaction that also bumps the generation: when it returns,
+it is acknowledged (``synchronous=FULL``, WAL). Paragraph ids are ``INTEGER PRIMARY KEY
+AUTOINCREMENT`` values: stable for the life of a paragraph, never reused, so the difference
+between two sets of ids is exactly the change between them.
+
+No locking here: the store (store.py) serialises writers and takes its lock around these calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+from nextpara.errors import NotFoundError
+
+from .corpus import Document, text_hash
+
+_CHUNK = 500  # parameters per IN (...) query, under SQLite's limit
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    id: int
+    doc_id: str
+    position: int
+    text: str
+    text_hash: str
+
+
+@dataclass
+class WriteResult:
+    added: int = 0  # new documents
+    replaced: int = 0  # documents whose content changed
+    unchanged: int = 0  # documents identical to what was stored
+    paragraphs: int = 0  # paragraphs written
+    generation: int = 0
+
+
+@dataclass
+class Checked:
+    """A document ready to write: its unit vectors and its content hash."""
+
+    doc: Document
+    vectors: np.ndarray
+    content_hash: str
+
+
+def content_hash(doc: Document, vectors: np.ndarray | None = None) -> str:
+    """Identity of a document's content: title, paragraph texts and (if given) its vectors."""
+    h = hashlib.sha256(doc.title.encode())
+    for text in doc.paragraphs:
+        h.update(b"\0" + text_hash(text).encode())
+    if vectors is not None:
+        h.update(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def missing_message(what: str, missing: Sequence) -> str:
+    return (f"unknown {what}(s): {', '.join(map(str if what == 'paragraph id' else repr, missing[:10]))}"
+            + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
+
+
+class ParagraphTables:
+    def __init__(self, db: sqlite3.Connection, meta: dict[str, str]):
+        self.db = db
+        self.embedder_name: str = meta["embedder"]
+        self.embedder_spec: str = meta.get("embedder_spec", meta["embedder"])
+        self.dim: int = int(meta["dim"])
+        self.requested_index: str = meta["index"]
+        self.created_at = float(meta.get("created_at", 0))
+
+    # ---- reads ------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return int(self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+
+    def count_documents(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
+    def live_ids(self) -> np.ndarray:
+        """Every paragraph id, ascending."""
+        return np.fromiter((r[0] for r in self.db.execute("SELECT id FROM paragraphs ORDER BY id")), dtype=np.int64)
+
+    def rows_where_in(self, select: str, column: str, values: Iterable) -> Iterable[tuple]:
+        """Rows of ``SELECT {select} FROM paragraphs WHERE {column} IN values``, in chunks under SQLite's limit."""
+        values = list(values)
+        for start in range(0, len(values), _CHUNK):
+            chunk = values[start:start + _CHUNK]
+            yield from self.db.execute(
+                f"SELECT {select} FROM paragraphs WHERE {column} IN ({','.join('?' * len(chunk))})", chunk)
+
+    def fetch_vectors(self, ids: np.ndarray) -> np.ndarray:
+        blobs = dict(self.rows_where_in("id, vector", "id", [int(i) for i in ids]))
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        for j, pid in enumerate(ids):
+            out[j] = np.frombuffer(blobs[int(pid)], dtype=np.float32)
+        return out
+
+    def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(doc_ids), _CHUNK):
+            chunk = list(doc_ids[start:start + _CHUNK])
+            found.update(self.db.execute(
+                f"SELECT doc_id, content_hash FROM documents WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk))
+        return found
+
+    def get_paragraphs(self, ids: Sequence[int]) -> list[Paragraph]:
+        """Paragraphs in the order asked (one query per 500 ids); NotFoundError naming the unknown ids."""
+        ids = [int(i) for i in ids]
+        found = {row[0]: Paragraph(*row) for row in self.rows_where_in("id, doc_id, position, text, text_hash", "id", ids)}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFoundError(missing_message("paragraph id", missing))
+        return [found[i] for i in ids]
+
+    def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
+        """(ids, doc_ids, positions, text_hashes) of every paragraph, ordered by (doc_id, position)."""
+        rows = self.db.execute("SELECT id, doc_id, position, text_hash FROM paragraphs ORDER BY doc_id, position").fetchall()
+        return (np.fromiter((r[0] for r in rows), np.int64, len(rows)), [r[1] for r in rows],
+                np.fromiter((r[2] for r in rows), np.int64, len(rows)), [r[3] for r in rows])
+
+    def ids_of_documents(self, doc_ids: Iterable[str]) -> np.ndarray:
+        rows = self.rows_where_in("id", "doc_id", dict.fromkeys(doc_ids))
+        return np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
+
+    def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
+        rows = self.rows_where_in("id", "text_hash", {text_hash(t) for t in texts})
+        return np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
+
+    # ---- writes: each one transaction -------------------------------------------------
+    def _drop(self, doc_id: str) -> list[int]:
+        """Delete a document and its paragraphs (inside the caller's transaction); their ids."""
+        old = [r[0] for r in self.db.execute("SELECT id FROM paragraphs WHERE doc_id = ?", (doc_id,))]
+        self.db.execute("DELETE FROM paragraphs WHERE doc_id = ?", (doc_id,))
+        self.db.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        return old
+
+    def write_documents(self, checked: Sequence[Checked]) -> tuple[WriteResult, np.ndarray, np.ndarray, np.ndarray]:
+        """Upsert in one transaction: (result, removed ids, added ids, their vectors). Unchanged documents are skipped."""
+        result = WriteResult()
+        old_ids: list[int] = []
+        new_ids: list[int] = []
+        new_vecs: list[np.ndarray] = []
+        stored = self.content_hashes([c.doc.doc_id for c in checked])
+        now = time.time()
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            for c in checked:
+                doc = c.doc
+                if stored.get(doc.doc_id) == c.content_hash:
+                    result.unchanged += 1
+                    continue
+                if doc.doc_id in stored:
+                    old_ids += self._drop(doc.doc_id)
+                    result.replaced += 1
+                else:
+                    result.added += 1
+                self.db.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?)",
+                                (doc.doc_id, doc.title, len(doc.paragraphs), c.content_hash, now))
+                for position, (text, vec) in enumerate(zip(doc.paragraphs, c.vectors)):
+                    cur = self.db.execute(
+                        "INSERT INTO paragraphs (doc_id, position, text, text_hash, vector) VALUES (?, ?, ?, ?, ?)",
+                        (doc.doc_id, position, text, text_hash(text), vec.tobytes()))
+                    new_ids.append(cur.lastrowid)
+                new_vecs.append(c.vectors)
+                result.paragraphs += len(doc.paragraphs)
+            if result.added or result.replaced:
+                self.db.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+        vectors = np.concatenate(new_vecs) if new_vecs else np.zeros((0, self.dim), np.float32)
+        return result, np.asarray(old_ids, np.int64), np.asarray(new_ids, np.int64), vectors
+
+    def delete_documents(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """Delete documents in one transaction; the ids of their paragraphs. NotFoundError (nothing deleted) if
+        any doc_id is unknown."""
+        stored = self.content_hashes(doc_ids)
+        missing = [d for d in doc_ids if d not in stored]
+        if missing:
+            raise NotFoundError(missing_message("doc_id", missing))
+        old_ids: list[int] = []
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            for doc_id in doc_ids:
+                old_ids += self._drop(doc_id)
+            if doc_ids:
+                self.db.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+        return np.asarray(old_ids, np.int64)

@@ -1,0 +1,54 @@
+"""The one vector check: every vector that enters nextpara (an embedder's output, a document's
+supplied vectors, a caller's raw context or candidate, a search query) passes through
+:func:`unit_rows`, which checks the dimension, finite values and a non-zero norm, and returns
+L2-normalised float32 rows, so that inner product is cosine everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+from nextpara.errors import InvalidInputError
+
+
+def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: str = "",
+              name: Callable[[int], str] | None = None) -> np.ndarray:
+    """(n, dim) float32 unit vectors from ``rows`` (a 2-d array or a list of number sequences).
+
+    Raises InvalidInputError naming the first bad row as ``name(i)`` (default ``"{where} row {i}"``)
+    and what is wrong with it; ``embedder`` names whose dimension ``dim`` is.
+    """
+    name = name or (lambda i: f"{where} row {i}")
+    arr = _matrix(rows, dim)
+    if arr is None or (dim is not None and arr.shape[1] != dim):
+        for i, row in enumerate(rows):  # say which row is wrong, and how
+            if not is_vector(row) or _matrix([row], None) is None:
+                raise InvalidInputError(f"{name(i)}: a vector must be a list of numbers")
+            if dim is not None and len(row) != dim:
+                whose = f"this store's embedder {embedder} has" if embedder else "expected"
+                raise InvalidInputError(f"{name(i)}: vector of dimension {len(row)}, {whose} dimension {dim}")
+        raise InvalidInputError(f"{where}: expected a list of vectors, got {np.shape(rows)}")
+    bad = ~np.isfinite(arr).all(axis=1)
+    if bad.any():
+        raise InvalidInputError(f"{name(int(np.argmax(bad)))}: vector has a NaN or infinite value")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise InvalidInputError(f"{name(int(np.argmax(norms[:, 0] == 0)))}: vector is all zeros (the zero vector)")
+    return np.ascontiguousarray(arr / norms, dtype=np.float32)
+
+
+def _matrix(rows, dim: int | None) -> np.ndarray | None:
+    """``rows`` as a 2-d float32 array, or None when they are not one (ragged, not numbers, not 2-d)."""
+    if not len(rows):
+        return np.zeros((0, dim or 0), np.float32)
+    try:
+        arr = np.asarray(rows, dtype=np.float32)
+    except (ValueError, TypeError):
+        return None
+    return arr if arr.ndim == 2 else None
+
+
+def is_vector(item) -> bool:
+    """True for what a caller means as a raw vector: a list, tuple or array (not a text or bytes)."""
+    return isinstance(item, (Sequence, np.ndarray)) and not isinstance(item, (str, bytes))

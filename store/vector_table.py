@@ -1,0 +1,156 @@
+"""VectorTable: every paragraph's id and vector in memory, and the FAISS index over them.
+
+Loading takes the newest snapshot the manifest names and replays whatever SQLite holds beyond
+it (ids are never reused, so the ids SQLite has and the snapshot lacks were added since, and the
+reverse were removed). After that the table mirrors each committed write (:meth:`apply`) and is
+saved as an atomic snapshot (snapshot.py) by :meth:`save`. Ids are kept sorted, so an id's row
+is a binary search. The snapshot's vectors stay memory-mapped until a write replaces the array
+(never written in place).
+
+Not thread-safe on its own: the store (store.py) holds its lock around every call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+from nextpara.errors import NotFoundError, StoreMismatchError
+
+from . import snapshot as snap
+from .data_dir import FORMAT_VERSION, DataDir
+from .tables import ParagraphTables, missing_message
+from .vector_index import IndexChoice, VectorIndex, choose_index
+
+log = logging.getLogger(__name__)
+
+
+class VectorTable:
+    def __init__(self, dim: int, requested_index: str, index: VectorIndex, ids: np.ndarray, vectors: np.ndarray):
+        self.dim, self.requested_index, self.index = dim, requested_index, index
+        self.ids, self.vectors = ids, vectors  # (n,) ascending, (n, dim)
+        self.snapshot_name: str | None = None
+        self.snapshot_generation = -1
+
+    @classmethod
+    def load(cls, data_dir: DataDir, tables: ParagraphTables) -> "VectorTable":
+        """The manifest's snapshot (an unreadable one is ignored) plus SQLite's changes since."""
+        dim, manifest, live_ids = tables.dim, data_dir.manifest(), tables.live_ids()
+        choice = (IndexChoice(**manifest["index"]) if manifest and "index" in manifest
+                  else choose_index(tables.requested_index, len(live_ids)))
+        table = cls(dim, tables.requested_index, VectorIndex(choice, dim), np.zeros(0, np.int64), np.zeros((0, dim), np.float32))
+        if manifest and manifest.get("snapshot"):
+            try:  # a crafted snapshot cannot run code (see read_snapshot); it is then ignored
+                index_path, s_ids, s_vectors = snap.read_snapshot(data_dir.path, manifest["snapshot"])
+                s_index = VectorIndex.read(index_path, choice, dim)
+                if s_vectors.dtype != np.float32 or s_vectors.shape[1:] != (dim,) or s_ids.dtype.kind != "i":
+                    raise StoreMismatchError(f"arrays of {s_vectors.dtype} {s_vectors.shape} and {s_ids.dtype}")
+                table.index, table.ids, table.vectors = s_index, s_ids, s_vectors
+                table.snapshot_name, table.snapshot_generation = manifest["snapshot"], int(manifest["generation"])
+            except (OSError, ValueError, RuntimeError, EOFError, StoreMismatchError) as e:
+                log.warning("snapshot %s is unreadable (%s): rebuilding the index from %s, which holds every vector",
+                            manifest["snapshot"], e, "paragraphs.sqlite")
+        table._replay(live_ids, tables)
+        return table
+
+    def _replay(self, live_ids: np.ndarray, tables: ParagraphTables) -> None:
+        keep = np.isin(self.ids, live_ids)
+        if not keep.all():
+            self.ids, self.vectors = self.ids[keep], np.ascontiguousarray(self.vectors[keep])
+        added = np.setdiff1d(live_ids, self.ids)
+        self._append(added, tables.fetch_vectors(added))
+        # whatever the index holds that is no longer live (removed since the snapshot, or HNSW tombstones)
+        stale = np.setdiff1d(self.index.ids(), self.ids)
+        self.index.remove(stale)
+        if not self.index.is_trained and self.index.can_train_on(len(self.ids)):
+            self.index = VectorIndex.build(choose_index(self.requested_index, len(self.ids)), self.dim, self.ids, self.vectors)
+        elif self.index.is_trained:
+            self.index.add(self.vectors[np.isin(self.ids, added)], added)
+        if len(added) or len(stale):
+            log.info("replayed %d added and %d removed paragraphs beyond snapshot %s", len(added), len(stale),
+                     self.snapshot_name)
+
+    def _append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if not len(ids):
+            return
+        self.ids = np.concatenate([self.ids, ids])
+        self.vectors = np.concatenate([self.vectors, vectors])
+        if len(self.ids) > 1 and (np.diff(self.ids) < 0).any():
+            order = np.argsort(self.ids, kind="stable")
+            self.ids, self.vectors = self.ids[order], self.vectors[order]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    # ---- writes -----------------------------------------------------------------------
+    def apply(self, removed: np.ndarray, added: np.ndarray, vectors: np.ndarray) -> None:
+        """Mirror a committed write. An untrained (IVF) index answers by exact search until the next snapshot trains it."""
+        if len(removed):
+            keep = ~np.isin(self.ids, removed)
+            self.ids, self.vectors = self.ids[keep], self.vectors[keep]
+            self.index.remove(removed)
+        self._append(added, vectors)
+        if self.index.is_trained:
+            self.index.add(vectors, added)
+
+    def _outgrown(self, wanted: IndexChoice) -> bool:
+        """True when the corpus size calls for another index: auto switching type, IVF untrained or nlist off by 2x."""
+        current = self.index.choice
+        if self.requested_index == "auto":
+            return wanted.factory != current.factory
+        if "nlist" in wanted.params and len(self.ids):
+            ratio = wanted.params["nlist"] / current.params.get("nlist", 1)
+            return not self.index.is_trained or ratio > 2 or ratio < 0.5
+        return False
+
+    def refit(self) -> None:
+        """Rebuild the index when the corpus outgrew it (see _outgrown) or tombstones pile up (HNSW)."""
+        wanted = choose_index(self.requested_index, len(self.ids))
+        if self._outgrown(wanted) or self.index.needs_rebuild():
+            self.index = VectorIndex.build(wanted, self.dim, self.ids, self.vectors)
+
+    def save(self, data_dir: DataDir, generation: int, counts: dict) -> str:
+        """Write snapshot ``generation`` and point the manifest at it."""
+        name = snap.write_snapshot(data_dir.path, generation, self.index.serialize().tobytes(), self.ids, self.vectors)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            **counts,
+            "index": {"requested": self.index.choice.requested, "factory": self.index.choice.factory,
+                      "params": self.index.choice.params},
+            "generation": generation,
+            "snapshot": name,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        data_dir.write_manifest(manifest)
+        snap.remove_stale_snapshots(data_dir.path, keep=name)
+        self.snapshot_name, self.snapshot_generation = name, generation
+        return name
+
+    # ---- reads ------------------------------------------------------------------------
+    def rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows into the table, mask of ids that exist)."""
+        if not len(self.ids):
+            return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
+        rows = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        return rows, self.ids[rows] == ids
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        """Vectors of ``ids`` (n, dim); NotFoundError naming unknown ids."""
+        rows, ok = self.rows(ids)
+        if not ok.all():
+            raise NotFoundError(missing_message("paragraph id", ids[~ok].tolist()))
+        return self.vectors[rows]
+
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) per query row by inner product, never an id of ``exclude``; short rows padded with -1."""
+        if self.index.is_trained:
+            return self.index.search(queries, k, exclude)
+        scores = queries @ self.vectors.T  # an untrained (IVF) index: exact search
+        scores[:, np.isin(self.ids, exclude)] = -np.inf
+        kk = min(k, scores.shape[1])
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :kk]
+        out_s = np.take_along_axis(scores, top, axis=1)
+        out_i = np.where(np.isfinite(out_s), self.ids[top], -1)
+        pad = ((0, 0), (0, k - kk))
+        return np.pad(out_s, pad, constant_values=-np.inf), np.pad(out_i, pad, constant_values=-1)
