@@ -1,4 +1,4 @@
-"""Coalescing concurrent calls into small batches, run in a bounded thread pool.
+"""Coalescing concurrent calls into small batches, run in a bounded thread pool; a stream's calls kept in order.
 
 Calls are admitted while fewer than ``max_queue`` are in the system; beyond that ``submit``
 raises OverloadedError at once (RESOURCE_EXHAUSTED), so overload answers quickly instead of
@@ -6,6 +6,9 @@ timing out. A dispatcher takes the first waiting call, waits up to ``max_wait`` 
 with the same batch key (up to ``max_batch``), and hands the batch to the executor. Calls
 whose deadline passed or whose caller went away before their batch starts are dropped. If a
 batch fails, its calls are retried one by one so that one bad call cannot fail the others.
+
+``in_order`` runs the calls of one stream (RerankStream) concurrently and yields their results
+in the order the requests came.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any, AsyncIterator, Awaitable, Callable, Hashable, TypeVar
 
-from .status import OverloadedError
+from nextpara.errors import OverloadedError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,6 @@ class Coalescer:
         self._queue: asyncio.Queue[_Call] | None = None
         self._admitted = 0
         self._task: asyncio.Task | None = None
-        self.dropped_expired = 0
 
     def start(self) -> None:
         self._queue = asyncio.Queue()
@@ -98,7 +100,6 @@ class Coalescer:
             if c.future.done():
                 continue
             if c.deadline is not None and c.deadline <= now:
-                self.dropped_expired += 1
                 c.future.cancel()
                 continue
             live.append(c)
@@ -120,3 +121,45 @@ class Coalescer:
         for c, r in zip(live, results):
             if not c.future.done():
                 c.future.set_result(r)
+
+
+T, R = TypeVar("T"), TypeVar("R")
+
+
+async def in_order(items: AsyncIterator[T], work: Callable[[int, T], Awaitable[R]], limit: int) -> AsyncIterator[R]:
+    """``work(index, item)`` started for each item as it arrives, at most ``limit`` at once, results yielded in
+    the items' order. The first failure (of a work, or of reading the items) is raised after the results before
+    it; whatever was still running is then cancelled."""
+    pending: asyncio.Queue = asyncio.Queue()
+    slots = asyncio.Semaphore(limit)
+
+    async def feed():
+        try:
+            index = 0
+            async for item in items:
+                await slots.acquire()
+                pending.put_nowait(asyncio.ensure_future(work(index, item)))
+                index += 1
+        finally:
+            pending.put_nowait(None)
+
+    feeder = asyncio.ensure_future(feed())
+    try:
+        while (task := await pending.get()) is not None:
+            result = await task
+            slots.release()
+            yield result
+        await feeder  # raises what reading the items raised
+    finally:
+        _discard(feeder)
+        while not pending.empty():
+            if (task := pending.get_nowait()) is not None:
+                _discard(task)
+
+
+def _discard(task: asyncio.Future) -> None:
+    """Cancel ``task``, or if it is done, mark its outcome seen (nothing logs it as never retrieved)."""
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()

@@ -1,12 +1,18 @@
-"""Protobuf messages <-> the Predictor's inputs and results. No logic beyond conversion and
-the field paths that error messages name."""
+"""Protobuf messages <-> what the runtime takes and returns. Every message the server sends is built here.
+
+No logic beyond conversion and the field paths that error messages name.
+"""
 
 from __future__ import annotations
 
+from nextpara import __version__
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
 from nextpara.errors import InvalidInputError
 from nextpara.store.corpus import Document
+from nextpara.store.store import WriteResult
 from nextpara.v1 import nextpara_pb2 as pb
+
+from .runtime import Deleted, ServiceInfo
 
 
 def context_items(paragraphs, field: str) -> list:
@@ -42,15 +48,59 @@ def rerank_response(request_id: str, result: RerankResult, k: int) -> pb.RerankR
                              context_dropped=result.context_dropped)
 
 
-def documents(request: pb.AddDocumentsRequest, message_index: int) -> tuple[list[Document], list]:
-    """Documents of one AddDocuments message and their vectors (None where not given)."""
-    docs, vectors = [], []
+def stream_error(index: int, request: pb.RerankRequest, error: InvalidInputError) -> InvalidInputError:
+    """A RerankStream request's bad input, naming which request it was."""
+    return InvalidInputError(f"request {index} ({request.request_id!r}): {error}")
+
+
+def documents(request: pb.AddDocumentsRequest, message_index: int) -> list[Document]:
+    """The documents of one AddDocuments message, with their vectors where given."""
+    docs = []
     for i, d in enumerate(request.documents):
         where = f"message {message_index}, documents[{i}]"
         if d.vectors and len(d.vectors) != len(d.paragraphs):
             raise InvalidInputError(f"{where} ({d.doc_id!r}): {len(d.paragraphs)} paragraphs but {len(d.vectors)} vectors")
-        vecs = [list(v.values) for v in d.vectors] or None
-        docs.append(Document(doc_id=d.doc_id, title=d.title, paragraphs=list(d.paragraphs), vectors=vecs,
-                             source=where))
-        vectors.append(vecs)
-    return docs, vectors
+        docs.append(Document(doc_id=d.doc_id, title=d.title, paragraphs=list(d.paragraphs),
+                             vectors=[list(v.values) for v in d.vectors] or None, source=where))
+    return docs
+
+
+async def document_messages(requests):
+    """AddDocuments messages as they arrive -> the documents of each (see ``documents``)."""
+    index = 0
+    async for request in requests:
+        yield documents(request, index)
+        index += 1
+
+
+def add_documents_response(r: WriteResult) -> pb.AddDocumentsResponse:
+    return pb.AddDocumentsResponse(documents_added=r.added, documents_replaced=r.replaced,
+                                   documents_unchanged=r.unchanged, paragraphs_written=r.paragraphs,
+                                   index_version=r.generation)
+
+
+def delete_documents_response(d: Deleted) -> pb.DeleteDocumentsResponse:
+    return pb.DeleteDocumentsResponse(documents_deleted=d.documents, paragraphs_deleted=d.paragraphs,
+                                      index_version=d.generation)
+
+
+def paragraphs_response(paragraphs: list, vectors) -> pb.GetParagraphsResponse:
+    """Stored paragraphs (and their vectors, an (n, dim) array, or None) -> the response, in the order given."""
+    return pb.GetParagraphsResponse(paragraphs=[
+        pb.Paragraph(paragraph_id=p.id, doc_id=p.doc_id, position=p.position, text=p.text,
+                     vector=pb.Vector(values=vectors[i]) if vectors is not None else None)
+        for i, p in enumerate(paragraphs)])
+
+
+def info_response(info: ServiceInfo) -> pb.GetInfoResponse:
+    store = info.store
+    return pb.GetInfoResponse(
+        embedder=store["embedder"], dim=store["dim"], documents=store["documents"], paragraphs=store["paragraphs"],
+        index_type=store["index"]["requested"], index_factory=store["index"]["factory"],
+        model_version=info.model_version, index_version=info.index_version, max_context=info.max_context,
+        max_message_bytes=info.max_message_bytes, server_version=__version__)
+
+
+def reload_response(versions: tuple[str, int]) -> pb.ReloadResponse:
+    model_version, index_version = versions
+    return pb.ReloadResponse(model_version=model_version, index_version=index_version)

@@ -32,7 +32,7 @@ SERVICE_NAME = nextpara_pb2.DESCRIPTOR.services_by_name["NextParagraphService"].
 def channel_options(settings: ServerSettings) -> list[tuple[str, int]]:
     # Streams per connection are capped a little above the call queue, so that a flood on one connection
     # waits in the client's HTTP/2 layer instead of the server resetting streams (which callers saw as
-    # CANCELLED in bench/load_soak.py's overload burst); calls beyond the queue still get RESOURCE_EXHAUSTED.
+    # CANCELLED in the load-soak bench's overload burst); calls beyond the queue still get RESOURCE_EXHAUSTED.
     return [("grpc.max_receive_message_length", settings.max_message_bytes),
             ("grpc.max_send_message_length", settings.max_message_bytes),
             ("grpc.max_concurrent_streams", max(100, 2 * settings.max_queue))]

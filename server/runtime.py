@@ -1,9 +1,9 @@
-"""What the servicer calls: the store, the predictor, the batcher and the single writer.
+"""Everything the servicer calls: the store, the predictor, the batcher and the single writer.
 
-CPU work runs in a bounded thread pool. PredictNext and Rerank go through the Coalescer
-(small batches); writes are serialized by one asyncio lock and run in the pool too. The
-predictor is swapped atomically on reload, so a response's model and index versions always
-come from one predictor.
+The servicer reaches the store and the predictor only through a Runtime. CPU work runs in a
+bounded thread pool. PredictNext and Rerank go through the Coalescer (small batches); writes
+are serialized by one asyncio lock and run in the pool too. The predictor is swapped atomically
+on reload, so a response's model and index versions always come from one predictor.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError
@@ -26,6 +28,22 @@ from .config import ServerSettings
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceInfo:
+    store: dict  # ParagraphStore.info()
+    model_version: str  # empty without a trained model
+    index_version: int
+    max_context: int  # 0 without a trained model
+    max_message_bytes: int
+
+
+@dataclass
+class Deleted:
+    documents: int
+    paragraphs: int
+    generation: int
 
 
 def size_threads(workers: int, threads: int = 0) -> int:
@@ -155,13 +173,29 @@ class Runtime:
         self._require_model()
         return await self.coalescer.submit(("rerank",), (context, candidates), timeout)
 
+    async def get_paragraphs(self, ids: list[int], include_vectors: bool) -> tuple[list, np.ndarray | None]:
+        """The stored paragraphs in the order asked, and their vectors (None unless ``include_vectors``)."""
+        if not ids:
+            raise InvalidInputError("paragraph_ids is empty")
+        return await self.run(self._get_paragraphs, self.store, ids, include_vectors)
+
+    @staticmethod
+    def _get_paragraphs(store: ParagraphStore, ids: list[int], include_vectors: bool):
+        return store.get_paragraphs(ids), store.vectors(ids) if include_vectors else None
+
+    async def info(self) -> ServiceInfo:
+        store = await self.run(self.store.info)
+        model_version, index_version = self.versions()
+        return ServiceInfo(store, model_version, index_version, self.predictor.max_context if self.predictor else 0,
+                           self.settings.max_message_bytes)
+
     # ---- writes -----------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self.settings.read_only:
             raise FailedPreconditionError("this server is a read-only replica: send writes to the writer")
 
     async def add_documents(self, messages) -> WriteResult:
-        """Commit each message (a list of (Document, vectors)) as it arrives; see the proto for the contract."""
+        """Commit each message (a list of Documents) as it arrives; see the proto for the contract."""
         self._check_writable()
         total = WriteResult()
         committed = 0
@@ -175,7 +209,6 @@ class Runtime:
             total.replaced += result.replaced
             total.unchanged += result.unchanged
             total.paragraphs += result.paragraphs
-            total.generation = result.generation
         total.generation = self.store.generation
         return total
 
@@ -187,10 +220,10 @@ class Runtime:
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return result
 
-    async def delete_documents(self, doc_ids: list[str]) -> tuple[int, int]:
+    async def delete_documents(self, doc_ids: list[str]) -> Deleted:
         self._check_writable()
         if not doc_ids:
             raise InvalidInputError("doc_ids is empty")
         paragraphs = await self.run_locked(self.store.delete_documents, doc_ids)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
-        return len(set(doc_ids)), paragraphs
+        return Deleted(len(set(doc_ids)), paragraphs, self.store.generation)
