@@ -1,14 +1,21 @@
-"""Where bench scripts put what they measured: bench/results/NAME.json and NAME.md, and the terminal."""
+"""Where bench scripts put what they measured: bench/results/NAME.json and NAME.md, and the terminal.
+
+Every script saves through ``save`` (``from bench.record import save, stamp``); the scripts run as
+modules from the repository root (``python -m bench.speed.grpc_latency ...``), so ``bench`` is a package.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
 
 
 def save(name: str, record: dict, markdown: str) -> None:
+    """Write ``record`` to bench/results/NAME.json and ``markdown`` (the table the script reports) to
+    bench/results/NAME.md, and print the markdown."""
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown)
@@ -21,21 +28,35 @@ def rss_bytes(pid: int | str = "self") -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
+def module_name(script: str) -> str:
+    """``bench.speed.grpc_latency`` for the path of bench/speed/grpc_latency.py (a script's ``__file__``)."""
+    path = Path(script).resolve().with_suffix("")
+    return ".".join(("bench", *path.relative_to(BENCH).parts))
+
+
 def stamp(script: str) -> dict:
-    """The command that ran (this script and its arguments), the date and the machine, for a record."""
+    """The command that ran (``python -m`` the script, given as its ``__file__``, with its arguments), the
+    date and the machine, for a record."""
     import os
+    import shlex
     import sys
     import time
 
-    return {"command": " ".join(["python", f"bench/{script}", *sys.argv[1:]]),
+    return {"command": " ".join(["python", "-m", module_name(script), *map(shlex.quote, sys.argv[1:])]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{os.cpu_count()} cores"}
 
 
-def store_parser(doc: str):
-    """The argument parser of a probe over a built, trained store: --data-dir and --queries (per split)."""
+def argument_parser(doc: str, script: str):
+    """A script's argument parser: its docstring as the help text, ``python -m bench.GROUP.NAME`` as its name."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return argparse.ArgumentParser(prog=f"python -m {module_name(script)}", description=doc,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def store_parser(doc: str, script: str):
+    """The argument parser of a probe over a built, trained store: --data-dir and --queries (per split)."""
+    parser = argument_parser(doc, script)
     parser.add_argument("--data-dir", required=True, help="a built and trained store (read only)")
     parser.add_argument("--queries", type=int, default=2000, help="queries per split (default 2000)")
     return parser

@@ -1,11 +1,12 @@
 """Crash safety: ingestion killed with SIGKILL at random moments, and a full disk.
 
-Both run the harness of bench/fault_injection.py (which records the full 20-run setting in
-bench/results/fault_injection.md); here a shorter setting, asserted.
+Both run the harness of bench/reliability/fault_injection.py (which records the full 20-run setting
+in bench/results/fault_injection.md); here a shorter setting, asserted.
 """
 
-import fault_injection
 import pytest
+
+from bench.reliability import fault_injection
 
 
 @pytest.mark.slow

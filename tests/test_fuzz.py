@@ -1,4 +1,5 @@
-"""Bad input, generated: the service (bench/fuzz_service.py at a shorter setting), corpus files and batch rows.
+"""Bad input, generated: the service (bench/reliability/fuzz_service.py at a shorter setting), corpus files and
+batch rows.
 
 Every generated input must get either a result or the documented refusal: for the parsers an
 InvalidInputError naming the place, never another exception.
@@ -7,13 +8,14 @@ InvalidInputError naming the place, never another exception.
 import json
 import string
 
-import fuzz_service
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nextpara.batch.rows import parse_row
 from nextpara.errors import InvalidInputError
 from nextpara.store.corpus import CorpusReader
+
+from bench.reliability import fuzz_service
 
 FAST = settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 

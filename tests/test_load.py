@@ -1,15 +1,18 @@
-"""Load, soak and overload at a short setting of bench/load_soak.py (its 10-minute run is in bench/results)."""
+"""Load, soak and overload at a short setting of bench/reliability/load_soak.py (its 10-minute run is in
+bench/results)."""
 
 import argparse
 
-import load_soak
 import pytest
+
+from bench.reliability import load_soak
 
 
 @pytest.mark.slow
 def test_concurrent_mixed_load_then_overload_and_recovery(server_store):
     # 2,048 calls on one connection: before the server capped streams per connection, ~10% of them
-    # ended CANCELLED (bench/results/load_soak_first_run.md); this burst fails on that server
+    # ended CANCELLED (the first run of bench/reliability/load_soak.py, load_soak_first_run.md in git history);
+    # this burst fails on that server
     args = argparse.Namespace(clients=8, minutes=0.5, window=10.0, max_queue=256, burst=2048, seed=1)
     result = load_soak.run(str(server_store), args)
     assert result["error_kinds"] == {}, result["error_kinds"]

@@ -2,17 +2,14 @@
 (on a slice of the PEPs corpus, against a `nextpara serve` the test starts)."""
 
 import json
-import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, run_cli
-
-SERVING = re.compile(r"SERVING on (127\.0\.0\.1:\d+)")
+from nextpara.server.process import ServerProcess
 
 
 def readme_commands() -> list[list[str]]:
@@ -59,12 +56,8 @@ def test_readme_commands_run(peps_path, tmp_path):
                 args = [address if a == "127.0.0.1:50051" else a for a in args]
             if args[0] == "serve":
                 args = ["127.0.0.1:0" if a == "127.0.0.1:50051" else a for a in args]
-                server = subprocess.Popen([sys.executable, "-m", "nextpara", *args, "--metrics-address", "127.0.0.1:0"],
-                                          stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-                for line in server.stderr:
-                    if m := SERVING.search(line):
-                        address = m.group(1)
-                        break
+                server = ServerProcess([*args[1:], "--metrics-address", "127.0.0.1:0"]).start()
+                address = server.address
                 assert address, "serve did not start"
                 continue
             r = run_cli(*args, env={"NEXTPARA_ADDRESS": address or ""})
@@ -85,5 +78,4 @@ def test_readme_commands_run(peps_path, tmp_path):
         assert "NOT_FOUND" in r.stdout
     finally:
         if server:
-            server.send_signal(signal.SIGTERM)
-            server.wait(60)
+            server.stop()

@@ -2,48 +2,30 @@
 
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
-import sys
-import time
 
 import pytest
 from conftest import run_cli
 from nextpara.client import Client, Unavailable
-
-SERVING = re.compile(r"SERVING on 127\.0\.0\.1:(\d+)")
-
-
-def start_serve(data_dir, *extra):
-    proc = subprocess.Popen([sys.executable, "-m", "nextpara", "serve", "--data-dir", str(data_dir), "--address",
-                             "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--grace-seconds", "2", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 120
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if m := SERVING.search(line):
-            return proc, f"127.0.0.1:{m.group(1)}", lines
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    raise RuntimeError("server did not start:\n" + "".join(lines))
+from nextpara.server.process import ServerProcess
 
 
-def stop_serve(proc):
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    return proc.returncode, err
+def start_serve(data_dir, *extra) -> ServerProcess:
+    return ServerProcess.local(data_dir, "--grace-seconds", "2", *extra).start()
+
+
+def stop_serve(server: ServerProcess):
+    """SIGTERM; the exit code and everything the server logged."""
+    return server.stop(), server.log
 
 
 @pytest.mark.slow
 def test_serve_and_the_client_commands(server_store, tmp_path):
     store = tmp_path / "store"
     shutil.copytree(server_store, store, ignore=shutil.ignore_patterns("write.lock"))
-    proc, address, _ = start_serve(store)
+    server = start_serve(store)
+    address = server.address
     try:
         r = run_cli("status", "--address", address)
         assert r.returncode == 0 and "health        SERVING" in r.stdout, r.stderr
@@ -59,7 +41,7 @@ def test_serve_and_the_client_commands(server_store, tmp_path):
         r = run_cli("delete", "cli-doc", "--address", address)
         assert r.returncode == 2 and "NOT_FOUND" in r.stderr
     finally:
-        code, err = stop_serve(proc)
+        code, err = stop_serve(server)
     assert code == 0 and "shutting down" in err and "stopped" in err
     with Client(address, timeout=3) as c:
         with pytest.raises(Unavailable):
@@ -86,7 +68,8 @@ def test_tls(server_store, tmp_path):
     make_certificates(tmp_path)
     store = tmp_path / "store"
     shutil.copytree(server_store, store, ignore=shutil.ignore_patterns("write.lock"))
-    proc, address, _ = start_serve(store, "--tls-cert", str(tmp_path / "server.pem"), "--tls-key", str(tmp_path / "server.key"))
+    server = start_serve(store, "--tls-cert", str(tmp_path / "server.pem"), "--tls-key", str(tmp_path / "server.key"))
+    address = server.address
     try:
         with Client(address, root_certificates=str(tmp_path / "ca.pem"), timeout=30) as c:
             assert c.info().paragraphs > 0
@@ -99,7 +82,7 @@ def test_tls(server_store, tmp_path):
         r = run_cli("status", "--address", address, "--ca-cert", str(tmp_path / "ca.pem"))
         assert r.returncode == 0 and "SERVING" in r.stdout, r.stderr
     finally:
-        stop_serve(proc)
+        stop_serve(server)
 
 
 def test_threads_are_divided_among_the_workers():

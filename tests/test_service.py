@@ -108,7 +108,7 @@ def test_every_rpc_from_the_async_client(server):
      "dimension 2"),
     (lambda c: c.add_documents([{"doc_id": "ok-1", "paragraphs": ["fine"]}, {"doc_id": "bad", "paragraphs": []}]),
      InvalidArgument, "has no paragraphs"),
-    # found by bench/fuzz_service.py: vectors of different lengths in one document were INTERNAL
+    # found by bench/reliability/fuzz_service.py: vectors of different lengths in one document were INTERNAL
     (lambda c: c.add_documents([{"doc_id": "ragged", "paragraphs": ["a", "b"], "vectors": [[1.0] * 384, [1.0, 2.0]]}]),
      InvalidArgument, "vector 1 has 2 values, vector 0 has 384"),
 ])

@@ -1,34 +1,30 @@
 """PredictNext latency through gRPC against the in-process Predictor on the same store.
 
-    python bench/grpc_latency.py --data-dir /tmp/peps-bench [--seconds 10]
+    python -m bench.speed.grpc_latency --data-dir /tmp/peps-bench [--seconds 10] [--output NAME]
 
-Starts `nextpara serve` as a separate process on 127.0.0.1, then measures, for contexts given
-as stored ids and as texts (4 paragraphs of a test document each): the in-process
+Starts `nextpara serve --read-only` as a separate process on 127.0.0.1 (NEXTPARA_* settings in the
+environment apply to it, e.g. NEXTPARA_WORKERS and NEXTPARA_THREADS), then measures, for contexts
+given as stored ids and as texts (4 paragraphs of a test document each): the in-process
 Predictor.predict_next one call at a time, and PredictNext through gRPC at concurrency 1, 8,
 16 and 32 (one client per thread). Every measurement uses contexts no earlier one used, so text
 contexts always pay for embedding (no embedding-cache hits); warm-up calls (which load the
 embedding model) are outside both the latencies and the QPS window.
-Prints a table, writes bench/results/grpc_latency.{json,md}.
+Prints a table, writes bench/results/grpc_latency.{json,md} (or NAME.{json,md}).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
-import re
-import signal
-import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
+from bench.record import argument_parser, save, stamp
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
 
 
 def contexts_from(data_dir: str, n: int):
@@ -98,11 +94,13 @@ def through_grpc(address, contexts, concurrency, seconds, warmup):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
-    parser.add_argument("--out", default=str(HERE / "results" / "grpc_latency"))
+    parser.add_argument("--output", default="grpc_latency", help="results name under bench/results/")
     args = parser.parse_args()
+    from nextpara.server.process import ServerProcess
+
     ids, texts = contexts_from(args.data_dir, 2000)
     slices = iter(range(0, 2000, 200))  # a fresh 200 contexts per measurement
 
@@ -112,24 +110,12 @@ def main() -> int:
 
     results = {"in_process": {"ids": in_process(args.data_dir, fresh(ids), args.seconds, texts[-1]),
                               "texts": in_process(args.data_dir, fresh(texts), args.seconds, texts[-1])}, "grpc": {}}
-    server = subprocess.Popen([sys.executable, "-m", "nextpara", "serve", "--data-dir", args.data_dir, "--address",
-                               "127.0.0.1:0", "--metrics-address", "", "--read-only"],
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        for line in server.stderr:
-            if m := re.search(r"SERVING on (127\.0\.0\.1:\d+)", line):
-                address = m.group(1)
-                break
-        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+    with ServerProcess.local(args.data_dir, "--read-only", metrics=False) as server:
         for kind, contexts in (("ids", ids), ("texts", texts)):
-            results["grpc"][kind] = {str(c): through_grpc(address, fresh(contexts), c, args.seconds, texts[-1])
+            results["grpc"][kind] = {str(c): through_grpc(server.address, fresh(contexts), c, args.seconds, texts[-1])
                                      for c in (1, 8, 16, 32)}
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(60)
-    record = {"command": "python bench/grpc_latency.py " + " ".join(sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores", "results": results}
+    record = {**stamp(__file__), "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
+              "results": results}
     lines = [f"# PredictNext latency ({record['date']})", "", f"Command: `{record['command']}`", "",
              f"Machine: {record['machine']}; server and clients share it.", "",
              "| path | context | concurrency | p50 ms | p99 ms | QPS |", "| --- | --- | --- | --- | --- | --- |"]
@@ -138,11 +124,7 @@ def main() -> int:
         lines.append(f"| in-process | {kind} | 1 | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} |")
         for c, r in results["grpc"][kind].items():
             lines.append(f"| gRPC | {kind} | {c} | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save(args.output, record, "\n".join(lines) + "\n")
     return 0
 
 

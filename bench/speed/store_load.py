@@ -1,9 +1,9 @@
 """Store at scale: build a store of N synthetic paragraphs, then time opening it and measure its size.
 
-    python bench/store_load.py                          # 1,000,000 paragraphs of 384 dims, index auto
-    python bench/store_load.py --paragraphs 100000 --dim 1536
+    python -m bench.speed.store_load                          # 1,000,000 paragraphs of 384 dims, index auto
+    python -m bench.speed.store_load --paragraphs 100000 --dim 1536
 
-The vectors come from bench/index_scale.py's generator, given to the store as precomputed
+The vectors come from bench/speed/index_scale.py's generator, given to the store as precomputed
 vectors through the same ``add_documents`` path a build uses (documents of 10 paragraphs, short
 texts), then one snapshot. Measured: build (write) time, snapshot time, disk bytes per paragraph
 (``nextpara info``'s figure), and the time and resident memory of opening the store read-only
@@ -14,20 +14,16 @@ warm after the first. Prints a table, writes bench/results/store_load.{json,md}.
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench.record import argument_parser, rss_bytes, save, stamp
+from bench.speed.index_scale import clustered
 
 
 def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
-    from index_scale import clustered
     from nextpara.store.corpus import Document
     from nextpara.store.store import open_store
 
@@ -53,7 +49,6 @@ def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
 
 def open_times(data: Path, repeats: int) -> list[dict]:
     from nextpara.store.store import open_store
-    from record import rss_bytes
 
     out = []
     for _ in range(repeats):
@@ -69,13 +64,12 @@ def open_times(data: Path, repeats: int) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--paragraphs", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--index", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from record import save
 
     with tempfile.TemporaryDirectory(prefix="nextpara-store-") as work:
         data = Path(work) / "store"
@@ -85,11 +79,10 @@ def main() -> int:
         print(opens, flush=True)
         shutil.rmtree(data)
     info = built.pop("info")
-    record = {"command": "python bench/store_load.py " + " ".join(sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{os.cpu_count()} cores",
+    record = {**stamp(__file__),
               "paragraphs": args.paragraphs, "dim": args.dim, "index": info["index"]["factory"],
               "bytes_per_paragraph": info["disk_bytes_per_paragraph"], **built, "opens": opens}
-    md = (f"# Store at scale\n\n`{record['command'].strip()}` on {record['date']}, {record['machine']}: "
+    md = (f"# Store at scale\n\n`{record['command']}` on {record['date']}, {record['machine']}: "
           f"{args.paragraphs:,} synthetic paragraphs of {args.dim} dims, index `{record['index']}`.\n\n"
           "| measurement | value |\n| --- | --- |\n"
           f"| write (add_documents, 1,000 documents of 10 paragraphs per transaction) | {built['write_seconds']} s |\n"

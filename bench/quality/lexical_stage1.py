@@ -1,11 +1,11 @@
 """Probe: how much stage-1 candidate recall would a word-overlap (TF-IDF) search add to the FAISS one?
 
-    python bench/lexical_stage1.py --data-dir /tmp/peps-bench
+    python -m bench.quality.lexical_stage1 --data-dir /tmp/peps-bench
 
 Stage-1 recall caps every reranker (0.59 at ~150 candidates on PEPs). On validation and test queries
-(L = 4; context and identical texts excluded, as in the protocol) it measures the recall of the
-model's candidates (query head + last paragraph, 100 each), of the TF-IDF search by the last
-paragraph's words and by the whole context's, and of their unions. Nothing here is used by the
+(L = 4; context and identical texts excluded, as in the protocol of docs/evaluation.md) it measures
+the recall of the model's candidates (query head + last paragraph, 100 each), of the TF-IDF search
+by the last paragraph's words and by the whole context's, and of their unions. Nothing here is used by the
 product yet: it says whether an inverted index over the store is worth building.
 Writes bench/results/lexical_stage1.{md,json}.
 """
@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import record  # bench/record.py: this script's folder is on sys.path when it runs
+
+from bench import record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> int:
-    parser = record.store_parser(__doc__)
+    parser = record.store_parser(__doc__, __file__)
     args = parser.parse_args()
 
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
@@ -69,7 +70,7 @@ def main() -> int:
         out[split] = {name: float(np.mean(v)) for name, v in hits.items()}
         print(split, {k: round(v, 3) for k, v in out[split].items()}, flush=True)
 
-    stamp = record.stamp(Path(__file__).name)
+    stamp = record.stamp(__file__)
     names = [k for k in out["test"] if not k.endswith("(size)")]
     lines = ["| candidates | validation recall | test recall | mean list size |", "| --- | --- | --- | --- |"]
     lines += [f"| {k} | {out['validation'][k]:.3f} | {out['test'][k]:.3f} | {out['test'][k + ' (size)']:.0f} |" for k in names]

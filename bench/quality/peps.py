@@ -1,34 +1,34 @@
-"""End to end on the PEPs corpus: build, train, evaluate; writes bench/results/peps.{md,json}.
+"""End to end on the PEPs corpus: build, train, evaluate (the protocol of docs/evaluation.md);
+writes bench/results/peps.{md,json} and the plots in bench/results/peps_plots/.
 
-    python bench/peps.py --data-dir /tmp/peps-bench            # all three steps
-    python bench/peps.py --data-dir /tmp/peps-bench --reuse    # keep an existing store / model
+    python -m bench.quality.peps --data-dir /tmp/peps-bench            # all three steps
+    python -m bench.quality.peps --data-dir /tmp/peps-bench --reuse    # keep an existing store / model
 
 The store is built with the embedding cache off, so the build time is real model time.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import shlex
 import sys
 import time
 from pathlib import Path
 
+from bench.record import BENCH, RESULTS, argument_parser, save, stamp
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-DEFAULT_CORPUS = HERE.parent.parent / "shared" / "corpora" / "peps.jsonl"
+DEFAULT_CORPUS = BENCH.parents[1] / "shared" / "corpora" / "peps.jsonl"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     parser.add_argument("--reuse", action="store_true", help="skip build/train when the store/model exist")
     parser.add_argument("--queries", type=int, default=2000)
-    parser.add_argument("--out", default=str(HERE / "results" / "peps"), help="output path without extension")
+    parser.add_argument("--output", default="peps", help="results name under bench/results/ (default peps)")
     args = parser.parse_args()
 
     import logging
@@ -41,17 +41,17 @@ def main() -> int:
     from nextpara.store.ingest import build
 
     data = Path(args.data_dir)
-    record: dict = {"command": "python bench/" + Path(__file__).name + " " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    record: dict = {**stamp(__file__),
                     "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"}
+    previous = RESULTS / f"{args.output}.json"
     if not (args.reuse and (data / "paragraphs.sqlite").exists()):
         t0 = time.perf_counter()
         report = build(args.corpus, data, use_cache=False, quiet=True)
         record["build"] = {"seconds": round(time.perf_counter() - t0, 1), "paragraphs": report.paragraphs_written,
                            "embed_seconds": round(report.embed_seconds, 1),
                            "paragraphs_per_second": round(report.paragraphs_per_second, 1)}
-    elif Path(args.out).with_suffix(".json").exists():  # keep the last measured build, saying when it was
-        earlier = json.loads(Path(args.out).with_suffix(".json").read_text())
+    elif previous.exists():  # keep the last measured build, saying when it was
+        earlier = json.loads(previous.read_text())
         if "build" in earlier:
             record["build"] = {**earlier["build"], "measured": earlier["build"].get("measured", earlier["date"])}
     if not (args.reuse and (data / CHECKPOINT).exists()):
@@ -63,11 +63,8 @@ def main() -> int:
         meta = read_checkpoint_meta(data / CHECKPOINT)
         record["train"] = {"seconds": meta["training"]["seconds"], "model_version": meta["model_version"],
                            "validation": meta["metrics"]["validation"], "reused": True}
-    result = run_evaluation(data, n_queries=args.queries, output=None, plot_dir=str(HERE / "results" / "peps_plots"))
+    result = run_evaluation(data, n_queries=args.queries, output=None, plot_dir=str(RESULTS / "peps_plots"))
     record["eval"] = result
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [f"# PEPs end to end ({record['date']})", "", f"Command: `{record['command']}`", "",
              f"Machine: {record['machine']}", ""]
     if "build" in record:
@@ -81,8 +78,7 @@ def main() -> int:
               f"{t['validation']['mrr@10']:.4f}.", "",
               f"Eval: {result['config']['queries']} test queries, L = {result['config']['context_length']}, "
               f"{result['config']['paragraphs']} paragraphs indexed.", "", markdown_table(result), ""]
-    out.with_suffix(".md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    save(args.output, record, "\n".join(lines))
     return 0
 
 

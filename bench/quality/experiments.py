@@ -1,16 +1,17 @@
 """Training experiments on a built PEPs store, judged on the validation split only.
 
-    python bench/experiments.py --data-dir /tmp/peps-bench [--keep DIR] NAME [NAME ...]
+    python -m bench.quality.experiments --data-dir /tmp/peps-bench [--keep DIR] NAME [NAME ...]
 
 Each named variant trains from scratch into a scratch copy of the store's model file and
 records its validation metrics (the pipeline's MRR@10 / Recall@1 / stage-1 recall on 1,000
-validation queries) and training time in bench/results/experiments.json; the test split is
-left for `nextpara eval` on the chosen default. Negative results stay in the record.
+validation queries) and training time in bench/results/experiments.json, one entry per variant
+(a rerun replaces that variant's entry), with their table in bench/results/experiments.md; the
+test split is left for `nextpara eval` on the chosen default (docs/evaluation.md). Negative
+results stay in the record.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -20,9 +21,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from bench.record import RESULTS, argument_parser, save
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "experiments.json"
+NAME = "experiments"
 
 VARIANTS = {
     "default": ({}, {}),
@@ -41,8 +43,22 @@ VARIANTS = {
 }
 
 
+def markdown(record: dict) -> str:
+    lines = ["# Training experiments (PEPs, validation split, 1,000 queries)", "",
+             "One row per variant, in the order first run; changes are from the default of the day.", "",
+             "| variant | changes | date | training s | stage-1 recall | R@1 | MRR@10 |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in record.items():
+        model_cfg, train_cfg = VARIANTS.get(name, (r["model_config"], {}))
+        changes = r.get("note") or ", ".join(f"{k} {v}" for k, v in {**model_cfg, **train_cfg}.items()) or "none"
+        v = r["validation"]
+        lines.append(f"| `{name}` | {changes} | {r.get('date', '')} | {r['seconds']} | {v['stage1_recall']:.3f} | "
+                     f"{v['recall@1']:.4f} | {v['mrr@10']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each variant's model to DIR/NAME.safetensors")
     parser.add_argument("names", nargs="+", choices=sorted(VARIANTS))
@@ -53,7 +69,8 @@ def main() -> int:
     logging.getLogger("nextpara").setLevel(logging.INFO)
     from nextpara.attention_core.training import TrainConfig, train
 
-    record = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    path = RESULTS / f"{NAME}.json"
+    record = json.loads(path.read_text()) if path.exists() else {}
     for name in args.names:
         model_cfg, train_cfg = VARIANTS[name]
         with tempfile.TemporaryDirectory(dir=Path(args.data_dir).parent) as tmp:
@@ -73,9 +90,7 @@ def main() -> int:
         record[name] = {"model_config": model_cfg, "train_config": asdict(cfg), "seconds": seconds,
                         "validation": v, "history": meta["training"]["history"],
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        RESULTS.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"{name}: validation MRR@10 {v['mrr@10']:.4f} R@1 {v['recall@1']:.4f} stage-1 {v['stage1_recall']:.3f} "
-              f"in {seconds}s", flush=True)
+        save(NAME, record, markdown(record))  # after each variant: a long run keeps what it finished
     return 0
 
 

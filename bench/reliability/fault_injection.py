@@ -1,7 +1,7 @@
 """Crash safety, counted: ingestion runs killed with SIGKILL at random moments, then checked.
 
-    python bench/fault_injection.py                 # 10 `nextpara build` kills + 10 AddDocuments kills
-    python bench/fault_injection.py --runs 4        # (tests/test_crash.py runs this shorter setting)
+    python -m bench.reliability.fault_injection                     # 10 build kills + 10 AddDocuments kills
+    python -m bench.reliability.fault_injection --runs 6 --seed 7   # (tests/test_crash.py runs this shorter setting)
 
 Two kinds of run, alternating, each on a fresh data directory:
 
@@ -46,11 +46,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench.record import BENCH, argument_parser, save, stamp
+
 N_DOCS, N_PAR, DIM, BATCH_PARAGRAPHS = 1500, 20, 64, 300
 ACK = re.compile(r"stored \d+ documents through '(doc-\d+)'")
-SERVING = re.compile(r"SERVING(?: \(no model\))? on 127\.0\.0\.1:(\d+)")  # a store without a model serves writes
 
 
 def write_vector_corpus(path: Path, n_docs: int, n_paragraphs: int, dim: int, seed: int = 0, prefix: str = "doc") -> list[dict]:
@@ -74,17 +73,12 @@ def nextpara(*args: str, **kwargs) -> subprocess.Popen:
                             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kwargs)
 
 
-def start_server(data: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    proc = nextpara("serve", "--data-dir", str(data), "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-                    "--grace-seconds", "1", *extra)
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if m := SERVING.search(line):
-            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
-            return proc, f"127.0.0.1:{m.group(1)}"
-    proc.wait()
-    raise RuntimeError("server did not start:\n" + "".join(lines))
+def server(data: Path, *extra: str):
+    """A ``nextpara serve`` process on ``data`` (not started): free ports on 127.0.0.1, 1 s of grace at SIGTERM;
+    a store without a model serves writes, so that counts as started."""
+    from nextpara.server.process import ServerProcess
+
+    return ServerProcess.local(data, "--grace-seconds", "1", *extra, require_model=False)
 
 
 def check_store(data: Path, acknowledged: set[str]) -> dict:
@@ -113,14 +107,9 @@ def check_store(data: Path, acknowledged: set[str]) -> dict:
         if len(sql_ids):
             sample = sql_ids[:: max(1, len(sql_ids) // 50)]
             out["index_agrees"] &= bool(np.array_equal(store.search(store.vectors(sample), 1)[1][:, 0], sample))
-    proc, address = start_server(data)
-    try:
-        with Client(address, timeout=30) as c:
-            info = c.info()
-        out["getinfo_agrees"] = info.documents == len(docs) and info.paragraphs == len(sql_ids)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+    with server(data) as s, Client(s.address, timeout=30) as c:
+        info = c.info()
+    out["getinfo_agrees"] = info.documents == len(docs) and info.paragraphs == len(sql_ids)
     return out
 
 
@@ -149,13 +138,13 @@ def rpc_run(base: Path, data: Path, rng: random.Random, run: int) -> tuple[dict,
     from nextpara.client import Client
 
     shutil.copytree(base, data, ignore=shutil.ignore_patterns("write.lock"))
-    proc, address = start_server(data, "--snapshot-seconds", "0.2")
+    serve = server(data, "--snapshot-seconds", "0.2").start()
     docs = write_vector_corpus(data.parent / f"rpc{run}.jsonl", 12000, 5, DIM, seed=run, prefix=f"rpc{run}")
     acked: set[str] = set()
     stop = threading.Event()
 
     def writer():
-        with Client(address, timeout=30) as c:
+        with Client(serve.address, timeout=30) as c:
             for s in range(0, len(docs), 20):
                 if stop.is_set():
                     return
@@ -169,8 +158,7 @@ def rpc_run(base: Path, data: Path, rng: random.Random, run: int) -> tuple[dict,
     thread.start()
     delay = rng.uniform(0.3, 3.0)
     time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
+    serve.kill()
     stop.set()
     thread.join(timeout=60)
     return {"kill_after_s": round(delay, 2), "offered": len(docs)}, set(acked)
@@ -219,8 +207,9 @@ def in_private_tmpfs(mnt: Path, size_mb: int, setup: str, child_args: str) -> di
     """Run this script with ``child_args`` in a new mount namespace where ``mnt`` is a tmpfs of
     ``size_mb`` (after the shell commands ``setup``); return the JSON line it prints last."""
     script = (f"mount -t tmpfs -o size={size_mb}m tmpfs {mnt} && {setup}"
-              f"{sys.executable} {Path(__file__).resolve()} {child_args}")
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600)
+              f"{sys.executable} -m bench.reliability.fault_injection {child_args}")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600,
+                       cwd=BENCH.parent)  # where ``bench`` is importable
     if r.returncode != 0 or not r.stdout.strip():
         raise RuntimeError(f"{child_args} failed:\n{r.stdout}\n{r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -289,12 +278,12 @@ def full_disk_server_child(mnt: Path) -> None:
     free = shutil.disk_usage(mnt).free
     (mnt / "ballast").write_bytes(b"\0" * max(0, free - 3 * 2**19))
     data = mnt / "store"
-    proc, address = start_server(data, "--snapshot-seconds", "0.5")
+    serve = server(data, "--snapshot-seconds", "0.5").start()
     docs = write_vector_corpus(mnt.parent / "disk-server-docs.jsonl", 2000, 5, DIM, seed=97, prefix="full")
     acked: set[str] = set()
     out = {"refusal": "", "refused_code": None}
     try:
-        with Client(address, timeout=60) as c:
+        with Client(serve.address, timeout=60) as c:
             for s in range(0, len(docs), 20):
                 try:
                     c.add_documents(docs[s:s + 20])
@@ -312,11 +301,10 @@ def full_disk_server_child(mnt: Path) -> None:
             c.add_documents(docs[-20:])
             acked.update(d["doc_id"] for d in docs[-20:])
             out["write_after_freeing"] = True
-        out["server_alive"] = proc.poll() is None
+        out["server_alive"] = serve.alive
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    out.update(server_exit_code=proc.returncode, acknowledged=len(acked), **check_store(data, acked))
+        serve.stop()
+    out.update(server_exit_code=serve.returncode, acknowledged=len(acked), **check_store(data, acked))
     out["ok"] = (out["refused_code"] == "RESOURCE_EXHAUSTED" and "no space left" in out["refusal"]
                  and out["reads_while_full"] and out.get("write_after_freeing", False) and out["server_alive"]
                  and out["server_exit_code"] == 0 and out["loadable"] and out["index_agrees"]
@@ -358,7 +346,7 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--full-disk-child", nargs=3, metavar=("MOUNT", "CORPUS", "BALLAST_MB"), help=argparse.SUPPRESS)
@@ -371,10 +359,9 @@ def main() -> int:
         mnt, corpus, ballast = args.full_disk_child
         full_disk_child(Path(mnt), Path(corpus), int(ballast))
         return 0
-    from record import save, stamp
 
     start = time.perf_counter()
-    record = stamp("fault_injection.py")
+    record = stamp(__file__)
     with tempfile.TemporaryDirectory(prefix="nextpara-faults-") as work:
         record["runs"] = run(args.runs, Path(work), args.seed)
         why_not = can_mount_tmpfs()

@@ -1,34 +1,30 @@
 """Time from starting `nextpara serve` to its SERVING line, on a copy of a trained store.
 
-    python bench/serve_start.py --data-dir /tmp/peps-bench
+    python -m bench.speed.serve_start --data-dir /tmp/peps-bench
 
-Each run starts a new process (Python start-up and imports included), waits for the log line
-that says SERVING, then stops it with SIGTERM. The page cache is warm after the first run.
+Each run starts a new process (Python start-up and imports included) through
+nextpara.server.process.ServerProcess, waits for the log line that says SERVING, then stops it
+with SIGTERM. The page cache is warm after the first run.
 Prints a table, writes bench/results/serve_start.{json,md}.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench.record import argument_parser, save, stamp
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True, help="a built and trained store; it is copied, not changed")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    from fault_injection import start_server
+    from nextpara.server.process import ServerProcess
     from nextpara.store.store import open_store
-    from record import save, stamp
 
     with tempfile.TemporaryDirectory(prefix="nextpara-start-") as work:
         data = Path(work) / "store"
@@ -38,11 +34,10 @@ def main() -> int:
         seconds = []
         for _ in range(args.runs):
             t0 = time.perf_counter()
-            proc, _ = start_server(data)
+            server = ServerProcess.local(data, "--grace-seconds", "1", require_model=False).start()
             seconds.append(round(time.perf_counter() - t0, 2))
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-    record = {**stamp("serve_start.py"), "paragraphs": info["paragraphs"], "index": info["index"]["factory"],
+            server.stop()
+    record = {**stamp(__file__), "paragraphs": info["paragraphs"], "index": info["index"]["factory"],
               "seconds_to_serving": seconds}
     md = (f"# `nextpara serve`: start to SERVING\n\n`{record['command']}` on {record['date']}, {record['machine']}: "
           f"{info['paragraphs']:,} paragraphs, index `{record['index']}`, trained model.\n\n"

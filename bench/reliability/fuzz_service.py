@@ -1,7 +1,7 @@
 """Bad input, systematically: generated requests for every RPC against a live ``nextpara serve``.
 
-    python bench/fuzz_service.py --data-dir /tmp/peps-bench              # 10,000 requests
-    python bench/fuzz_service.py --data-dir DIR --requests 1000          # (tests/test_fuzz.py's setting)
+    python -m bench.reliability.fuzz_service --data-dir /tmp/peps-bench                  # 10,000 requests
+    python -m bench.reliability.fuzz_service --data-dir DIR --requests 600 --seed 3      # (tests/test_fuzz.py's setting)
 
 The data dir is copied first; the server runs on the copy as a separate process. hypothesis draws
 each request from strategies over the proto's messages: every RPC (PredictNext, Rerank,
@@ -19,19 +19,16 @@ Prints a table, writes bench/results/fuzz_service.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import shutil
-import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import grpc
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench.record import argument_parser, save, stamp
+
 SERVICE = "/nextpara.v1.NextParagraphService/"
 ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -208,7 +205,7 @@ def fuzz(address: str, requests: int, seed: int, dim: int, n_paragraphs: int, do
 
 
 def run(data_dir: str, requests: int, seed: int = 0) -> dict:
-    from fault_injection import start_server
+    from nextpara.server.process import ServerProcess
     from nextpara.store.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="nextpara-fuzz-") as work:
@@ -217,16 +214,15 @@ def run(data_dir: str, requests: int, seed: int = 0) -> dict:
         with open_store(data, readonly=True) as store:
             dim, n_paragraphs = store.dim, store.count_paragraphs()
             doc_ids = sorted({p.doc_id for p in store.get_paragraphs(list(range(1, min(n_paragraphs, 200))))})
-        proc, address = start_server(data)
+        server = ServerProcess.local(data, "--grace-seconds", "1", require_model=False).start()
         started = time.perf_counter()
         try:
-            fuzzer = fuzz(address, requests, seed, dim, n_paragraphs, doc_ids)
-            alive = proc.poll() is None and fuzzer.stub.GetInfo(fuzzer.pb.GetInfoRequest(), timeout=30) is not None
+            fuzzer = fuzz(server.address, requests, seed, dim, n_paragraphs, doc_ids)
+            alive = server.alive and fuzzer.stub.GetInfo(fuzzer.pb.GetInfoRequest(), timeout=30) is not None
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            server.stop()
         return {"requests": fuzzer.requests, "seconds": round(time.perf_counter() - started, 1), "server_alive": alive,
-                "server_exit_code": proc.returncode, "codes": dict(fuzzer.codes),
+                "server_exit_code": server.returncode, "codes": dict(fuzzer.codes),
                 "by_rpc": {k: dict(v) for k, v in sorted(fuzzer.by_rpc.items())}, "failures": fuzzer.failures[:50],
                 "n_failures": len(fuzzer.failures)}
 
@@ -246,14 +242,13 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True, help="a built (and trained) store; it is copied, not changed")
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from record import save, stamp
 
-    record = {**stamp("fuzz_service.py"), "result": run(args.data_dir, args.requests, args.seed)}
+    record = {**stamp(__file__), "result": run(args.data_dir, args.requests, args.seed)}
     save("fuzz_service", record, markdown(record))
     return 0 if record["result"]["server_alive"] and not record["result"]["n_failures"] else 1
 

@@ -1,7 +1,7 @@
 """Vector index at scale: every index type the store offers, on 100K and 1M vectors of 384 and 1536 dims.
 
-    python bench/index_scale.py                      # the full matrix, about 13 minutes on 2 cores
-    python bench/index_scale.py --sizes 100000 --dims 384
+    python -m bench.speed.index_scale                      # the full matrix, about 13 minutes on 2 cores
+    python -m bench.speed.index_scale --sizes 100000 --dims 384
 
 The vectors are synthetic but shaped like real sentence embeddings. Real ones (the bundled
 MiniLM on PEPs) share a mean direction (norm 0.36), spread anisotropically (covariance
@@ -27,17 +27,14 @@ nprobe) on the built index. Prints tables, writes bench/results/index_scale.{jso
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench.record import argument_parser, rss_bytes, save, stamp
 
 # (share of the variance, points per group) of the nested groups; the rest is each point's own
 LEVELS = ((0.20, 2000), (0.12, 100), (0.18, 10), (0.17, 2))
@@ -117,7 +114,6 @@ def real_cell(data_dir: str, kinds: list[str], args) -> dict:
 def measure_cell(label: str, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], args) -> dict:
     import faiss
     from nextpara.store.vector_index import VectorIndex, choose_index
-    from record import rss_bytes
 
     n, d = vectors.shape
     ids = np.arange(n, dtype=np.int64)
@@ -142,7 +138,7 @@ def measure_cell(label: str, vectors: np.ndarray, queries: np.ndarray, kinds: li
             default, row["sweep"] = index.choice.params[knob], []
             for v in values:
                 index.choice.params[knob] = v
-                ms, found = timed(lambda i: index.search(queries[i:i + 1], K)[1][0], len(queries), args.seconds / 2)
+                ms, found = timed(lambda i, index=index: index.search(queries[i:i + 1], K)[1][0], len(queries), args.seconds / 2)
                 row["sweep"].append({knob: v, "single_p50_ms": pct(ms, 50), "recall_at_100": round(recall(np.array(found), truth[:len(found)]), 4)})
                 print(f"        {knob}={v}: {row['sweep'][-1]}", flush=True)
             index.choice.params[knob] = default
@@ -153,7 +149,7 @@ def measure_cell(label: str, vectors: np.ndarray, queries: np.ndarray, kinds: li
 
 def markdown(record: dict) -> str:
     lines = [f"# Vector index at scale\n\n`{record['command']}` on {record['date']}, {record['machine']}, "
-             f"{record['seconds']:.0f} s in all. Clustered synthetic unit vectors (bench/index_scale.py says how they are "
+             f"{record['seconds']:.0f} s in all. Clustered synthetic unit vectors (bench/speed/index_scale.py says how they are "
              f"made), {record['queries']} held-out queries, top {K}; recall@100 against exact search; memory = resident "
              "memory the index added.\n",
              "| data | N | dim | index | factory | build s | memory MB | single p50 ms | single p99 ms | batch-64 p50 ms | "
@@ -176,7 +172,7 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated corpus sizes")
     parser.add_argument("--dims", default="384,1536", help="comma-separated dimensions")
     parser.add_argument("--kinds", default="flat,hnsw,ivf", help="index types (as `nextpara build --index` takes)")
@@ -187,15 +183,12 @@ def main() -> int:
     parser.add_argument("--output", default="index_scale", help="name under bench/results/")
     args = parser.parse_args()
     import faiss
-    from record import save
 
     start = time.perf_counter()
     kinds = args.kinds.split(",")
     cells = [real_cell(args.real_data_dir, kinds, args)] if args.real_data_dir else []
     cells += [synthetic_cell(int(n), int(d), kinds, args) for n in args.sizes.split(",") for d in args.dims.split(",")]
-    argv = " ".join(sys.argv[1:])
-    record = {"command": f"python bench/index_scale.py {argv}".strip(),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    record = {**stamp(__file__),
               "machine": f"{os.cpu_count()} cores, FAISS {faiss.__version__} with {faiss.omp_get_max_threads()} threads",
               "queries": args.queries, "seconds": time.perf_counter() - start, "cells": cells}
     save(args.output, record, markdown(record))

@@ -1,7 +1,8 @@
 """Load and soak: many concurrent clients for minutes, then an overload burst.
 
-    python bench/load_soak.py --data-dir /tmp/peps-bench                       # 32 clients, 10 minutes
-    python bench/load_soak.py --data-dir DIR --clients 8 --minutes 0.5 --window 10   # (tests/test_load.py)
+    python -m bench.reliability.load_soak --data-dir /tmp/peps-bench       # 32 clients, 10 minutes
+    python -m bench.reliability.load_soak --data-dir DIR --clients 8 --minutes 0.5 --window 10 \
+        --burst 2048 --seed 1                                               # (tests/test_load.py's setting)
 
 ``nextpara serve`` runs on a copy of the data dir as its own process; this script is the second
 process, on 127.0.0.1, driving it through the async client library. Each of ``--clients``
@@ -22,21 +23,17 @@ Prints tables, writes bench/results/load_soak.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
 import shutil
-import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench.record import argument_parser, rss_bytes, save, stamp
 
 
 class Stats:
@@ -130,7 +127,6 @@ async def overload(address: str, burst: int, ids: list[int]) -> dict:
 
 async def soak(address: str, pid: int, args, ids: list[int], texts: list[str]) -> dict:
     from nextpara.client import AsyncClient
-    from record import rss_bytes
 
     stats, stop = Stats(), asyncio.Event()
     rng = random.Random(args.seed)
@@ -159,7 +155,7 @@ async def soak(address: str, pid: int, args, ids: list[int], texts: list[str]) -
 
 
 def run(data_dir: str, args) -> dict:
-    from fault_injection import start_server
+    from nextpara.server.process import ServerProcess
     from nextpara.store.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="nextpara-soak-") as work:
@@ -170,16 +166,16 @@ def run(data_dir: str, args) -> dict:
             pick = np.random.default_rng(args.seed).choice(all_ids, size=min(2000, len(all_ids)), replace=False)
             ids = [int(i) for i in pick]
             texts = [p.text for p in store.get_paragraphs(ids[:200])]
-        proc, address = start_server(data, "--max-queue", str(args.max_queue))
+        server = ServerProcess.local(data, "--grace-seconds", "1", "--max-queue", str(args.max_queue),
+                                     require_model=False, stop_timeout=120).start()
         try:
-            result = asyncio.run(soak(address, proc.pid, args, ids, texts))
-            result["overload"] = asyncio.run(overload(address, args.burst or 8 * args.max_queue, ids))
+            result = asyncio.run(soak(server.address, server.pid, args, ids, texts))
+            result["overload"] = asyncio.run(overload(server.address, args.burst or 8 * args.max_queue, ids))
             print(result["overload"], flush=True)
-            result["server_alive"] = proc.poll() is None
+            result["server_alive"] = server.alive
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
-        result["server_exit_code"] = proc.returncode
+            server.stop()
+        result["server_exit_code"] = server.returncode
     return result
 
 
@@ -204,7 +200,7 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True, help="a built and trained store; it is copied, not changed")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -213,10 +209,9 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=0, help="overload calls sent at once (default 8x --max-queue)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from record import save, stamp
 
     result = run(args.data_dir, args)
-    record = {**stamp("load_soak.py"), "max_queue": args.max_queue, "result": result}
+    record = {**stamp(__file__), "max_queue": args.max_queue, "result": result}
     save("load_soak", record, markdown(record))
     ok = (not result["error_kinds"] and result["overload"]["recovered"] and result["server_alive"]
           and (result["rss_growth_after_warmup"] or 0) < 0.10)

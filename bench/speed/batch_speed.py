@@ -1,6 +1,6 @@
 """Batch reranking throughput: batched scoring across rows against one query at a time.
 
-    python bench/batch_speed.py --data-dir /tmp/peps-bench [--rows 2048]
+    python -m bench.speed.batch_speed --data-dir /tmp/peps-bench [--rows 2048]
 
 Rows are PEPs test-split queries: L = 8 context paragraphs and the first 100 stage-1 candidates
 the pipeline itself retrieves for them, all given as vectors (lists of floats, as a JSON row
@@ -19,7 +19,6 @@ Prints a table, writes bench/results/batch_speed.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -29,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.record import argument_parser, save, stamp
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def make_rows(predictor, n: int, L: int = 8, K: int = 100):
@@ -67,7 +66,7 @@ def job_rate(data_dir: str, path: Path, out: Path) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--rows", type=int, default=2048, help="rows for the batched measurements (default 2048)")
     parser.add_argument("--loop-rows", type=int, default=200, help="rows for the one-at-a-time loop (default 200)")
@@ -77,7 +76,6 @@ def main() -> int:
     from nextpara.attention_core.predictor import Predictor
     from nextpara.batch.rows import Row
     from nextpara.batch.scoring import score_rows
-    from record import save
 
     predictor = Predictor.open(args.data_dir)
     store = predictor.store
@@ -130,8 +128,7 @@ def main() -> int:
 
     speedup = results["batched"] / results["loop"]
     record = {
-        "command": f"python bench/batch_speed.py --data-dir {args.data_dir} --rows {args.rows}",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **stamp(__file__),
         "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, torch threads "
                    f"{torch.get_num_threads()}",
         "model": {"version": predictor.model_version, **{k: getattr(model.cfg, k) for k in ("d_model", "n_heads",

@@ -1,9 +1,9 @@
 """Reranker cost: the attention model against a text cross-encoder, in one run.
 
-    python bench/rerank_speed.py --data-dir /tmp/peps-bench
+    python -m bench.speed.rerank_speed --data-dir /tmp/peps-bench
 
 One query = L = 8 context paragraphs and 100 candidates (PEPs test queries and their stage-1
-candidates). Measured in-process on the store's trained model:
+candidates, as bench/speed/batch_speed.py picks them). Measured in-process on the store's trained model:
 
 * ``attention, one query``: p50 / p99 of the model's forward pass for one query on ready tensors,
   and of ``Predictor.rerank`` with the vectors given (input checks and ranking included);
@@ -17,17 +17,16 @@ Prints a table, writes bench/results/rerank_speed.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
+from bench.record import argument_parser, save, stamp
+from bench.speed.batch_speed import make_rows
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def timings(fn, n: int) -> list[float]:
@@ -46,17 +45,15 @@ def summary(ms: list[float]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--queries", type=int, default=256)
     parser.add_argument("--cross-encoder-queries", type=int, default=10)
     args = parser.parse_args()
     import torch
-    from batch_speed import make_rows
     from nextpara.attention_core.pipeline import pad_candidates, pad_contexts
     from nextpara.attention_core.predictor import Predictor
     from nextpara.store.embedders import bundled_minilm_path
-    from record import save
 
     predictor = Predictor.open(args.data_dir)
     store, model = predictor.store, predictor.pipeline.model
@@ -106,8 +103,7 @@ def main() -> int:
                                                    args.cross_encoder_queries))
     print(f"{'cross_encoder_one':28s} {results['cross_encoder_one']}", flush=True)
 
-    record = {"command": f"python bench/rerank_speed.py --data-dir {args.data_dir}",
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    record = {**stamp(__file__),
               "machine": f"{os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
               "model": {"version": predictor.model_version, "d_model": model.cfg.d_model},
               "query": {"context_length": 8, "candidates": 100}, "results": results,

@@ -1,13 +1,13 @@
 """Probe: does word overlap between texts add to what the embeddings and the trained model know?
 
-    python bench/lexical_probe.py --data-dir /tmp/peps-bench
+    python -m bench.quality.lexical_probe --data-dir /tmp/peps-bench [--output NAME]
 
-Content only (DESIGN.md): TF-IDF cosine between a candidate's text and the context's texts is
+Content only (docs/evaluation.md): TF-IDF cosine between a candidate's text and the context's texts is
 computed from the words, never from a candidate's doc_id or position. On the model's own stage-1
 lists (validation and test queries, L = 4, context as stored vectors), it compares the trained
 model's ranking with the model's score plus a * tfidf(last, candidate) + b * tfidf(context, candidate),
 a and b picked on validation, reported on test; and the same on B1's top 200 with cosine instead of
-the model. Writes bench/results/lexical_probe.{md,json}.
+the model. Writes bench/results/lexical_probe.{md,json} (or NAME.{md,json}).
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import record  # bench/record.py: this script's folder is on sys.path when it runs
+
+from bench import record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> int:
-    parser = record.store_parser(__doc__)
-    parser.add_argument("--name", default="lexical_probe", help="results file name under bench/results/")
+    parser = record.store_parser(__doc__, __file__)
+    parser.add_argument("--output", default="lexical_probe", help="results name under bench/results/")
     args = parser.parse_args()
 
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
@@ -86,9 +87,9 @@ def main() -> int:
         t = r["test"]
         lines.append(f"| {r['base']} | {r['a_tfidf_last']} | {r['b_tfidf_context']} | {r['validation']['mrr@10']:.4f} | "
                      f"{t['recall@1']:.3f} [{t['recall@1_ci'][0]:.3f}, {t['recall@1_ci'][1]:.3f}] | {t['mrr@10']:.3f} |")
-    stamp = record.stamp(Path(__file__).name)
+    stamp = record.stamp(__file__)
     about = f"model {meta['model_version']} ({'with' if model.cfg.lexical else 'without'} word-overlap features)"
-    record.save(args.name, {**stamp, "model": about, "rows": rows, "vocabulary": lex.shape[1], "queries": args.queries},
+    record.save(args.output, {**stamp, "model": about, "rows": rows, "vocabulary": lex.shape[1], "queries": args.queries},
                 f"# Lexical probe: TF-IDF overlap on the model's stage-1 lists ({stamp['date']})\n\n"
                 f"Command: `{stamp['command']}`\n\nModel: {about}.\n\n" + "\n".join(lines) + "\n")
     return 0

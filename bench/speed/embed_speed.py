@@ -1,7 +1,7 @@
 """Embedding speed: sentence-transformers' default ``encode`` against our embedder's modes.
 
-    python bench/embed_speed.py
-    python bench/embed_speed.py --no-int8 --output embed_speed_onnx   # in a venv with sentence-transformers[onnx]
+    python -m bench.speed.embed_speed
+    python -m bench.speed.embed_speed --no-int8 --output embed_speed_onnx   # in a venv with sentence-transformers[onnx]
 
 The same 5,000 PEPs paragraphs (a seeded sample) go through:
 
@@ -23,20 +23,18 @@ Prints tables, writes bench/results/embed_speed.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.record import BENCH, argument_parser, save, stamp
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-DEFAULT_CORPUS = HERE.parent.parent / "shared" / "corpora" / "peps.jsonl"
+DEFAULT_CORPUS = BENCH.parents[1] / "shared" / "corpora" / "peps.jsonl"
 
 
 def sample_paragraphs(corpus: str, n: int, seed: int) -> list[str]:
@@ -168,7 +166,7 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, __file__)
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     parser.add_argument("--paragraphs", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
@@ -176,10 +174,9 @@ def main() -> int:
     parser.add_argument("--output", default="embed_speed", help="name under bench/results/")
     args = parser.parse_args()
     import torch
-    from record import save, stamp
 
     texts = sample_paragraphs(args.corpus, args.paragraphs, args.seed)
-    record = {**stamp("embed_speed.py"),
+    record = {**stamp(__file__),
               "machine": f"{os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads",
               "paragraphs": len(texts), "speed": speed(texts, int8=not args.no_int8),
               "libraries": library_versions()}

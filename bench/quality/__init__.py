@@ -1,0 +1,1 @@
+"""Quality: the evaluation protocol on PEPs (docs/evaluation.md), training variants, probes."""

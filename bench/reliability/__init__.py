@@ -1,0 +1,1 @@
+"""Reliability: crashes, full disks, bad input and overload against real processes."""

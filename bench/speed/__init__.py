@@ -1,0 +1,1 @@
+"""Speed: latency, throughput, start-up and scale of every stage."""
