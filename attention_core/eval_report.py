@@ -43,13 +43,12 @@ def attention_example(evaluation) -> dict | None:
         return None
     q = full[0]
     ctx = evaluation.context(q, evaluation.L)
-    cand, _ = evaluation.pipeline.candidates([ctx], [evaluation.exclude_ids(q, evaluation.L)])
-    scored = evaluation.pipeline.rank([ctx], cand, [evaluation.store.vectors(cand[0])], need_weights=True,
-                                      context_texts=[evaluation.context_texts(q, evaluation.L)])[0]
+    scored = evaluation.pipeline.retrieve([ctx], [evaluation.exclude_ids(q, evaluation.L)],
+                                          [evaluation.context_texts(q, evaluation.L)], need_weights=True)[0]
     L = evaluation.pipeline.max_context
     weights = scored.attention[:, L - len(ctx):]  # (h, n): drop padding positions
     texts = [p.text for p in evaluation.store.get_paragraphs([int(evaluation.seq.ids[r]) for r in q.context[-evaluation.L:]])]
-    top = evaluation.store.get_paragraphs([int(scored.ids[0])])[0]
+    top = scored.paragraphs[0]
     return {"context": texts, "top_prediction": {"doc_id": top.doc_id, "position": top.position, "text": top.text},
             "target_doc": evaluation.seq.doc_ids[q.target], "weights": weights.tolist()}
 
@@ -115,8 +114,8 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
         if isinstance(embedder, PrecomputedEmbedder):
             embedder = None
         pipeline, meta = None, None
-        if (Path(store.data_dir) / CHECKPOINT).exists():
-            model, meta = load_checkpoint(Path(store.data_dir) / CHECKPOINT, store.embedder_name, store.dim)
+        if (store.data_dir / CHECKPOINT).exists():
+            model, meta = load_checkpoint(store.data_dir / CHECKPOINT, store.embedder_name, store.dim)
             pipeline = RerankPipeline(model, store)
         else:
             log.warning("no trained model in %s: evaluating the baselines only", store.data_dir)

@@ -1,4 +1,4 @@
-"""``nextpara eval``: the evaluation protocol of DESIGN.md, exactly.
+"""``nextpara eval``: the evaluation protocol of docs/evaluation.md, exactly.
 
 * Queries come from test documents (split 9 of ``md5(doc_id) % 10``), a seeded sample of
   ``n_queries`` targets; the index holds every paragraph of the corpus (all splits).
@@ -107,9 +107,8 @@ class Evaluation:
         if name == "B3":
             return self.successors(contexts, exclude)
         if name == "full":
-            cand, _ = self.pipeline.candidates(contexts, exclude)
-            vecs = [self.store.vectors(c) for c in cand]
-            return [s.ids for s in self.pipeline.rank(contexts, cand, vecs, context_texts=texts)], cand
+            ranked = [s.ids for s in self.pipeline.retrieve(contexts, exclude, texts)]  # exactly what serving runs
+            return ranked, ranked
         raise ValueError(name)
 
     def successors(self, contexts, exclude):

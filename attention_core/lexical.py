@@ -2,9 +2,9 @@
 
 Embeddings say "same topic"; the words a paragraph shares with the context (names, identifiers,
 terms of one document) say much better "same document", and the next paragraph is nearly always
-in the context's document. bench/lexical_probe.py measured it on PEPs before the model used it:
+in the context's document. bench/quality/lexical_probe.py measured it on PEPs before the model used it:
 adding tfidf cosines to the trained model's scores by hand raised validation MRR@10 from 0.130 to
-0.150. Content only (DESIGN.md): the features come from the texts, never from a doc_id or position.
+0.150. Content only (docs/evaluation.md): the features come from the texts, never from a doc_id or position.
 
 Tokens are lower-cased runs of two or more word characters, hashed (crc32) into ``N_BUCKETS``
 buckets, so the vocabulary is a fixed-size IDF vector that the checkpoint stores as a tensor (no

@@ -193,6 +193,13 @@ class NextParagraphModel(nn.Module):
         ``attention`` (B,h,K,L) from the last scorer layer when need_weights.
         """
         query, ctx_states = self.encode(context, context_mask)
+        return self.score(query, ctx_states, context, context_mask, candidates, candidate_mask, need_weights,
+                          lexical_features)
+
+    def score(self, query, ctx_states, context, context_mask, candidates, candidate_mask, need_weights: bool = False,
+              lexical_features: torch.Tensor | None = None):
+        """:meth:`forward` for a context already encoded: ``query`` (B,D) and ``ctx_states`` (B,L,d) from
+        :meth:`encode`, so a caller that searched with the query does not encode the context again."""
         B, K, _ = candidates.shape
         feats = self.features(context, context_mask, candidates, candidate_mask, query)  # (B, K, F)
         if self.cfg.lexical:

@@ -7,11 +7,13 @@ batching pads them into the model's right-aligned (B,L,D) / (B,K,D) tensors.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from nextpara.store.store import ParagraphStore
+from nextpara.store.tables import Paragraph
 
 from . import lexical
 from .candidates import generate_candidates
@@ -62,6 +64,7 @@ class Scored:
     scores: np.ndarray  # model scores
     retrieval_scores: np.ndarray  # cosine to the query vector
     attention: np.ndarray | None = None  # (heads, L) cross-attention of the top candidate over the context
+    paragraphs: list[Paragraph] | None = None  # the stored rows of ``ids``, in that order (retrieve only)
 
 
 class RerankPipeline:
@@ -104,12 +107,6 @@ class RerankPipeline:
                 out.append(np.zeros((len(cands), lexical.n_features(self.max_context)), np.float32))
         return out
 
-    def stored_texts(self, ids: list[np.ndarray]) -> list[list[str]]:
-        """The stored texts of candidate ids, per query (only when the model reads texts)."""
-        if self.lexicon is None:
-            return [[] for _ in ids]
-        return [[p.text for p in self.store.get_paragraphs(row)] if len(row) else [] for row in ids]
-
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
               lexical_features: list[np.ndarray] | None = None):
@@ -129,17 +126,49 @@ class RerankPipeline:
         return scores, np.concatenate(queries), attention if need_weights else None
 
     def rank(self, contexts: list[np.ndarray], candidate_ids: list[np.ndarray], candidate_vectors: list[np.ndarray],
-             need_weights: bool = False, context_texts: list[list[str | None]] | None = None,
              lexical_features: list[np.ndarray] | None = None) -> list[Scored]:
-        """Rank stored candidates. ``context_texts`` (per query, per paragraph, None where only a vector is
-        known) let the model compare words with the candidates' stored texts; or give ``lexical_features``."""
-        if lexical_features is None and context_texts is not None and self.lexicon is not None:
-            lexical_features = self.lexical_features(context_texts, self.stored_texts(candidate_ids))
-        scores, queries, attention = self.score(contexts, candidate_vectors, need_weights, lexical_features)
+        """Rank given candidates (training's validation, which has their word features at hand)."""
+        scores, queries, _ = self.score(contexts, candidate_vectors, False, lexical_features)
         out = []
         for i, (ids, vecs, sc) in enumerate(zip(candidate_ids, candidate_vectors, scores)):
             order = np.argsort(-sc, kind="stable")
-            att = attention[i][:, order[0], :] if need_weights and len(order) else None  # (h, L)
-            out.append(Scored(ids=np.asarray(ids)[order], scores=sc[order],
-                              retrieval_scores=(vecs @ queries[i])[order], attention=att))
+            out.append(Scored(ids=np.asarray(ids)[order], scores=sc[order], retrieval_scores=(vecs @ queries[i])[order]))
+        return out
+
+    @torch.no_grad()
+    def retrieve(self, contexts: list[np.ndarray], exclude: list[set[int]], context_texts: list[list[str | None]],
+                 need_weights: bool = False, observe=lambda stage, seconds: None) -> list[Scored]:
+        """The serving path, for many queries at once: per chunk of SCORE_BATCH queries, the context is encoded
+        once (its query vector searches, its states score), each source searched once for all queries, every
+        candidate row read once (vector from memory, text and place from one SQLite query), word features
+        computed once, and one model call scores them all. ``observe(stage, seconds)`` gets the time of "search"
+        (encoding and FAISS) and "rerank" (rows, word features, model)."""
+        out: list[Scored] = []
+        for s in range(0, len(contexts), SCORE_BATCH):
+            chunk = contexts[s:s + SCORE_BATCH]
+            t0 = time.perf_counter()
+            x, m = pad_contexts(chunk, self.max_context)
+            query, states = self.model.encode(x, m)  # (B, D), (B, L, d)
+            q = query.numpy()
+            ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
+                                      self.n_candidates)
+            t1 = time.perf_counter()
+            flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+            rows = self.store.get_paragraphs(flat.tolist())
+            vectors = self.store.vectors(flat) if len(flat) else np.zeros((0, self.store.dim), np.float32)
+            bounds = np.cumsum([0] + [len(i) for i in ids])
+            cand_vecs = [vectors[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            cand_rows = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            lex = self.lexical_features(context_texts[s:s + SCORE_BATCH], [[p.text for p in r] for r in cand_rows])
+            c, cm = pad_candidates(cand_vecs)
+            result = self.model.score(query, states, x, m, c, cm, need_weights,
+                                      pad_candidates(lex)[0] if lex is not None else None)
+            for i, (row_ids, vecs, paras) in enumerate(zip(ids, cand_vecs, cand_rows)):
+                sc = result["scores"][i, :len(row_ids)].numpy()
+                order = np.argsort(-sc, kind="stable")
+                att = result["attention"][i][:, order[0], :].numpy() if need_weights and len(order) else None  # (h, L)
+                out.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
+                                  attention=att, paragraphs=[paras[j] for j in order]))
+            observe("search", t1 - t0)
+            observe("rerank", time.perf_counter() - t1)
         return out

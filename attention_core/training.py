@@ -268,7 +268,6 @@ def corpus_fingerprint(seq: ParagraphSequences) -> str:
 
 def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = None, quiet: bool = False) -> dict:
     """Train on the store in ``data_dir`` and save the best checkpoint there; returns its metadata."""
-    from pathlib import Path
 
     from .checkpoint import CHECKPOINT, save_checkpoint
 
@@ -281,4 +280,4 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
         meta = {"embedder": {"name": store.embedder_name, "dim": store.dim},
                 "corpus_fingerprint": corpus_fingerprint(seq), "index_generation": store.generation,
                 "metrics": {"validation": result["validation"]}, "training": {k: v for k, v in result.items() if k != "validation"}}
-        return save_checkpoint(Path(store.data_dir) / CHECKPOINT, trainer.model, meta)
+        return save_checkpoint(store.data_dir / CHECKPOINT, trainer.model, meta)

@@ -1,4 +1,6 @@
-"""Batch reranking jobs: ``nextpara rerank-batch INPUT OUTPUT``.
+"""Batch jobs: ``nextpara rerank-batch INPUT OUTPUT`` in this process, through a running service, or on Ray Data.
+
+May import the model (attention_core), the store, the client and Ray; never the server.
 
 Data flow: ``rows`` reads and checks input rows (JSON Lines, or Parquet through pyarrow) ->
 an engine scores a chunk of rows (``scoring`` in this process, a running service through the

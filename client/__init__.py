@@ -1,7 +1,7 @@
-"""The Python client library for the nextpara service.
+"""The client: the Python library for the nextpara service, sync and asyncio, with its commands (status, predict, add, delete).
 
-Imports only grpcio, protobuf and the generated stubs: never torch, faiss, numpy or
-sentence-transformers, so applications that only call the service stay light.
+May import grpcio, protobuf, the generated stubs and ``nextpara.errors``; never the store, model, server or batch
+rooms, nor torch, faiss, numpy or sentence-transformers, so applications that only call the service stay light.
 """
 
 from .aio import AsyncClient

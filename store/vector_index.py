@@ -11,7 +11,7 @@ our paragraph ids:
 ``auto``   flat below 50,000 vectors, hnsw from there; re-decided at every snapshot (the default)
 =========  ==============================  ============================================
 
-The parameters come from bench/index_scale.py (bench/results/index_scale.md): on 2 cores a flat
+The parameters come from bench/speed/index_scale.py (bench/results/index_scale.md): on 2 cores a flat
 scan costs about 0.1 ms per 1,000 vectors of 384 dims (10 ms at 100K, 121 ms at 1M), so exact
 search stops being cheap around 50K. HNSW needed efSearch 512 to keep recall@100 at 0.95 at 1M
 vectors (0.90 with 256, 0.82 with 128), at about 3 ms; IVF was slower than HNSW at equal recall

@@ -19,7 +19,7 @@ import numpy as np
 from nextpara.errors import NotFoundError, StoreMismatchError
 
 from . import snapshot as snap
-from .data_dir import FORMAT_VERSION, DataDir
+from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
 from .tables import ParagraphTables, missing_message
 from .vector_index import IndexChoice, VectorIndex, choose_index
 
@@ -50,7 +50,7 @@ class VectorTable:
                 table.snapshot_name, table.snapshot_generation = manifest["snapshot"], int(manifest["generation"])
             except (OSError, ValueError, RuntimeError, EOFError, StoreMismatchError) as e:
                 log.warning("snapshot %s is unreadable (%s): rebuilding the index from %s, which holds every vector",
-                            manifest["snapshot"], e, "paragraphs.sqlite")
+                            manifest["snapshot"], e, DB_FILE)
         table._replay(live_ids, tables)
         return table
 

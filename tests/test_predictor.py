@@ -84,8 +84,9 @@ def test_rerank_given_candidates(predictor):
     got = dict(zip(mixed_result.order, mixed_result.scores))
     same = [i for i in range(len(cands)) if i != 2 or not predictor.pipeline.model.cfg.lexical]
     np.testing.assert_allclose([got[i] for i in same], [direct[i] for i in same], atol=1e-3)
-    among = predictor.predict_next(context, top_k=3, candidates=cands)
-    assert [p.paragraph_id for p in among.predictions] == [cands[i] for i in result.order[:3]]
+    # the batch form answers each pair as the single call does
+    batch = predictor.rerank_batch([context, ids[20:23]], [cands, ids[23:40]])
+    assert batch[0].order == result.order and batch[1].order == predictor.rerank(ids[20:23], ids[23:40]).order
 
 
 @pytest.mark.parametrize("context, error, message", [
@@ -114,3 +115,24 @@ def test_no_model_is_a_failed_precondition(tmp_path):
     docs_store.close()
     with pytest.raises(FailedPreconditionError, match="no trained model .*nextpara train"):
         Predictor.open(tmp_path)
+
+
+def test_a_request_reads_each_stored_row_once(predictor):
+    """PredictNext by stored ids: each paragraph row is read from SQLite at most once per request (the context's
+    texts, then every candidate's row, whose text feeds the word features and whose place makes the answer)."""
+    import re
+
+    ids = [int(i) for i in predictor.store.paragraph_table()[0][20:24]]
+    statements: list[str] = []
+    db = predictor.store.tables.db
+    db.set_trace_callback(statements.append)
+    try:
+        result = predictor.predict_next_batch([ids, ids[1:]], top_k=10)
+    finally:
+        db.set_trace_callback(None)
+    reads = [s for s in statements if re.match(r"SELECT id, doc_id, position, text, text_hash FROM paragraphs", s)]
+    read_ids = [int(i) for s in reads for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")]
+    assert len(read_ids) == len(set(read_ids)), "a paragraph row was read twice"
+    answered = {p.paragraph_id for r in result for p in r.predictions}
+    assert set(ids) | answered <= set(read_ids)
+    assert len(statements) <= 6, statements  # context rows, same-text ids, generation, candidate rows (+ chunks)

@@ -1,0 +1,156 @@
+"""Items: what a caller gives as a context or candidate paragraph, resolved into vectors and texts.
+
+An item is a text (``str``), a stored paragraph id (``int``) or a raw vector (a sequence of
+floats of the store's dimension). :meth:`ItemResolver.resolve_many` turns many lists of items
+into :class:`ResolvedItems` at once: texts are embedded in one call (through a bounded in-memory
+cache, keyed by the text), stored ids read once (their vectors from memory, their texts with one
+SQLite query), raw vectors checked by the store's one vector check
+(``nextpara.store.unit_vectors``). A list with a bad item becomes an error that names it
+(``context[2]: unknown paragraph id 99``) without stopping the other lists.
+
+What a context excludes from predictions: the ids it gives, and every stored paragraph whose text
+equals one of its texts (given, or stored for an id). A raw vector has no text and excludes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Sequence, Union
+
+import numpy as np
+from nextpara.errors import InvalidInputError, NextparaError, NotFoundError
+from nextpara.store.store import ParagraphStore
+from nextpara.store.unit_vectors import is_vector, unit_rows
+
+Item = Union[str, int, Sequence[float], np.ndarray]
+MAX_ITEMS = 10_000
+
+
+@dataclass
+class ResolvedItems:
+    vectors: np.ndarray  # (n, D) unit vectors
+    texts: list[str | None]  # per item: its text (given, or stored for an id), None for a raw vector
+    exclude: set[int] = field(default_factory=set)  # stored paragraphs these items stand for
+    dropped: int = 0  # oldest items dropped to keep the last ``keep_last``
+
+
+class EmbeddingLRU:
+    """Vectors of texts through a bounded in-memory LRU keyed by the text; the model runs outside the lock.
+    ``observe(seconds)`` is called with the time of each model call."""
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], dim: int, size: int = 4096):
+        self.embed_fn, self.dim, self.size = embed, dim, size
+        self.observe: Callable[[float], None] = lambda seconds: None
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        with self._lock:
+            found = {t: self._cache[t] for t in texts if t in self._cache}
+            for t in found:
+                self._cache.move_to_end(t)
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            t0 = time.perf_counter()
+            vecs = self.embed_fn(missing)
+            self.observe(time.perf_counter() - t0)
+            found.update(zip(missing, vecs))
+            with self._lock:
+                self._cache.update(zip(missing, vecs))
+                while len(self._cache) > self.size:
+                    self._cache.popitem(last=False)
+        return np.stack([found[t] for t in texts])
+
+
+@dataclass
+class _Parsed:
+    """One list's items sorted by kind, before any store or model work."""
+
+    n: int
+    dropped: int
+    texts: dict[int, str] = field(default_factory=dict)  # position -> text
+    ids: dict[int, int] = field(default_factory=dict)  # position -> paragraph id
+    vectors: np.ndarray | None = None  # (n_vec, D) for positions ``vector_at``
+    vector_at: list[int] = field(default_factory=list)
+
+
+class ItemResolver:
+    def __init__(self, store: ParagraphStore, embed: Callable[[list[str]], np.ndarray]):
+        self.store, self.embed = store, embed
+
+    def parse(self, items: Sequence[Item], where: str, keep_last: int | None) -> _Parsed:
+        """Sort items by kind and check each (raw vectors fully); InvalidInputError naming ``where[i]``."""
+        if isinstance(items, (str, bytes)) or not isinstance(items, (Sequence, np.ndarray)):
+            raise InvalidInputError(f"{where} must be a list of items, got {type(items).__name__}")
+        if len(items) == 0:
+            raise InvalidInputError(f"{where} is empty: give at least one paragraph")
+        if len(items) > MAX_ITEMS:
+            raise InvalidInputError(f"{where} has {len(items)} items, at most {MAX_ITEMS}")
+        dropped = max(0, len(items) - keep_last) if keep_last else 0
+        items = list(items)[dropped:]
+        p = _Parsed(n=len(items), dropped=dropped)
+        raw = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                if not item.strip():
+                    raise InvalidInputError(f"{where}[{i + dropped}]: empty text")
+                p.texts[i] = item
+            elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+                p.ids[i] = int(item)
+            elif is_vector(item):
+                p.vector_at.append(i)
+                raw.append(item)
+            else:
+                raise InvalidInputError(f"{where}[{i + dropped}]: expected a text, a paragraph id or a vector, "
+                                        f"got {type(item).__name__}")
+        if raw:
+            p.vectors = unit_rows(raw, self.store.dim, where, self.store.embedder_name,
+                                  name=lambda j: f"{where}[{p.vector_at[j] + dropped}]")
+        return p
+
+    def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None
+                     ) -> list[ResolvedItems | NextparaError]:
+        """Resolve every list; a list with a bad item gets its error in its place."""
+        parsed: list[_Parsed | NextparaError] = []
+        for items in lists:
+            try:
+                parsed.append(self.parse(items, where, keep_last))
+            except InvalidInputError as e:
+                parsed.append(e)
+        ok = [p for p in parsed if isinstance(p, _Parsed)]
+        ids = list(dict.fromkeys(pid for p in ok for pid in p.ids.values()))
+        missing = self.store.missing_ids(ids) if ids else set()
+        stored = {q.id: q.text for q in self.store.get_paragraphs([i for i in ids if i not in missing])}
+        texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
+        text_vectors = dict(zip(texts, self.embed(texts)))
+        same_text = self.store.ids_by_text([*texts, *stored.values()]) if texts or stored else {}
+        id_vectors = dict(zip(stored, self.store.vectors(list(stored)))) if stored else {}
+        out: list[ResolvedItems | NextparaError] = []
+        for p in parsed:
+            if not isinstance(p, _Parsed):
+                out.append(p)
+                continue
+            bad = [(i, pid) for i, pid in p.ids.items() if pid in missing]
+            if bad:
+                i, pid = bad[0]
+                out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {pid}"
+                                         + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else "")))
+                continue
+            vectors = np.zeros((p.n, self.store.dim), np.float32)
+            item_texts: list[str | None] = [None] * p.n
+            exclude = set(p.ids.values())
+            for i, t in p.texts.items():
+                vectors[i], item_texts[i] = text_vectors[t], t
+            for i, pid in p.ids.items():
+                vectors[i], item_texts[i] = id_vectors[pid], stored[pid]
+            if p.vector_at:
+                vectors[p.vector_at] = p.vectors
+            for t in item_texts:
+                exclude.update(same_text.get(t, ()) if t is not None else ())
+            out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped))
+        return out
