@@ -15,7 +15,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the bench package: tests run some bench scripts at shorter settings
-from bench.reliability.fault_injection import write_vector_corpus  # noqa: E402,F401  (one corpus writer for tests and bench)
+from bench.reliability.store_checks import write_vector_corpus  # noqa: E402,F401  (one corpus writer for tests and bench)
 
 CORPORA = REPO.parent / "shared" / "corpora"
 PEPS = CORPORA / "peps.jsonl"
