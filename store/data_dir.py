@@ -8,6 +8,9 @@ Layout::
     write.lock               held (flock) by the one process that writes
     model.safetensors        the trained reranker, if any (nextpara.attention_core.checkpoint)
 
+``paragraphs.sqlite`` also holds the word index (word_index.py), an FTS5 table kept in step with
+the paragraphs by triggers; a store from before it gets it on its first writable open.
+
 Everything that knows these names, the default location, the format version and the schema is
 here; the store (store.py) opens a DataDir, and every command resolves ``--data-dir`` with
 :meth:`DataDir.resolve`. The manifest is read once per DataDir, and the format version of the
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from nextpara.errors import FailedPreconditionError, StoreLockedError, StoreMismatchError
 
+from . import word_index
 from .snapshot import replace_file_atomically
 
 FORMAT_VERSION = 1
@@ -32,17 +36,18 @@ DB_FILE = "paragraphs.sqlite"
 MANIFEST = "manifest.json"
 LOCK_FILE = "write.lock"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, n_paragraphs INTEGER NOT NULL,
-    content_hash TEXT NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS paragraphs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
-    position INTEGER NOT NULL, text TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL,
-    UNIQUE (doc_id, position));
-CREATE INDEX IF NOT EXISTS paragraphs_text_hash ON paragraphs (text_hash);
-"""
+SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS documents (
+        doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, n_paragraphs INTEGER NOT NULL,
+        content_hash TEXT NOT NULL, updated_at REAL NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS paragraphs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
+        position INTEGER NOT NULL, text TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL,
+        UNIQUE (doc_id, position))""",
+    "CREATE INDEX IF NOT EXISTS paragraphs_text_hash ON paragraphs (text_hash)",
+    *word_index.SCHEMA,  # FTS5 over the texts, kept in step by triggers (word_index.py)
+]
 
 _UNREAD = object()
 
@@ -159,7 +164,7 @@ class DataDir(os.PathLike):
     def create_schema(self, db: sqlite3.Connection, embedder_name: str, embedder_spec: str, dim: int, index: str) -> None:
         """Tables and metadata of a new store, in one transaction."""
         db.execute("BEGIN IMMEDIATE")
-        for statement in filter(str.strip, SCHEMA.split(";")):
+        for statement in SCHEMA:
             db.execute(statement)
         db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
             ("format_version", str(FORMAT_VERSION)), ("embedder", embedder_name), ("embedder_spec", embedder_spec),

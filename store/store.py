@@ -30,6 +30,7 @@ from .tables import Checked, Paragraph, ParagraphTables, WriteResult, content_ha
 from .unit_vectors import unit_rows
 from .vector_index import choose_index
 from .vector_table import VectorTable
+from .word_index import WordIndex, add_word_index, has_word_index
 
 __all__ = ["ParagraphStore", "Paragraph", "WriteResult", "open_store", "DB_FILE"]
 
@@ -63,6 +64,8 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
                 + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
         elif dim is not None and dim != int(meta["dim"]):
             raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
+        if not readonly and not has_word_index(db):
+            add_word_index(db)
         store = ParagraphStore(data_dir, ParagraphTables(db, meta), readonly=readonly, lock_fd=lock_fd)
     except BaseException:
         if lock_fd is not None:
@@ -85,6 +88,7 @@ class ParagraphStore:
         self.embedder_name, self.embedder_spec, self.dim = tables.embedder_name, tables.embedder_spec, tables.dim
         self.requested_index = tables.requested_index
         self.vector_table = VectorTable.load(data_dir, tables)
+        self.words = WordIndex(tables.db)
 
     # ---- properties ------------------------------------------------------------------
     @property
@@ -252,6 +256,16 @@ class ParagraphStore:
             keep = [j for j, i in enumerate(ids[row]) if i >= 0 and int(i) not in e][:k]
             out_s[row, :len(keep)], out_i[row, :len(keep)] = scores[row, keep], ids[row, keep]
         return out_s, out_i
+
+    def word_search(self, texts: Sequence[str | None], k: int, exclude: Sequence[Iterable[int]] | None = None
+                    ) -> list[list[int]]:
+        """Per text: up to k paragraph ids ranked by bm25 over its words (word_index.py), never one of that row's
+        ``exclude``; [] for None (a raw vector has no words) and on a read-only store opened before it had a word
+        index."""
+        sets = [set(map(int, e)) for e in exclude] if exclude is not None else [set() for _ in texts]
+        deep = k + max((len(e) for e in sets), default=0)
+        found = self.words.search(texts, deep, self.count_paragraphs())
+        return [[i for i in ids if i not in e][:k] for ids, e in zip(found, sets)]
 
     def info(self) -> dict:
         db_bytes = sum(p.stat().st_size for p in self.data_dir.path.glob(DB_FILE + "*"))

@@ -207,3 +207,44 @@ def test_a_crafted_or_corrupt_snapshot_is_refused_and_rebuilt_from_sqlite(tmp_pa
         assert store.count_paragraphs() == 18 and store.snapshot_generation == -1
         np.testing.assert_allclose(store.vectors([4]), vecs[1][:1], atol=1e-6)
         assert store.search(vecs[5][2], 1)[1][0, 0] == 18
+
+
+def word_ids(store, word):
+    return sorted(r[0] for r in store.tables.db.execute("SELECT rowid FROM paragraph_words WHERE paragraph_words MATCH ?",
+                                                       (word,)))
+
+
+def test_the_word_index_follows_every_write(tmp_path):
+    docs, vecs = make_docs(6, 3)
+    with new_store(tmp_path) as store:
+        store.add_documents(docs, vecs)
+        store.add_documents([Document(doc_id="d1", title="T1", paragraphs=["d1 rewritten paragraph", "zebra crossing"])], [vecs[1][:2]])
+        store.delete_documents(["d2"])
+        assert store.words.agrees_with_paragraphs()
+        ids = sorted(int(i) for i in store.paragraph_table()[0])
+        zebra = int(store.ids_of_documents(["d1"])[1])
+        assert word_ids(store, "paragraph") == [i for i in ids if i != zebra]  # no deleted or replaced paragraph
+        assert word_ids(store, "zebra") == [zebra]
+        assert word_ids(store, "d2") == []
+        # bm25 ranks the paragraph that shares the rare words first; the excluded and the unmatched never come
+        assert store.word_search(["zebra crossing ahead", "d4 seed", None], 3, [[], [], []])[0] == word_ids(store, "zebra")
+        d4 = store.word_search(["d4 paragraph"], 2, [store.ids_of_documents(["d4"])[:1]])[0]
+        assert d4 == [int(i) for i in store.ids_of_documents(["d4"])[1:3]]
+        store.tables.db.execute("DELETE FROM paragraph_words WHERE rowid = ?", (ids[0],))  # what a bug would do
+        assert not store.words.agrees_with_paragraphs()
+
+
+def test_a_store_from_before_the_word_index_gets_it_on_open(tmp_path):
+    docs, vecs = make_docs(4, 3)
+    with new_store(tmp_path) as store:
+        store.add_documents(docs, vecs)
+        db = store.tables.db  # make it look like a store written before the word index existed
+        for name in ("paragraphs_words_insert", "paragraphs_words_delete"):
+            db.execute(f"DROP TRIGGER {name}")
+        db.execute("DROP TABLE paragraph_words_vocab")
+        db.execute("DROP TABLE paragraph_words")
+    with open_store(tmp_path, readonly=True) as store:  # a reader cannot add it: no word results, no error
+        assert not store.words.available and store.word_search(["d1 paragraph"], 5) == [[]]
+    with open_store(tmp_path) as store:  # the first writable open builds it
+        assert store.words.available and store.words.agrees_with_paragraphs()
+        assert word_ids(store, "d3") == [int(i) for i in store.ids_of_documents(["d3"])]

@@ -120,7 +120,7 @@ def run(runs: int, work: Path, seed: int = 0, quiet: bool = False) -> list[dict]
         outcome = check_store(data, acked)
         row = {"run": i, "kind": kind, **plan, "acknowledged": len(acked), **outcome,
                "check_seconds": round(time.perf_counter() - t0, 1)}
-        row["ok"] = (row["loadable"] and row["index_agrees"] and row["getinfo_agrees"] and not row["partial"]
+        row["ok"] = (row["loadable"] and row["index_agrees"] and row["words_agree"] and row["getinfo_agrees"] and not row["partial"]
                      and not row["lost"])
         results.append(row)
         if not quiet:
@@ -188,7 +188,7 @@ def full_disk_child(mnt: Path, corpus: Path, ballast_mb: int) -> None:
     second, _ = build()
     after = check_store(data, {f"doc-{d:05d}" for d in range(300)})
     out.update(rerun_exit_code=second.returncode, rerun_documents=after["documents"])
-    out["ok"] = (out["loadable"] and out["index_agrees"] and out["getinfo_agrees"] and not out["partial"]
+    out["ok"] = (out["loadable"] and out["index_agrees"] and out["words_agree"] and out["getinfo_agrees"] and not out["partial"]
                  and not out["lost"] and not out["traceback"] and (first.returncode == 0 or "no space left" in out["error"])
                  and second.returncode == 0 and after["documents"] == 300 and not after["lost"])
     print(json.dumps(out))
@@ -244,7 +244,7 @@ def full_disk_server_child(mnt: Path) -> None:
     out.update(server_exit_code=serve.returncode, acknowledged=len(acked), **check_store(data, acked))
     out["ok"] = (out["refused_code"] == "RESOURCE_EXHAUSTED" and "no space left" in out["refusal"]
                  and out["reads_while_full"] and out.get("write_after_freeing", False) and out["server_alive"]
-                 and out["server_exit_code"] == 0 and out["loadable"] and out["index_agrees"]
+                 and out["server_exit_code"] == 0 and out["loadable"] and out["index_agrees"] and out["words_agree"]
                  and out["getinfo_agrees"] and not out["partial"] and not out["lost"])
     print(json.dumps(out))
 
@@ -256,13 +256,13 @@ def markdown(record: dict) -> str:
              f"**{sum(r['ok'] for r in rows)}/{len(rows)} runs intact; {sum(r['lost'] for r in rows)} acknowledged "
              f"documents lost; {sum(not r['loadable'] for r in rows)} stores unloadable; "
              f"{sum(r['partial'] for r in rows)} partial documents.**\n",
-             "| run | kind | killed | acknowledged docs | docs stored | partial | lost | index = SQLite | GetInfo = SQLite |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| run | kind | killed | acknowledged docs | docs stored | partial | lost | index = SQLite | words = SQLite | GetInfo = SQLite |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         when = (f"{r['jitter_s']} s after ack {r['kill_after_acks']}" if r["kind"] == "build"
                 else f"{r['kill_after_s']} s into a stream of {r['offered']:,} documents")
         lines.append(f"| {r['run']} | {r['kind']} | {when} | {r['acknowledged']} | {r['documents']} | {r['partial']} | "
-                     f"{r['lost']} | {r['index_agrees']} | {r['getinfo_agrees']} |")
+                     f"{r['lost']} | {r['index_agrees']} | {r['words_agree']} | {r['getinfo_agrees']} |")
     disk = record.get("full_disk")
     if disk:
         lines += ["", "Full disk: a 16 MB tmpfs holding a ballast file; build, check, delete the ballast, build again.", "",

@@ -52,9 +52,10 @@ def check_store(data: Path, acknowledged: set[str]) -> dict:
     from nextpara.client import Client
     from nextpara.store.store import open_store
 
-    out = {"loadable": False, "documents": 0, "partial": 0, "lost": 0, "index_agrees": False, "getinfo_agrees": False}
+    out = {"loadable": False, "documents": 0, "partial": 0, "lost": 0, "index_agrees": False, "getinfo_agrees": False,
+           "words_agree": False}
     if not (data / "paragraphs.sqlite").exists():  # killed before the store was created: nothing was acknowledged
-        out.update(loadable=True, index_agrees=True, getinfo_agrees=True, lost=len(acknowledged))
+        out.update(loadable=True, index_agrees=True, getinfo_agrees=True, words_agree=True, lost=len(acknowledged))
         return out
     with open_store(data) as store:  # writable: the dead writer's lock must be gone
         out["loadable"] = True
@@ -69,6 +70,7 @@ def check_store(data: Path, acknowledged: set[str]) -> dict:
         out["partial"] = sum(per_doc.get(d, 0) != n for d, n in docs.items()) + len(set(per_doc) - set(docs))
         out["lost"] = len(acknowledged - set(docs))
         live = np.setdiff1d(store.index.ids(), np.asarray(sorted(store.index.tombstones), np.int64))
+        out["words_agree"] = store.words.agrees_with_paragraphs()  # the FTS5 word index holds exactly the paragraphs
         out["index_agrees"] = bool(np.array_equal(live, sql_ids) and store.count_paragraphs() == len(sql_ids))
         if len(sql_ids):
             sample = sql_ids[:: max(1, len(sql_ids) // 50)]

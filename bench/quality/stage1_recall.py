@@ -1,0 +1,109 @@
+"""Stage-1 recall against the number of candidates, for each candidate source and their unions.
+
+    python -m bench.quality.stage1_recall --data-dir /tmp/peps-bench [--queries 2000]
+
+On validation and test queries (L = 4; the context and every identical text excluded, as in the
+protocol of docs/evaluation.md) it measures how often the target is among the candidates of: the
+model's query vector (``head``), the last paragraph's vector (``last``), the store's word index
+(SQLite FTS5, bm25) searched with the last paragraph's words (``words-last``) and with the whole
+context's (``words-context``), each at depths 25 to 500, and unions of them, with the mean union
+size. It also times the word searches. No model is trained here: it says which sources and depths
+are worth a reranker's time. Writes bench/results/stage1_recall.{md,json}.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from bench import record
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+DEPTHS = (25, 50, 100, 200, 300, 500)
+UNIONS = {  # name -> depth of each source
+    "head 100 + last 100 (today)": {"head": 100, "last": 100},
+    "head 100 + last 100 + words-last 50": {"head": 100, "last": 100, "words-last": 50},
+    "head 100 + last 100 + words-last 50 + words-context 50": {"head": 100, "last": 100, "words-last": 50,
+                                                              "words-context": 50},
+    "head 75 + last 50 + words-last 25 + words-context 50": {"head": 75, "last": 50, "words-last": 25,
+                                                            "words-context": 50},
+    "head 100 + last 50 + words-last 50 + words-context 100": {"head": 100, "last": 50, "words-last": 50,
+                                                              "words-context": 100},
+    "head 200 + last 100 + words-last 100 + words-context 100": {"head": 200, "last": 100, "words-last": 100,
+                                                                "words-context": 100},
+}
+
+
+def recall(seq, lists: dict, targets: list, depths: dict[str, int]) -> tuple[float, float]:
+    """(how often the target's text is among the union of each source's first ``depths[source]``, mean union size)."""
+    hits, sizes = [], []
+    for i, target in enumerate(targets):
+        ids = {int(x) for name, n in depths.items() for x in list(lists[name][i])[:n] if x >= 0}
+        rows = [seq.row_of_id[x] for x in ids]
+        hits.append(bool(rows) and bool((seq.text_class[rows] == target).any()))
+        sizes.append(len(ids))
+    return float(np.mean(hits)), float(np.mean(sizes))
+
+
+def main() -> int:
+    parser = record.store_parser(__doc__, __file__)
+    args = parser.parse_args()
+
+    from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
+    from nextpara.attention_core.pipeline import RerankPipeline
+    from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
+
+    store = open_store(args.data_dir, readonly=True)
+    if not store.words.available:
+        raise SystemExit(f"{args.data_dir} has no word index yet: open it once for writing (e.g. nextpara build) first")
+    seq = ParagraphSequences(store)
+    model, meta = load_checkpoint(store.data_dir / CHECKPOINT, store.embedder_name, store.dim)
+    pipeline = RerankPipeline(model, store)
+    deepest = max(DEPTHS)
+    out: dict = {"sources": {}, "unions": {}, "seconds_per_query": {}}
+    for split, seed in (("validation", 1), ("test", 0)):
+        qs = seq.queries(split, 4, limit=args.queries, seed=seed)
+        exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in qs]
+        texts = {int(r): p.text for r, p in zip(
+            sorted({int(r) for q in qs for r in q.context}),
+            store.get_paragraphs([int(seq.ids[r]) for r in sorted({int(r) for q in qs for r in q.context})]))}
+        contexts = [seq.vectors[q.context] for q in qs]
+        lists = {"head": store.search(pipeline.query_vectors(contexts), deepest, exclude)[1],
+                 "last": store.search(np.stack([c[-1] for c in contexts]), deepest, exclude)[1]}
+        for name, query_texts in (("words-last", [texts[int(q.context[-1])] for q in qs]),
+                                  ("words-context", [" ".join(texts[int(r)] for r in q.context) for q in qs])):
+            t0 = time.perf_counter()
+            lists[name] = store.word_search(query_texts, deepest, exclude)
+            out["seconds_per_query"].setdefault(name, {})[split] = (time.perf_counter() - t0) / len(qs)
+        targets = [seq.text_class[q.target] for q in qs]
+
+        for name in lists:
+            out["sources"].setdefault(name, {})[split] = {str(n): recall(seq, lists, targets, {name: n})[0] for n in DEPTHS}
+        for name, depths in UNIONS.items():
+            r, size = recall(seq, lists, targets, depths)
+            out["unions"].setdefault(name, {})[split] = {"recall": r, "size": size}
+        print(split, {k: v[split] for k, v in out["unions"].items()}, flush=True)
+
+    stamp = record.stamp(__file__)
+    lines = ["Recall of each source alone (validation / test):", "",
+             "| source | " + " | ".join(f"top {n}" for n in DEPTHS) + " |", "| --- |" + " --- |" * len(DEPTHS)]
+    lines += [f"| {name} | " + " | ".join(f"{v['validation'][str(n)]:.3f} / {v['test'][str(n)]:.3f}" for n in DEPTHS) + " |"
+              for name, v in out["sources"].items()]
+    lines += ["", "Unions:", "", "| candidates | validation recall | test recall | mean size (test) |", "| --- | --- | --- | --- |"]
+    lines += [f"| {name} | {v['validation']['recall']:.3f} | {v['test']['recall']:.3f} | {v['test']['size']:.0f} |"
+              for name, v in out["unions"].items()]
+    ms = {k: round(1000 * np.mean(list(v.values())), 2) for k, v in out["seconds_per_query"].items()}
+    lines += ["", f"Word search time per query, {deepest} deep (SQLite FTS5 bm25, one thread): "
+              + ", ".join(f"{k} {v} ms" for k, v in ms.items()) + "."]
+    record.save("stage1_recall", {**stamp, "model": meta["model_version"], "queries": args.queries, **out},
+                f"# Stage-1 recall against the number of candidates ({stamp['date']})\n\nCommand: `{stamp['command']}`; "
+                f"model {meta['model_version']}; {args.queries} queries per split, L = 4.\n\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
