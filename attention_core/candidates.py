@@ -1,8 +1,10 @@
 """Stage 1: candidate generation, the same code for training, evaluation and serving.
 
 Candidates are the union of two FAISS searches: the model's query vector (the predicted next
-paragraph) and the last context paragraph's own neighbours, each ``n`` deep, merged in that
-order without duplicates. Excluded ids (the context and every paragraph with identical text)
+paragraph) and the last context paragraph's own neighbours, each ``n`` deep, and, for a model
+trained with ``word_candidates``, two searches of the store's word index (SQLite FTS5, bm25): the
+last paragraph's words and the whole context's, each ``n_words`` deep; merged in that order
+without duplicates. Word search finds what vectors miss: the names and terms a document repeats. Excluded ids (the context and every paragraph with identical text)
 are filtered out by the store's search, which still gives every row ``n`` results from one batched
 FAISS call for many queries.
 """
@@ -22,8 +24,14 @@ def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude
 
 
 def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_vectors: np.ndarray,
-                        exclude: Sequence[set[int]], n: int) -> list[np.ndarray]:
-    """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours."""
-    by_query = search_excluding(store, query_vectors, n, exclude)
-    by_last = search_excluding(store, last_vectors, n, exclude)
-    return [np.asarray(list(dict.fromkeys(a + b)), dtype=np.int64) for a, b in zip(by_query, by_last)]
+                        exclude: Sequence[set[int]], n: int, context_texts: Sequence[Sequence[str | None]] | None = None,
+                        n_words: int = 0) -> list[np.ndarray]:
+    """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours, then
+    (with ``n_words`` and the context's texts) the word index's results for the last paragraph's words and for the
+    whole context's. A context paragraph without text (a raw vector) adds no words."""
+    sources = [search_excluding(store, query_vectors, n, exclude), search_excluding(store, last_vectors, n, exclude)]
+    if n_words and context_texts is not None:
+        last = [texts[-1] if len(texts) else None for texts in context_texts]
+        whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
+        sources += [store.word_search(last, n_words, exclude), store.word_search(whole, n_words, exclude)]
+    return [np.asarray(list(dict.fromkeys(sum(lists, []))), dtype=np.int64) for lists in zip(*sources)]

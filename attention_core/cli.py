@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help=f"(default {f.default})")
     p.add_argument("--d-model", type=int, default=None, help="model width (default from RerankerConfig)")
     p.add_argument("--layers", type=int, default=None, help="context encoder layers")
+    p.add_argument("--word-candidates", type=int, default=None,
+                   help="stage-1 candidates from the word index per source (last paragraph's words, whole context's); "
+                        "0: vectors only (default from RerankerConfig)")
     p.add_argument("--no-lexical", action="store_true",
                    help="score from the vectors alone, without the word overlap of the texts")
     p.set_defaults(func=cmd_train)
@@ -46,7 +49,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .training import train
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
-    model_cfg = {k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers}.items() if v is not None}
+    model_cfg = {k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
+                                   "word_candidates": args.word_candidates}.items() if v is not None}
     if args.no_lexical:
         model_cfg["lexical"] = False
     meta = train(args.data_dir, model_cfg, cfg, quiet=args.quiet)

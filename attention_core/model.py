@@ -50,6 +50,8 @@ class RerankerConfig:
     dropout: float = 0.1  # on attention outputs and MLPs, training only
     mlp_ratio: int = 2  # hidden width of the MLPs, in multiples of d_model
     lexical: bool = True  # word-overlap features of the texts (lexical.py); checkpoints from before have False
+    word_candidates: int = 0  # stage 1 also takes this many from the word index per query, for the last paragraph's
+    #                           words and the whole context's (candidates.py); 0, as checkpoints from before: vectors only
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:

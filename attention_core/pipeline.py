@@ -86,11 +86,13 @@ class RerankPipeline:
             out.append(self.model.encode(x, m)[0].numpy())
         return np.concatenate(out) if out else np.zeros((0, self.model.cfg.embed_dim), np.float32)
 
-    def candidates(self, contexts: list[np.ndarray], exclude: list[set[int]], n: int | None = None):
-        """Stage 1: (candidate ids per query, query vectors)."""
+    def candidates(self, contexts: list[np.ndarray], exclude: list[set[int]], n: int | None = None,
+                   context_texts: list[list[str | None]] | None = None):
+        """Stage 1: (candidate ids per query, query vectors); ``context_texts`` for the word index's sources."""
         q = self.query_vectors(contexts)
         last = np.stack([c[-1] for c in contexts])
-        return generate_candidates(self.store, q, last, exclude, n or self.n_candidates), q
+        return generate_candidates(self.store, q, last, exclude, n or self.n_candidates, context_texts,
+                                   self.model.cfg.word_candidates), q
 
     def lexical_features(self, context_texts: list[list[str | None]],
                          candidate_texts: list[list[str | None]]) -> list[np.ndarray] | None:
@@ -151,7 +153,7 @@ class RerankPipeline:
             query, states = self.model.encode(x, m)  # (B, D), (B, L, d)
             q = query.numpy()
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
-                                      self.n_candidates)
+                                      self.n_candidates, context_texts[s:s + SCORE_BATCH], self.model.cfg.word_candidates)
             t1 = time.perf_counter()
             flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
             rows = self.store.get_paragraphs(flat.tolist())

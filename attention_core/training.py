@@ -7,8 +7,9 @@ never a negative; the context and paragraphs with the context's texts are exclud
 Phase 1, the query head: InfoNCE of the query vector against *every* paragraph of the store
 (a full softmax over N; at 44K paragraphs this is cheap on a CPU), so every same-document
 paragraph, every near-duplicate from other documents is a negative at once, weighted by how
-hard it is. Phase 2, the scorer: candidates are mined with FAISS exactly as inference mines them
-(candidates.py, with the phase-1 query head); queries whose list holds a positive train a
+hard it is. Phase 2, the scorer: candidates are mined exactly as inference mines them
+(candidates.py: FAISS with the phase-1 query head and the last paragraph, and the word index when the
+model config asks for ``word_candidates``); queries whose list holds a positive train a
 listwise InfoNCE over the list (no target is inserted: inserting it into a list selected for
 high cosine teaches that high cosine is wrong), plus the phase-1 loss to keep the query head.
 Early stopping on validation MRR@10 of the whole pipeline. Deterministic under a seed.
@@ -74,8 +75,11 @@ class Trainer:
                              "validation queries (the split rule puts 80% / 10% of documents in each)")
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.words = None  # (N, buckets) TF-IDF rows of every paragraph, when the model reads texts
-        if model_cfg.lexical:
+        texts = None  # every paragraph's text, by row, when the model reads them or mines with the word index
+        if model_cfg.lexical or model_cfg.word_candidates:
             texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
+        self.texts = texts
+        if model_cfg.lexical:
             lexicon = lexical.Lexicon.fit(texts)
             self.model.lexicon_idf.copy_(torch.from_numpy(lexicon.idf))
             self.words = lexicon.matrix(texts)
@@ -120,7 +124,8 @@ class Trainer:
         """Stage-1 candidate rows per query, exactly as inference generates them."""
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         exclude = [set(self.seq.ids[self._exclusions(q)].tolist()) for q in queries]
-        ids, _ = pipeline.candidates([self.seq.vectors[q.context] for q in queries], exclude)
+        texts = [[self.texts[r] for r in q.context] for q in queries] if self.texts is not None else None
+        ids, _ = pipeline.candidates([self.seq.vectors[q.context] for q in queries], exclude, context_texts=texts)
         return [np.asarray([self.seq.row_of_id[int(i)] for i in row], np.int64) for row in ids]
 
     @torch.no_grad()

@@ -24,8 +24,11 @@ from typing import Iterable, Sequence
 log = logging.getLogger(__name__)
 
 TABLE = "paragraph_words"
-MAX_TERMS = 24  # rarest terms kept per query
-MAX_DOC_FRACTION = 0.05  # terms in more of the paragraphs than this say little and cost much ...
+# Chosen on PEPs' validation split (python -m bench.quality.stage1_recall; bench/results/stage1_recall*.md): with
+# head 100 + last 100 + 50 from each word source, stage-1 recall 0.654 at two word searches of 10 ms per query;
+# 64 terms in up to 5% reached 0.666 at 46 ms, 64 in up to 2% 0.662 at 23 ms, 24 in up to 5% 0.652 at 15 ms.
+MAX_TERMS = 48  # rarest terms kept per query
+MAX_DOC_FRACTION = 0.01  # terms in more of the paragraphs than this say little and cost much ...
 MIN_DOC_LIMIT = 200  # ... but in a small store every term is cheap
 WORD = re.compile(r"[^\W_]+")  # unicode61's tokens: runs of letters and digits
 

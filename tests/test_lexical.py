@@ -89,3 +89,31 @@ def test_the_model_learns_to_read_shared_words(linked_store):
             hits_vectors.append(predictor.rerank(predictor.store.vectors(context), vectors).order[0] == 0)
     assert np.mean(hits_words) > 0.9, np.mean(hits_words)
     assert np.mean(hits_vectors) < 0.5, np.mean(hits_vectors)  # no words: a guess among the document's paragraphs
+
+
+def test_word_candidates_find_what_the_vectors_miss(tmp_path):
+    """Random vectors (so FAISS finds nothing in particular) and texts in which each paragraph shares one rare word
+    with the next: a pipeline with word_candidates has the next paragraph among its candidates, one without rarely."""
+    from nextpara.attention_core.pipeline import RerankPipeline
+    from nextpara.store.corpus import Document
+    from nextpara.store.store import open_store
+
+    rng = np.random.default_rng(3)
+    n_docs, n_par, dim = 30, 10, 16
+    words = [f"w{i:04d}" for i in range(n_docs * n_par + 1)]
+    docs = [Document(doc_id=f"doc{d}", title="", paragraphs=[
+        f"filler text {words[d * n_par + p]} and {words[d * n_par + p + 1]} more filler" for p in range(n_par)])
+        for d in range(n_docs)]
+    vectors = [rng.standard_normal((n_par, dim)).astype(np.float32) for _ in docs]
+    with open_store(tmp_path, embedder_name="random", dim=dim) as store:
+        store.add_documents(docs, vectors)
+        ids = store.paragraph_table()[0].reshape(n_docs, n_par)
+        contexts = [store.vectors(ids[d, 3:6]) for d in range(n_docs)]
+        texts = [[p.text for p in store.get_paragraphs(ids[d, 3:6])] for d in range(n_docs)]
+        exclude = [set(ids[d, 3:6].tolist()) for d in range(n_docs)]
+        found = {}
+        for n_words in (0, 3):
+            model = NextParagraphModel(RerankerConfig(embed_dim=dim, lexical=False, word_candidates=n_words))
+            cands, _ = RerankPipeline(model, store, n_candidates=5).candidates(contexts, exclude, context_texts=texts)
+            found[n_words] = np.mean([ids[d, 6] in c for d, c in enumerate(cands)])
+    assert found[3] == 1.0 and found[0] < 0.2, found

@@ -50,11 +50,13 @@ def recall(seq, lists: dict, targets: list, depths: dict[str, int]) -> tuple[flo
 
 def main() -> int:
     parser = record.store_parser(__doc__, __file__)
+    parser.add_argument("--output", default="stage1_recall", help="name of the result files (default stage1_recall)")
     args = parser.parse_args()
 
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store import word_index
     from nextpara.store.store import open_store
 
     store = open_store(args.data_dir, readonly=True)
@@ -99,9 +101,13 @@ def main() -> int:
     ms = {k: round(1000 * np.mean(list(v.values())), 2) for k, v in out["seconds_per_query"].items()}
     lines += ["", f"Word search time per query, {deepest} deep (SQLite FTS5 bm25, one thread): "
               + ", ".join(f"{k} {v} ms" for k, v in ms.items()) + "."]
-    record.save("stage1_recall", {**stamp, "model": meta["model_version"], "queries": args.queries, **out},
+    settings = {"max_terms": word_index.MAX_TERMS, "max_doc_fraction": word_index.MAX_DOC_FRACTION}
+    record.save(args.output, {**stamp, "model": meta["model_version"], "queries": args.queries, "word_index": settings,
+                              **out},
                 f"# Stage-1 recall against the number of candidates ({stamp['date']})\n\nCommand: `{stamp['command']}`; "
-                f"model {meta['model_version']}; {args.queries} queries per split, L = 4.\n\n" + "\n".join(lines) + "\n")
+                f"model {meta['model_version']}; {args.queries} queries per split, L = 4; word index queries keep "
+                f"their {settings['max_terms']} rarest terms in at most {settings['max_doc_fraction']:.0%} of the "
+                "paragraphs.\n\n" + "\n".join(lines) + "\n")
     return 0
 
 
