@@ -18,7 +18,10 @@ log = logging.getLogger(__name__)
 
 
 def ensure_default_store(data_dir: DataDir, quiet: bool) -> None:
-    """Build (or complete) the built-in corpus in ``data_dir`` and train a model if there is none."""
+    """If ``data_dir`` is the default location ($NEXTPARA_DATA_DIR included), build (or complete) the built-in
+    corpus there and train a model if there is none; any other data dir is the user's to build."""
+    if data_dir != DataDir.default():
+        return
     # always (re)build: unchanged documents cost nothing, and a build killed halfway is completed
     log.info("%s the built-in corpus in %s", "checking" if data_dir.has_store else "building", data_dir)
     report = build("builtin", data_dir, quiet=quiet)

@@ -47,7 +47,10 @@ def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: di
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     from dataclasses import asdict
 
-    meta = {**meta, "model_config": asdict(model.cfg), "model_version": weights_version(state),
+    config = asdict(model.cfg)
+    if not config["word_candidates"]:  # written only when used, so that older nextpara versions load the checkpoint
+        del config["word_candidates"]
+    meta = {**meta, "model_config": config, "model_version": weights_version(state),
             "code_version": code_version(), "format": 1,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     tmp = path.with_name(path.name + ".tmp")

@@ -124,8 +124,9 @@ class ItemResolver:
                 parsed.append(e)
         ok = [p for p in parsed if isinstance(p, _Parsed)]
         ids = list(dict.fromkeys(pid for p in ok for pid in p.ids.values()))
-        missing = self.store.missing_ids(ids) if ids else set()
-        stored = {q.id: q.text for q in self.store.get_paragraphs([i for i in ids if i not in missing])}
+        found = self.store.find_paragraphs(ids) if ids else {}  # one read; an id the store lacks is missing
+        missing = {i for i in ids if i not in found}
+        stored = {pid: p.text for pid, p in found.items()}
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         text_vectors = dict(zip(texts, self.embed(texts)))
         same_text = self.store.ids_by_text([*texts, *stored.values()]) if texts or stored else {}

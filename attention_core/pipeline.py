@@ -1,4 +1,5 @@
-"""The two-stage pipeline on vectors: query vector -> FAISS candidates -> attention scores.
+"""The two-stage pipeline: query vector -> stage-1 candidates (FAISS, and the word index for models trained with
+it: candidates.py) -> attention scores.
 
 One implementation shared by the Predictor (serving), training's validation and evaluation,
 so that what is measured is what is served. Inputs are lists of per-query arrays (ragged);
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from nextpara.errors import FailedPreconditionError
 from nextpara.store.store import ParagraphStore
 from nextpara.store.tables import Paragraph
 
@@ -69,6 +71,10 @@ class Scored:
 
 class RerankPipeline:
     def __init__(self, model: NextParagraphModel, store: ParagraphStore, n_candidates: int = 100):
+        if model.cfg.word_candidates and not store.words.available:
+            raise FailedPreconditionError(
+                f"the model takes candidates from the word index, which {store.data_dir} does not have yet: open it "
+                "once for writing (nextpara build, or nextpara serve without --read-only) to add it")
         self.model = model.eval()
         self.store = store
         self.n_candidates = n_candidates
@@ -139,38 +145,54 @@ class RerankPipeline:
 
     @torch.no_grad()
     def retrieve(self, contexts: list[np.ndarray], exclude: list[set[int]], context_texts: list[list[str | None]],
-                 need_weights: bool = False, observe=lambda stage, seconds: None) -> list[Scored]:
+                 need_weights: bool = False, observe=lambda stage, seconds: None, keep: int | None = None) -> list[Scored]:
         """The serving path, for many queries at once: per chunk of SCORE_BATCH queries, the context is encoded
         once (its query vector searches, its states score), each source searched once for all queries, every
-        candidate row read once (vector from memory, text and place from one SQLite query), word features
-        computed once, and one model call scores them all. ``observe(stage, seconds)`` gets the time of "search"
-        (encoding and FAISS) and "rerank" (rows, word features, model)."""
+        candidate row read once, word features computed once, and one model call scores them all.
+
+        A model that reads words reads every candidate's row (its text feeds the word features, its place makes
+        the answer); one that does not reads only the rows of each query's first ``keep`` (all if None).
+        ``Scored.paragraphs`` holds those rows. A candidate whose row has gone (a read-only replica whose writer
+        deleted it since the replica loaded its index) is dropped. ``observe(stage, seconds)`` gets the time of
+        "search" (encoding and stage 1) and "rerank" (rows, word features, model)."""
         out: list[Scored] = []
         for s in range(0, len(contexts), SCORE_BATCH):
-            chunk = contexts[s:s + SCORE_BATCH]
+            chunk, texts = contexts[s:s + SCORE_BATCH], context_texts[s:s + SCORE_BATCH]
             t0 = time.perf_counter()
             x, m = pad_contexts(chunk, self.max_context)
             query, states = self.model.encode(x, m)  # (B, D), (B, L, d)
             q = query.numpy()
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
-                                      self.n_candidates, context_texts[s:s + SCORE_BATCH], self.model.cfg.word_candidates)
+                                      self.n_candidates, texts, self.model.cfg.word_candidates)
             t1 = time.perf_counter()
-            flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-            rows = self.store.get_paragraphs(flat.tolist())
-            vectors = self.store.vectors(flat) if len(flat) else np.zeros((0, self.store.dim), np.float32)
-            bounds = np.cumsum([0] + [len(i) for i in ids])
-            cand_vecs = [vectors[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-            cand_rows = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-            lex = self.lexical_features(context_texts[s:s + SCORE_BATCH], [[p.text for p in r] for r in cand_rows])
+            rows = {}
+            if self.lexicon is not None:
+                rows = self.store.find_paragraphs(np.unique(np.concatenate(ids)) if ids else [])
+                ids = [row_ids[np.isin(row_ids, list(rows))] for row_ids in ids]
+            cand_vecs = [self.store.vectors(row_ids) if len(row_ids) else np.zeros((0, self.store.dim), np.float32)
+                         for row_ids in ids]
+            lex = (self.lexical_features(texts, [[rows[int(i)].text for i in row_ids] for row_ids in ids])
+                   if self.lexicon is not None else None)
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,
                                       pad_candidates(lex)[0] if lex is not None else None)
-            for i, (row_ids, vecs, paras) in enumerate(zip(ids, cand_vecs, cand_rows)):
+            ranked = []
+            for i, (row_ids, vecs) in enumerate(zip(ids, cand_vecs)):
                 sc = result["scores"][i, :len(row_ids)].numpy()
                 order = np.argsort(-sc, kind="stable")
                 att = result["attention"][i][:, order[0], :].numpy() if need_weights and len(order) else None  # (h, L)
-                out.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
-                                  attention=att, paragraphs=[paras[j] for j in order]))
+                ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
+                                     attention=att))
+            if self.lexicon is None:
+                rows = self.store.find_paragraphs(np.unique(np.concatenate([r.ids[:keep] for r in ranked]))
+                                                  if ranked else [])
+            for r in ranked:
+                shown = r.ids[:keep] if self.lexicon is None else r.ids
+                gone = np.asarray([int(i) not in rows for i in shown] + [False] * (len(r.ids) - len(shown)), bool)
+                if gone.any():
+                    r.ids, r.scores, r.retrieval_scores = r.ids[~gone], r.scores[~gone], r.retrieval_scores[~gone]
+                r.paragraphs = [rows[int(i)] for i in r.ids[:len(shown) - int(gone.sum())]]
+            out += ranked
             observe("search", t1 - t0)
             observe("rerank", time.perf_counter() - t1)
         return out

@@ -28,7 +28,6 @@ from .checkpoint import CHECKPOINT, load_checkpoint
 from .items import EmbeddingLRU, Item, ItemResolver, ResolvedItems
 from .pipeline import RerankPipeline
 
-ContextItem = Item
 MAX_TOP_K = 1000
 
 
@@ -136,6 +135,8 @@ class Predictor:
         rows, one model call. ``top_k`` is one number or one per context. With ``return_errors`` a context with a
         bad item gets its error (a NextparaError) in its place and the others are answered; otherwise it raises."""
         top_ks = list(top_k) if isinstance(top_k, (list, tuple, np.ndarray)) else [top_k] * len(contexts)
+        if len(top_ks) != len(contexts):
+            raise InvalidInputError(f"{len(contexts)} contexts but {len(top_ks)} top_k values")
         for k in top_ks:
             check_top_k(k)
         resolved = self._resolve(contexts, "context", self.max_context, return_errors)
@@ -145,7 +146,8 @@ class Predictor:
         excluded_docs = set(self.store.ids_of_documents(exclude_doc_ids).tolist()) if exclude_doc_ids else set()
         index_version = self.store.generation
         scored = self.pipeline.retrieve([resolved[i].vectors for i in ok], [resolved[i].exclude | excluded_docs for i in ok],
-                                        [resolved[i].texts for i in ok], include_attention, self.observe)
+                                        [resolved[i].texts for i in ok], include_attention, self.observe,
+                                        keep=max(top_ks[i] for i in ok))
         out = list(resolved)
         for i, s in zip(ok, scored):
             r, k = resolved[i], top_ks[i]

@@ -28,6 +28,7 @@ from dataclasses import asdict
 
 import numpy as np
 import torch
+from nextpara.errors import FailedPreconditionError
 from nextpara.progress import progress_bar
 from nextpara.store.store import ParagraphStore, open_store
 
@@ -64,6 +65,9 @@ class Trainer:
         self.store, self.seq, self.cfg, self.quiet = store, seq, cfg, quiet
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
+        if model_cfg.word_candidates and not store.words.available:
+            raise FailedPreconditionError(f"{store.data_dir} has no word index for --word-candidates: open it once for "
+                                          "writing first (nextpara build with the same corpus adds it)")
         self.model = NextParagraphModel(model_cfg)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from

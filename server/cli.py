@@ -24,10 +24,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .main import run_server
 
     settings = from_args(args)
-    data_dir = DataDir.resolve(settings.data_dir)
-    if data_dir == DataDir.default():  # the default store ($NEXTPARA_DATA_DIR included) builds itself
-        from nextpara.attention_core.bootstrap import ensure_default_store
+    from nextpara.attention_core.bootstrap import ensure_default_store
 
-        ensure_default_store(data_dir, quiet=args.quiet)
+    data_dir = DataDir.resolve(settings.data_dir)
+    ensure_default_store(data_dir, quiet=args.quiet)  # builds and trains only the default location
     asyncio.run(run_server(settings, data_dir))
     return 0

@@ -6,6 +6,8 @@ INTERNAL with a logged traceback, and each call is counted and timed.
 
 from __future__ import annotations
 
+import contextlib
+
 from nextpara.errors import InvalidInputError
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
@@ -44,8 +46,9 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
             except InvalidInputError as e:
                 raise convert.stream_error(index, request, e) from e
 
-        async for response in in_order(requests, one, STREAM_IN_FLIGHT):
-            yield response
+        async with contextlib.aclosing(in_order(requests, one, STREAM_IN_FLIGHT)) as responses:  # a cancelled
+            async for response in responses:  # stream cancels its work in flight at once
+                yield response
 
     @rpc
     async def AddDocuments(self, requests, context):

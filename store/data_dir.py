@@ -120,6 +120,10 @@ class DataDir(os.PathLike):
             self._manifest = manifest
         return self._manifest
 
+    def forget_manifest(self) -> None:
+        """Read the manifest again on next use (a writer calls this once it holds the write lock)."""
+        self._manifest = _UNREAD
+
     def write_manifest(self, manifest: dict) -> None:
         replace_file_atomically(self.path / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         self._manifest = manifest

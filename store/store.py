@@ -1,8 +1,8 @@
 """ParagraphStore: documents, paragraphs and vectors in a data directory, searchable with FAISS.
 
-Three parts, each in its own file: the data directory's files, lock and manifest (data_dir.py),
-the SQLite tables that are the source of truth (tables.py), and the vectors in memory with the
-FAISS index over them (vector_table.py). The store validates writes, runs each as one SQLite
+Its parts, each in its own file: the data directory's files, lock and manifest (data_dir.py),
+the SQLite tables that are the source of truth (tables.py), the vectors in memory with the FAISS
+index over them (vector_table.py), and the word index inside SQLite (word_index.py). The store validates writes, runs each as one SQLite
 transaction, mirrors it in the vector table, and turns a full disk into an error that says what
 was kept. A write that returns is acknowledged and survives a kill; the index is saved as an
 atomic snapshot by :meth:`ParagraphStore.snapshot`, and loading replays SQLite beyond it.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import sqlite3
@@ -33,6 +34,7 @@ from .vector_table import VectorTable
 from .word_index import WordIndex, add_word_index, has_word_index
 
 __all__ = ["ParagraphStore", "Paragraph", "WriteResult", "open_store", "DB_FILE"]
+log = logging.getLogger(__name__)
 
 
 def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool = False, embedder_name: str | None = None,
@@ -48,6 +50,7 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
     if not readonly:
         data_dir.path.mkdir(parents=True, exist_ok=True)
     lock_fd = None if readonly else data_dir.take_write_lock()
+    data_dir.forget_manifest()  # a writer that was still finishing may have replaced it: read it again under the lock
     try:
         db = data_dir.connect(readonly)
         meta = data_dir.read_meta(db)
@@ -65,7 +68,10 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
         elif dim is not None and dim != int(meta["dim"]):
             raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
         if not readonly and not has_word_index(db):
-            add_word_index(db)
+            try:
+                add_word_index(db)
+            except sqlite3.OperationalError as e:  # a full disk, or a SQLite without FTS5: serve without word search
+                log.warning("%s: the word index could not be built (%s); word search stays off until it can", data_dir, e)
         store = ParagraphStore(data_dir, ParagraphTables(db, meta), readonly=readonly, lock_fd=lock_fd)
     except BaseException:
         if lock_fd is not None:
@@ -260,12 +266,26 @@ class ParagraphStore:
     def word_search(self, texts: Sequence[str | None], k: int, exclude: Sequence[Iterable[int]] | None = None
                     ) -> list[list[int]]:
         """Per text: up to k paragraph ids ranked by bm25 over its words (word_index.py), never one of that row's
-        ``exclude``; [] for None (a raw vector has no words) and on a read-only store opened before it had a word
-        index."""
-        sets = [set(map(int, e)) for e in exclude] if exclude is not None else [set() for _ in texts]
+        ``exclude``; [] for None (a raw vector has no words), and on a store whose word index is missing (a read-only
+        open of a store made before it). Only ids this store's vector table holds: a read-only replica's SQLite may
+        already show paragraphs that the writer added after the replica loaded."""
+        if k < 1:
+            raise InvalidInputError(f"k must be at least 1, got {k}")
+        sets = [{int(i) for i in e} for e in exclude] if exclude is not None else [set() for _ in texts]
+        if len(sets) != len(texts):
+            raise InvalidInputError(f"{len(texts)} texts but {len(sets)} exclusion sets")
         deep = k + max((len(e) for e in sets), default=0)
         found = self.words.search(texts, deep, self.count_paragraphs())
-        return [[i for i in ids if i not in e][:k] for ids, e in zip(found, sets)]
+        with self._mutex:
+            return [[i for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok and i not in e][:k]
+                    for ids, e in zip(found, sets)]
+
+    def find_paragraphs(self, ids: Sequence[int]) -> dict[int, Paragraph]:
+        """The stored paragraphs among ``ids`` that both SQLite and the vector table hold, by id (one query; no error
+        for the others: a replica's index may name a paragraph the writer has deleted since)."""
+        with self._mutex:
+            present = [int(i) for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok]
+        return self.tables.find_paragraphs(present)
 
     def info(self) -> dict:
         db_bytes = sum(p.stat().st_size for p in self.data_dir.path.glob(DB_FILE + "*"))

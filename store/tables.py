@@ -7,7 +7,8 @@ it is acknowledged (``synchronous=FULL``, WAL). Paragraph ids are ``INTEGER PRIM
 AUTOINCREMENT`` values: stable for the life of a paragraph, never reused, so the difference
 between two sets of ids is exactly the change between them.
 
-No locking here: the store (store.py) serialises writers and takes its lock around these calls.
+No locking here: the store (store.py) serialises writes and takes its lock around them; reads share the
+connection (SQLite serialises its use across threads).
 """
 
 from __future__ import annotations
@@ -112,12 +113,16 @@ class ParagraphTables:
                 f"SELECT doc_id, content_hash FROM documents WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk))
         return found
 
+    def find_paragraphs(self, ids: Iterable[int]) -> dict[int, Paragraph]:
+        """The stored paragraphs among ``ids``, by id (each read once); unknown ids are left out."""
+        return {row[0]: Paragraph(*row)
+                for row in self.rows_where_in("id, doc_id, position, text, text_hash", "id", dict.fromkeys(map(int, ids)))}
+
     def get_paragraphs(self, ids: Sequence[int]) -> list[Paragraph]:
         """Paragraphs in the order asked (an id asked twice is read once; one query per 500 ids); NotFoundError
         naming the unknown ids."""
         ids = [int(i) for i in ids]
-        found = {row[0]: Paragraph(*row)
-                 for row in self.rows_where_in("id, doc_id, position, text, text_hash", "id", dict.fromkeys(ids))}
+        found = self.find_paragraphs(ids)
         missing = [i for i in ids if i not in found]
         if missing:
             raise NotFoundError(missing_message("paragraph id", missing))

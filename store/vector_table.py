@@ -7,7 +7,7 @@ saved as an atomic snapshot (snapshot.py) by :meth:`save`. Ids are kept sorted, 
 is a binary search. The snapshot's vectors stay memory-mapped until a write replaces the array
 (never written in place).
 
-Not thread-safe on its own: the store (store.py) holds its lock around every call.
+Not thread-safe on its own: the store (store.py) holds its lock around every write and every read of the arrays.
 """
 
 from __future__ import annotations

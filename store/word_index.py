@@ -60,7 +60,7 @@ def add_word_index(db: sqlite3.Connection) -> None:
 
 def _fold(word: str) -> str:
     """Lower case without diacritics, as unicode61 with remove_diacritics stores a token."""
-    return "".join(c for c in unicodedata.normalize("NFKD", word.lower()) if not unicodedata.combining(c))
+    return "".join(c for c in unicodedata.normalize("NFD", word.lower()) if not unicodedata.combining(c))
 
 
 def terms(text: str) -> list[str]:

@@ -117,3 +117,36 @@ def test_word_candidates_find_what_the_vectors_miss(tmp_path):
             cands, _ = RerankPipeline(model, store, n_candidates=5).candidates(contexts, exclude, context_texts=texts)
             found[n_words] = np.mean([ids[d, 6] in c for d, c in enumerate(cands)])
     assert found[3] == 1.0 and found[0] < 0.2, found
+
+
+def test_a_replica_behind_its_writer_answers_from_what_it_holds(tmp_path):
+    """A read-only replica's SQLite (and word index) already shows what its writer added or deleted after the
+    replica loaded its vectors: retrieval answers from the paragraphs the replica holds, without an error."""
+    from nextpara.attention_core.pipeline import RerankPipeline
+    from nextpara.store.corpus import Document
+    from nextpara.store.store import open_store
+
+    rng = np.random.default_rng(4)
+    dim = 16
+
+    def docs(prefix, n):
+        return [Document(doc_id=f"{prefix}{d}", title="", paragraphs=[f"shared topic {prefix}{d} part {p}" for p in range(4)])
+                for d in range(n)], [rng.standard_normal((4, dim)).astype(np.float32) for _ in range(n)]
+
+    writer = open_store(tmp_path, embedder_name="random", dim=dim)
+    writer.add_documents(*docs("old", 5))
+    writer.snapshot()
+    with open_store(tmp_path, readonly=True) as replica:
+        writer.add_documents(*docs("new", 5))
+        writer.delete_documents(["old1"])
+        for lexical_model in (True, False):
+            model = NextParagraphModel(RerankerConfig(embed_dim=dim, lexical=lexical_model, word_candidates=10))
+            ctx_ids = replica.ids_of_documents(["old0"])[:2]
+            texts = [p.text for p in replica.get_paragraphs(ctx_ids)]
+            scored = RerankPipeline(model, replica, n_candidates=10).retrieve(
+                [replica.vectors(ctx_ids)], [set(ctx_ids.tolist())], [texts], keep=5)[0]
+            held = set(replica.find_paragraphs(scored.ids).keys())
+            assert len(scored.ids) and set(scored.ids[:5].tolist()) <= held
+            assert [p.id for p in scored.paragraphs] == scored.ids[:len(scored.paragraphs)].tolist()
+            assert not set(writer.ids_of_documents([f"new{d}" for d in range(5)]).tolist()) & set(scored.ids.tolist())
+    writer.close()

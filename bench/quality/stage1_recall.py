@@ -51,12 +51,21 @@ def recall(seq, lists: dict, targets: list, depths: dict[str, int]) -> tuple[flo
 def main() -> int:
     parser = record.store_parser(__doc__, __file__)
     parser.add_argument("--output", default="stage1_recall", help="name of the result files (default stage1_recall)")
+    parser.add_argument("--max-terms", type=int, default=None, help="word queries keep this many rarest terms "
+                        "(default: store/word_index.py's MAX_TERMS)")
+    parser.add_argument("--max-doc-fraction", type=float, default=None, help="... that occur in at most this fraction "
+                        "of the paragraphs (default: MAX_DOC_FRACTION)")
     args = parser.parse_args()
+    from nextpara.store import word_index
+
+    if args.max_terms is not None:
+        word_index.MAX_TERMS = args.max_terms
+    if args.max_doc_fraction is not None:
+        word_index.MAX_DOC_FRACTION = args.max_doc_fraction
 
     from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
-    from nextpara.store import word_index
     from nextpara.store.store import open_store
 
     store = open_store(args.data_dir, readonly=True)
