@@ -64,6 +64,14 @@ def content_hash(doc: Document, vectors: np.ndarray | None = None) -> str:
     return h.hexdigest()
 
 
+def select_in(db: sqlite3.Connection, query: str, values: Iterable) -> Iterable[tuple]:
+    """Rows of ``{query} IN (values)``, asked in chunks under SQLite's parameter limit."""
+    values = list(values)
+    for start in range(0, len(values), _CHUNK):
+        chunk = values[start:start + _CHUNK]
+        yield from db.execute(f"{query} IN ({','.join('?' * len(chunk))})", chunk)
+
+
 def missing_message(what: str, missing: Sequence) -> str:
     return (f"unknown {what}(s): {', '.join(map(str if what == 'paragraph id' else repr, missing[:10]))}"
             + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
@@ -76,7 +84,6 @@ class ParagraphTables:
         self.embedder_spec: str = meta.get("embedder_spec", meta["embedder"])
         self.dim: int = int(meta["dim"])
         self.requested_index: str = meta["index"]
-        self.created_at = float(meta.get("created_at", 0))
 
     # ---- reads ------------------------------------------------------------------------
     @property
@@ -92,11 +99,7 @@ class ParagraphTables:
 
     def rows_where_in(self, select: str, column: str, values: Iterable) -> Iterable[tuple]:
         """Rows of ``SELECT {select} FROM paragraphs WHERE {column} IN values``, in chunks under SQLite's limit."""
-        values = list(values)
-        for start in range(0, len(values), _CHUNK):
-            chunk = values[start:start + _CHUNK]
-            yield from self.db.execute(
-                f"SELECT {select} FROM paragraphs WHERE {column} IN ({','.join('?' * len(chunk))})", chunk)
+        return select_in(self.db, f"SELECT {select} FROM paragraphs WHERE {column}", values)
 
     def fetch_vectors(self, ids: np.ndarray) -> np.ndarray:
         blobs = dict(self.rows_where_in("id, vector", "id", [int(i) for i in ids]))
@@ -106,12 +109,7 @@ class ParagraphTables:
         return out
 
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for start in range(0, len(doc_ids), _CHUNK):
-            chunk = list(doc_ids[start:start + _CHUNK])
-            found.update(self.db.execute(
-                f"SELECT doc_id, content_hash FROM documents WHERE doc_id IN ({','.join('?' * len(chunk))})", chunk))
-        return found
+        return dict(select_in(self.db, "SELECT doc_id, content_hash FROM documents WHERE doc_id", doc_ids))
 
     def find_paragraphs(self, ids: Iterable[int]) -> dict[int, Paragraph]:
         """The stored paragraphs among ``ids``, by id (each read once); unknown ids are left out."""

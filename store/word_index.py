@@ -21,6 +21,8 @@ import sqlite3
 import unicodedata
 from typing import Iterable, Sequence
 
+from .tables import select_in
+
 log = logging.getLogger(__name__)
 
 TABLE = "paragraph_words"
@@ -82,13 +84,7 @@ class WordIndex:
             return False
 
     def document_frequencies(self, words: Iterable[str]) -> dict[str, int]:
-        words = list(dict.fromkeys(words))
-        out: dict[str, int] = {}
-        for s in range(0, len(words), 500):
-            chunk = words[s:s + 500]
-            out.update(self.db.execute(f"SELECT term, doc FROM {TABLE}_vocab WHERE term IN "
-                                       f"({','.join('?' * len(chunk))})", chunk))
-        return out
+        return dict(select_in(self.db, f"SELECT term, doc FROM {TABLE}_vocab WHERE term", dict.fromkeys(words)))
 
     def query_terms(self, texts: Sequence[str], n_paragraphs: int) -> list[list[str]]:
         """Per text: the terms its search uses (rarest first), with one vocabulary look-up for all texts."""
