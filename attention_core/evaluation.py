@@ -62,9 +62,11 @@ class Evaluation:
     def exclude_ids(self, q: Query, L: int) -> set[int]:
         return set(self.seq.ids[self.seq.same_text_rows(q.context[-L:])].tolist())
 
-    def ranks(self, ranked_ids: list[np.ndarray]) -> np.ndarray:
+    def ranks(self, ranked_ids: list[np.ndarray], queries: list[Query] | None = None) -> np.ndarray:
+        """1-based rank of each query's first hit (a result whose text equals its target's), NO_HIT if none;
+        ``queries`` default to every test query."""
         out = []
-        for ids, q in zip(ranked_ids, self.targets):
+        for ids, q in zip(ranked_ids, self.targets if queries is None else queries):
             classes = self.seq.text_class[[self.seq.row_of_id[int(i)] for i in ids]] if len(ids) else np.zeros(0, int)
             hits = np.flatnonzero(classes == self.seq.text_class[q.target])
             out.append(int(hits[0]) + 1 if len(hits) else NO_HIT)
