@@ -53,6 +53,11 @@ class ParagraphSequences:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def split_rows(self, split: str) -> np.ndarray:
+        """Every row of the split's documents, in store order."""
+        return np.concatenate([rows for doc, rows in self.doc_rows.items() if self.split[doc] == split] or
+                              [np.zeros(0, np.int64)])
+
     def same_text_rows(self, rows: np.ndarray) -> np.ndarray:
         """Every row whose text equals the text of one of ``rows``."""
         return np.unique(np.concatenate([self._class_rows[c] for c in np.unique(self.text_class[rows])]))

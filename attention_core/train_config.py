@@ -17,7 +17,7 @@ class TrainConfig:
     temperature: float = 0.05  # of the full-softmax query loss
     truncate_prob: float = 0.3  # chance a training context is cut to a random shorter length
     text_dropout: float = 0.1  # chance a phase-2 query's texts are hidden (the model learns to score raw vectors too)
-    max_train_queries: int = 30_000  # sampled from the training split
+    max_train_queries: int = 0  # a seeded sample of the training split's queries; 0: every one
     val_queries: int = 1000  # validation noise matters: early stopping picks the epoch
     patience: int = 2  # epochs without a better validation MRR@10 before stopping
     phase2_lr: float = 0.0  # learning rate of phase 2 (0: the same as lr)

@@ -14,8 +14,8 @@ listwise InfoNCE over the list (no target is inserted: inserting it into a list 
 high cosine teaches that high cosine is wrong), plus the phase-1 loss to keep the query head.
 Early stopping on validation MRR@10 of the whole pipeline. Deterministic under a seed.
 
-With word-overlap features (lexical.py, on by default) the IDF vector is fitted on the store's
-texts first; phase 2 hides the texts of ``text_dropout`` of its queries (raw-vector callers have
+With word-overlap features (lexical.py, on by default) the IDF vector is fitted on the training
+split's texts first (never on the documents validation or test queries come from); phase 2 hides the texts of ``text_dropout`` of its queries (raw-vector callers have
 none); after early stopping, one weight of the words' cosine to the last paragraph is fitted on
 the validation lists (tune_lexical_boost).
 """
@@ -71,7 +71,7 @@ class Trainer:
         self.model = NextParagraphModel(model_cfg)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from
-        self.train_q = [q for q in seq.queries("train", cfg.max_context, limit=cfg.max_train_queries, seed=cfg.seed)
+        self.train_q = [q for q in seq.queries("train", cfg.max_context, limit=cfg.max_train_queries or None, seed=cfg.seed)
                         if seq.text_class[q.target] not in seq.text_class[q.context]]
         self.val_q = seq.queries("validation", cfg.max_context, limit=cfg.val_queries, seed=cfg.seed + 1)
         if not self.train_q or not self.val_q:
@@ -84,7 +84,9 @@ class Trainer:
             texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
         self.texts = texts
         if model_cfg.lexical:
-            lexicon = lexical.Lexicon.fit(texts)
+            # IDF from the training split alone: a word seen only in validation or test documents gets no weight, as
+            # a word of a document added after training would not
+            lexicon = lexical.Lexicon.fit([texts[r] for r in seq.split_rows("train")])
             self.model.lexicon_idf.copy_(torch.from_numpy(lexicon.idf))
             self.words = lexicon.matrix(texts)
 
