@@ -9,8 +9,10 @@ adding tfidf cosines to the trained model's scores by hand raised validation MRR
 Tokens are lower-cased runs of two or more word characters, hashed (crc32) into ``N_BUCKETS``
 buckets, so the vocabulary is a fixed-size IDF vector that the checkpoint stores as a tensor (no
 pickled vocabulary). Term weight (1 + log tf) * idf, rows L2-normalised. IDF comes from the
-training store; a token in fewer than two of its paragraphs weighs nothing (it cannot link two of
-them), nor does a token first seen after training.
+training split's texts (smooth: log((1 + n) / (1 + df)) + 1), so a token first seen after training,
+or only in validation and test documents, weighs what the rarest token of the training split weighs:
+the names and terms of a new document link its paragraphs, as they would for any document added
+later, and the evaluation treats test documents exactly so.
 
 Features per candidate (``n_features(L)`` = L + 2): the cosine to each context paragraph
 (right-aligned like the context, 0 for padding or a paragraph without text), the cosine to the
@@ -25,15 +27,28 @@ import re
 import threading
 import zlib
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy import sparse
 
 N_BUCKETS = 1 << 18
 TOKEN = re.compile(r"\w\w+")
-CACHE_SIZE = 20_000  # texts whose weighted rows are kept (a PEPs-sized corpus has 44K paragraphs)
-EMPTY_ROW = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+CACHE_SIZE = 20_000  # callers' texts whose weighted rows are kept
+ID_CACHE_SIZE = 250_000  # stored paragraphs whose rows are kept (~0.5 KB each; PEPs has 44K paragraphs)
+EMPTY_ROW = (np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, closing quotes/brackets, then space
+
+
+def first_sentence(text: str) -> str:
+    return SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+
+
+def last_sentence(text: str) -> str:
+    parts = SENTENCE_END.split(text.strip())
+    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
 
 
 def n_features(max_context: int) -> int:
@@ -51,11 +66,16 @@ def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Lexicon:
+    """The IDF vector and the weighted rows it makes: of texts (a caller's context, cached by text) and of stored
+    paragraphs (cached by paragraph id: ids are never reused, so a stored paragraph is read and tokenised once
+    per process, not once per query)."""
+
     def __init__(self, idf: np.ndarray):
         if idf.shape != (N_BUCKETS,):
             raise ValueError(f"an IDF vector has {N_BUCKETS} buckets, got shape {idf.shape}")
         self.idf = np.asarray(idf, np.float32)
         self._cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._by_id: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
@@ -63,36 +83,66 @@ class Lexicon:
         df = np.zeros(N_BUCKETS, np.int64)
         for text in texts:
             df[token_counts(text)[0]] += 1
+        # smooth IDF; a word the fitted texts never saw gets the highest weight (it is rarer than any they saw), so a
+        # document added after training links its paragraphs by the names and terms only it uses
         idf = np.log((1 + len(texts)) / (1 + df)) + 1.0
-        idf[df < 2] = 0.0
         return cls(idf.astype(np.float32))
 
-    def _row(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """The text's L2-normalised TF-IDF row as (buckets, weights), through the LRU cache."""
-        with self._lock:
-            hit = self._cache.get(text)
-            if hit is not None:
-                self._cache.move_to_end(text)
-                return hit
+    def weigh(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """The text's L2-normalised TF-IDF row as (buckets, weights)."""
         b, tf = token_counts(text)
         w = tf * self.idf[b]
         keep = w > 0
         norm = float(np.sqrt((w[keep] ** 2).sum()))
-        row = (b[keep], (w[keep] / norm).astype(np.float32)) if norm > 0 else (b[:0], w[:0])
+        return (b[keep].astype(np.int32), (w[keep] / norm).astype(np.float32)) if norm > 0 else EMPTY_ROW
+
+    def _cached(self, cache: OrderedDict, keys: Sequence) -> dict:
+        """The cached rows among ``keys``, each marked most recently used; one lock for all."""
+        out = {}
         with self._lock:
-            self._cache[text] = row
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+            for key in keys:
+                hit = cache.get(key)
+                if hit is not None:
+                    cache.move_to_end(key)
+                    out[key] = hit
+        return out
+
+    def _put(self, cache: OrderedDict, rows: dict, limit: int) -> None:
+        with self._lock:
+            cache.update(rows)
+            while len(cache) > limit:
+                cache.popitem(last=False)
+
+    def _row(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        row = self._cached(self._cache, [text]).get(text)
+        if row is None:
+            row = self.weigh(text)
+            self._put(self._cache, {text: row}, CACHE_SIZE)
         return row
 
     def matrix(self, texts: Sequence[str | None]) -> sparse.csr_matrix:
         """(n, N_BUCKETS) L2-normalised TF-IDF rows; a None or wordless text is a zero row."""
-        rows = [self._row(text) if text else EMPTY_ROW for text in texts]
-        indptr = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum([len(b) for b, _ in rows], out=indptr[1:])
-        indices = np.concatenate([b for b, _ in rows]) if rows else np.zeros(0, np.int64)
-        data = np.concatenate([w for _, w in rows]) if rows else np.zeros(0, np.float32)
-        return sparse.csr_matrix((data, indices, indptr), shape=(len(texts), N_BUCKETS))
+        return stack([self._row(text) if text else EMPTY_ROW for text in texts])
+
+    def paragraph_rows(self, ids: Sequence[int], read_texts: Callable[[list[int]], dict[int, str]]
+                       ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Rows of stored paragraphs by id; ``read_texts(ids)`` is called once, for the ids not cached, and an id
+        it does not return (a paragraph deleted since its id was found) is left out."""
+        ids = [int(i) for i in ids]
+        out = self._cached(self._by_id, ids)
+        missing = [i for i in ids if i not in out]
+        read = {i: self.weigh(text) for i, text in (read_texts(missing) if missing else {}).items()}
+        self._put(self._by_id, read, ID_CACHE_SIZE)
+        return {**out, **read}
+
+
+def stack(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> sparse.csr_matrix:
+    """(n, N_BUCKETS) CSR matrix of rows given as (buckets, weights)."""
+    indptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(b) for b, _ in rows], out=indptr[1:])
+    indices = np.concatenate([b for b, _ in rows]) if rows else np.zeros(0, np.int32)
+    data = np.concatenate([w for _, w in rows]) if rows else np.zeros(0, np.float32)
+    return sparse.csr_matrix((data, indices, indptr), shape=(len(rows), N_BUCKETS))
 
 
 def features(context: sparse.csr_matrix, candidates: sparse.csr_matrix, max_context: int) -> np.ndarray:

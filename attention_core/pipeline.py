@@ -106,14 +106,27 @@ class RerankPipeline:
         A None text (a raw vector given by the caller) counts as no text."""
         if self.lexicon is None:
             return None
+        return self._word_features(context_texts, [self.lexicon.matrix(c) if any(c) else None for c in candidate_texts],
+                                   [len(c) for c in candidate_texts])
+
+    def stored_lexical_features(self, context_texts: list[list[str | None]], candidate_ids: list[np.ndarray],
+                                rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+        """lexical_features() for stored candidates, from their cached rows (``Lexicon.paragraph_rows``)."""
+        return self._word_features(context_texts, [lexical.stack([rows[int(i)] for i in ids]) for ids in candidate_ids],
+                                   [len(ids) for ids in candidate_ids])
+
+    def _word_features(self, context_texts, candidate_matrices, sizes) -> list[np.ndarray]:
         out = []
-        for ct, cands in zip(context_texts, candidate_texts):
+        for ct, cands, k in zip(context_texts, candidate_matrices, sizes):
             ct = ct[-self.max_context:]
-            if any(ct) and any(cands):
-                out.append(lexical.features(self.lexicon.matrix(ct), self.lexicon.matrix(cands), self.max_context))
+            if any(ct) and cands is not None and k:
+                out.append(lexical.features(self.lexicon.matrix(ct), cands, self.max_context))
             else:  # raw vectors on one side (the batch-job case): no words to compare, no work
-                out.append(np.zeros((len(cands), lexical.n_features(self.max_context)), np.float32))
+                out.append(np.zeros((k, lexical.n_features(self.max_context)), np.float32))
         return out
+
+    def _read_texts(self, ids: list[int]) -> dict[int, str]:
+        return {i: p.text for i, p in self.store.find_paragraphs(ids).items()}
 
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
@@ -150,9 +163,9 @@ class RerankPipeline:
         once (its query vector searches, its states score), each source searched once for all queries, every
         candidate row read once, word features computed once, and one model call scores them all.
 
-        A model that reads words reads every candidate's row (its text feeds the word features, its place makes
-        the answer); one that does not reads only the rows of each query's first ``keep`` (all if None).
-        ``Scored.paragraphs`` holds those rows. A candidate whose row has gone (a read-only replica whose writer
+        A model that reads words gets every candidate's word row from the lexicon's cache (a stored paragraph's
+        text is read and tokenised once per process); the rows of each query's first ``keep`` (all if None) are
+        read for the answer, and ``Scored.paragraphs`` holds them. A candidate whose row has gone (a read-only replica whose writer
         deleted it since the replica loaded its index) is dropped. ``observe(stage, seconds)`` gets the time of
         "search" (encoding and stage 1) and "rerank" (rows, word features, model)."""
         out: list[Scored] = []
@@ -165,14 +178,14 @@ class RerankPipeline:
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
                                       self.n_candidates, texts, self.model.cfg.word_candidates)
             t1 = time.perf_counter()
-            rows = {}
-            if self.lexicon is not None:
-                rows = self.store.find_paragraphs(np.unique(np.concatenate(ids)) if ids else [])
-                ids = [row_ids[np.isin(row_ids, list(rows))] for row_ids in ids]
+            lex = None
+            if self.lexicon is not None:  # word rows: read and tokenised once per paragraph, then cached by id
+                words = self.lexicon.paragraph_rows(np.unique(np.concatenate(ids)) if ids else [], self._read_texts)
+                known = np.fromiter(words, np.int64, len(words))
+                ids = [row_ids[np.isin(row_ids, known)] for row_ids in ids]  # a paragraph deleted since it was found
+                lex = self.stored_lexical_features(texts, ids, words)
             cand_vecs = [self.store.vectors(row_ids) if len(row_ids) else np.zeros((0, self.store.dim), np.float32)
                          for row_ids in ids]
-            lex = (self.lexical_features(texts, [[rows[int(i)].text for i in row_ids] for row_ids in ids])
-                   if self.lexicon is not None else None)
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,
                                       pad_candidates(lex)[0] if lex is not None else None)
@@ -183,11 +196,9 @@ class RerankPipeline:
                 att = result["attention"][i][:, order[0], :].numpy() if need_weights and len(order) else None  # (h, L)
                 ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
                                      attention=att))
-            if self.lexicon is None:
-                rows = self.store.find_paragraphs(np.unique(np.concatenate([r.ids[:keep] for r in ranked]))
-                                                  if ranked else [])
-            for r in ranked:
-                shown = r.ids[:keep] if self.lexicon is None else r.ids
+            rows = self.store.find_paragraphs(np.unique(np.concatenate([r.ids[:keep] for r in ranked])) if ranked else [])
+            for r in ranked:  # the answer's rows; a paragraph deleted since it was found is dropped
+                shown = r.ids[:keep]
                 gone = np.asarray([int(i) not in rows for i in shown] + [False] * (len(r.ids) - len(shown)), bool)
                 if gone.any():
                     r.ids, r.scores, r.retrieval_scores = r.ids[~gone], r.scores[~gone], r.retrieval_scores[~gone]

@@ -20,8 +20,9 @@ from nextpara.attention_core.training import train
 def test_features_agree_with_a_hand_computed_example():
     corpus = ["alpha beta", "alpha gamma", "beta gamma gamma", "delta"]
     lx = lexical.Lexicon.fit(corpus)
-    idf = {w: math.log(5 / 3) + 1 for w in ("alpha", "beta", "gamma")}  # each in 2 of 4 texts; delta in 1: weight 0
-    assert lx.idf[lexical.token_counts("delta")[0]].tolist() == [0.0]
+    idf = {w: math.log(5 / 3) + 1 for w in ("alpha", "beta", "gamma")}  # each in 2 of 4 texts
+    assert lx.idf[lexical.token_counts("delta")[0]].tolist() == pytest.approx([math.log(5 / 2) + 1])  # in 1 of 4
+    assert lx.idf[lexical.token_counts("epsilon")[0]].tolist() == pytest.approx([math.log(5) + 1])  # never seen: rarest
     # candidate "gamma gamma alpha": weights gamma (1 + ln 2) idf, alpha idf; context "alpha beta", "gamma"
     cand = np.array([idf["gamma"] * (1 + math.log(2)), idf["alpha"]])
     cand = cand / np.linalg.norm(cand)
@@ -32,7 +33,8 @@ def test_features_agree_with_a_hand_computed_example():
     got = lexical.features(lx.matrix(["Alpha beta!", "gamma"]), lx.matrix(["gamma gamma alpha", "delta", None]), 4)
     assert got.shape == (3, lexical.n_features(4))
     np.testing.assert_allclose(got[0], [0, 0, by_hand_first, by_hand_second, by_hand_whole, 1.0], rtol=1e-5)
-    np.testing.assert_array_equal(got[1:], 0.0)  # a text of unweighted words and a missing text: no overlap, flag 0
+    np.testing.assert_array_equal(got[1], [0, 0, 0, 0, 0, 1.0])  # words, none shared: no overlap, flag 1
+    np.testing.assert_array_equal(got[2], 0.0)  # a missing text: no overlap, flag 0
     only_vectors = lexical.features(lx.matrix([None, None]), lx.matrix(["alpha"]), 4)
     np.testing.assert_array_equal(only_vectors, 0.0)
 
