@@ -125,9 +125,6 @@ class RerankPipeline:
                 out.append(np.zeros((k, lexical.n_features(self.max_context)), np.float32))
         return out
 
-    def _read_texts(self, ids: list[int]) -> dict[int, str]:
-        return {i: p.text for i, p in self.store.find_paragraphs(ids).items()}
-
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
               lexical_features: list[np.ndarray] | None = None):
@@ -178,9 +175,14 @@ class RerankPipeline:
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
                                       self.n_candidates, texts, self.model.cfg.word_candidates)
             t1 = time.perf_counter()
-            lex = None
+            lex, read = None, {}
+
+            def read_texts(missing: list[int]) -> dict[int, str]:
+                read.update(self.store.find_paragraphs(missing))
+                return {i: p.text for i, p in read.items()}
+
             if self.lexicon is not None:  # word rows: read and tokenised once per paragraph, then cached by id
-                words = self.lexicon.paragraph_rows(np.unique(np.concatenate(ids)) if ids else [], self._read_texts)
+                words = self.lexicon.paragraph_rows(np.unique(np.concatenate(ids)) if ids else [], read_texts)
                 known = np.fromiter(words, np.int64, len(words))
                 ids = [row_ids[np.isin(row_ids, known)] for row_ids in ids]  # a paragraph deleted since it was found
                 lex = self.stored_lexical_features(texts, ids, words)
@@ -196,7 +198,8 @@ class RerankPipeline:
                 att = result["attention"][i][:, order[0], :].numpy() if need_weights and len(order) else None  # (h, L)
                 ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
                                      attention=att))
-            rows = self.store.find_paragraphs(np.unique(np.concatenate([r.ids[:keep] for r in ranked])) if ranked else [])
+            shown = np.unique(np.concatenate([r.ids[:keep] for r in ranked])) if ranked else np.zeros(0, np.int64)
+            rows = {**read, **self.store.find_paragraphs([int(i) for i in shown if int(i) not in read])}
             for r in ranked:  # the answer's rows; a paragraph deleted since it was found is dropped
                 shown = r.ids[:keep]
                 gone = np.asarray([int(i) not in rows for i in shown] + [False] * (len(r.ids) - len(shown)), bool)

@@ -117,22 +117,29 @@ def test_no_model_is_a_failed_precondition(tmp_path):
         Predictor.open(tmp_path)
 
 
-def test_a_request_reads_each_stored_row_once(predictor):
+def test_a_request_reads_each_stored_row_once(trained_store):
     """PredictNext by stored ids: each paragraph row is read from SQLite at most once per request (the context's
-    texts, then every candidate's row, whose text feeds the word features and whose place makes the answer)."""
+    texts, then every candidate's row, whose text feeds the word features and whose place makes the answer), and a
+    later request reads only its context's and its answer's rows: the candidates' word rows are cached by id."""
     import re
 
-    ids = [int(i) for i in predictor.store.paragraph_table()[0][20:24]]
-    statements: list[str] = []
-    db = predictor.store.tables.db
-    db.set_trace_callback(statements.append)
-    try:
-        result = predictor.predict_next_batch([ids, ids[1:]], top_k=10)
-    finally:
-        db.set_trace_callback(None)
-    reads = [s for s in statements if re.match(r"SELECT id, doc_id, position, text, text_hash FROM paragraphs", s)]
-    read_ids = [int(i) for s in reads for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")]
-    assert len(read_ids) == len(set(read_ids)), "a paragraph row was read twice"
-    answered = {p.paragraph_id for r in result for p in r.predictions}
-    assert set(ids) | answered <= set(read_ids)
-    assert len(statements) <= 6, statements  # context rows, same-text ids, generation, candidate rows (+ chunks)
+    def reads(predictor, contexts):
+        statements: list[str] = []
+        db = predictor.store.tables.db
+        db.set_trace_callback(statements.append)
+        try:
+            result = predictor.predict_next_batch(contexts, top_k=10)
+        finally:
+            db.set_trace_callback(None)
+        rows = [s for s in statements if re.match(r"SELECT id, doc_id, position, text, text_hash FROM paragraphs", s)]
+        read_ids = [int(i) for s in rows for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")]
+        assert len(read_ids) == len(set(read_ids)), "a paragraph row was read twice"
+        assert len(statements) <= 6, statements  # context rows, same-text ids, generation, candidate rows (+ chunks)
+        return set(read_ids), {p.paragraph_id for r in result for p in r.predictions}
+
+    with Predictor.open(trained_store) as predictor:  # its own, cold cache
+        ids = [int(i) for i in predictor.store.paragraph_table()[0][20:24]]
+        first, answered = reads(predictor, [ids, ids[1:]])
+        assert set(ids) | answered <= first and len(first) > 50  # every candidate's text, once
+        again, answered = reads(predictor, [ids, ids[1:]])
+        assert again == set(ids) | answered  # the context's rows and the answer's, nothing else

@@ -1,8 +1,11 @@
-"""End to end on the PEPs corpus: build, train, evaluate (the protocol of docs/evaluation.md);
-writes bench/results/peps.{md,json} and the plots in bench/results/peps_plots/.
+"""End to end on one corpus: build, train, evaluate (the protocol of docs/evaluation.md); writes
+bench/results/NAME.{md,json} and the plots in bench/results/NAME_plots/, NAME being the corpus file's stem
+(peps, narrative) or "builtin".
 
-    python -m bench.quality.peps --data-dir /tmp/peps-bench            # all three steps
-    python -m bench.quality.peps --data-dir /tmp/peps-bench --reuse    # keep an existing store / model
+    python -m bench.quality.end_to_end --data-dir /tmp/peps-bench            # PEPs, all three steps
+    python -m bench.quality.end_to_end --data-dir /tmp/peps-bench --reuse    # keep an existing store / model
+    python -m bench.quality.end_to_end --corpus ../shared/corpora/narrative.jsonl --data-dir /tmp/narrative
+    python -m bench.quality.end_to_end --corpus builtin --data-dir /tmp/builtin
 
 The store is built with the embedding cache off, so the build time is real model time.
 """
@@ -28,7 +31,7 @@ def main() -> int:
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     parser.add_argument("--reuse", action="store_true", help="skip build/train when the store/model exist")
     parser.add_argument("--queries", type=int, default=2000)
-    parser.add_argument("--output", default="peps", help="results name under bench/results/ (default peps)")
+    parser.add_argument("--output", default=None, help="results name under bench/results/ (default: the corpus's name)")
     args = parser.parse_args()
 
     import logging
@@ -41,9 +44,10 @@ def main() -> int:
     from nextpara.store.ingest import build
 
     data = Path(args.data_dir)
+    name = args.output or ("builtin" if args.corpus == "builtin" else Path(args.corpus).stem)
     record: dict = {**stamp(__file__),
                     "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}"}
-    previous = RESULTS / f"{args.output}.json"
+    previous = RESULTS / f"{name}.json"
     if not (args.reuse and (data / "paragraphs.sqlite").exists()):
         t0 = time.perf_counter()
         report = build(args.corpus, data, use_cache=False, quiet=True)
@@ -63,9 +67,9 @@ def main() -> int:
         meta = read_checkpoint_meta(data / CHECKPOINT)
         record["train"] = {"seconds": meta["training"]["seconds"], "model_version": meta["model_version"],
                            "validation": meta["metrics"]["validation"], "reused": True}
-    result = run_evaluation(data, n_queries=args.queries, output=None, plot_dir=str(RESULTS / "peps_plots"))
+    result = run_evaluation(data, n_queries=args.queries, output=None, plot_dir=str(RESULTS / f"{name}_plots"))
     record["eval"] = result
-    lines = [f"# PEPs end to end ({record['date']})", "", f"Command: `{record['command']}`", "",
+    lines = [f"# {name} end to end ({record['date']})", "", f"Command: `{record['command']}`", "",
              f"Machine: {record['machine']}", ""]
     if "build" in record:
         b = record["build"]
@@ -78,7 +82,7 @@ def main() -> int:
               f"{t['validation']['mrr@10']:.4f}.", "",
               f"Eval: {result['config']['queries']} test queries, L = {result['config']['context_length']}, "
               f"{result['config']['paragraphs']} paragraphs indexed.", "", markdown_table(result), ""]
-    save(args.output, record, "\n".join(lines))
+    save(name, record, "\n".join(lines))
     return 0
 
 
