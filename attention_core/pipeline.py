@@ -22,6 +22,19 @@ from .candidates import generate_candidates
 from .model import NextParagraphModel
 
 SCORE_BATCH = 256
+STAGES = ("encode", "search", "rows", "word_features", "model", "answer")  # of retrieve(), as observed
+
+
+class Laps:
+    """Calls ``observe(stage, seconds since the previous lap)`` at each lap."""
+
+    def __init__(self, observe):
+        self.observe, self.t = observe, time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.observe(stage, now - self.t)
+        self.t = now
 
 
 def use_threads(n: int) -> None:
@@ -163,18 +176,19 @@ class RerankPipeline:
         A model that reads words gets every candidate's word row from the lexicon's cache (a stored paragraph's
         text is read and tokenised once per process); the rows of each query's first ``keep`` (all if None) are
         read for the answer, and ``Scored.paragraphs`` holds them. A candidate whose row has gone (a read-only replica whose writer
-        deleted it since the replica loaded its index) is dropped. ``observe(stage, seconds)`` gets the time of
-        "search" (encoding and stage 1) and "rerank" (rows, word features, model)."""
+        deleted it since the replica loaded its index) is dropped. ``observe(stage, seconds)`` gets the time of each
+        stage of each chunk: STAGES, in that order."""
         out: list[Scored] = []
         for s in range(0, len(contexts), SCORE_BATCH):
             chunk, texts = contexts[s:s + SCORE_BATCH], context_texts[s:s + SCORE_BATCH]
-            t0 = time.perf_counter()
+            lap = Laps(observe)
             x, m = pad_contexts(chunk, self.max_context)
             query, states = self.model.encode(x, m)  # (B, D), (B, L, d)
             q = query.numpy()
+            lap("encode")
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
                                       self.n_candidates, texts, self.model.cfg.word_candidates)
-            t1 = time.perf_counter()
+            lap("search")
             lex, read = None, {}
 
             def read_texts(missing: list[int]) -> dict[int, str]:
@@ -185,12 +199,16 @@ class RerankPipeline:
                 words = self.lexicon.paragraph_rows(np.unique(np.concatenate(ids)) if ids else [], read_texts)
                 known = np.fromiter(words, np.int64, len(words))
                 ids = [row_ids[np.isin(row_ids, known)] for row_ids in ids]  # a paragraph deleted since it was found
-                lex = self.stored_lexical_features(texts, ids, words)
             cand_vecs = [self.store.vectors(row_ids) if len(row_ids) else np.zeros((0, self.store.dim), np.float32)
                          for row_ids in ids]
+            lap("rows")
+            if self.lexicon is not None:
+                lex = self.stored_lexical_features(texts, ids, words)
+                lap("word_features")
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,
                                       pad_candidates(lex)[0] if lex is not None else None)
+            lap("model")
             ranked = []
             for i, (row_ids, vecs) in enumerate(zip(ids, cand_vecs)):
                 sc = result["scores"][i, :len(row_ids)].numpy()
@@ -207,6 +225,5 @@ class RerankPipeline:
                     r.ids, r.scores, r.retrieval_scores = r.ids[~gone], r.scores[~gone], r.retrieval_scores[~gone]
                 r.paragraphs = [rows[int(i)] for i in r.ids[:len(shown) - int(gone.sum())]]
             out += ranked
-            observe("search", t1 - t0)
-            observe("rerank", time.perf_counter() - t1)
+            lap("answer")
         return out

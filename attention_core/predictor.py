@@ -76,7 +76,8 @@ class Predictor:
 
     @property
     def observe(self) -> Callable[[str, float], None]:
-        """Called with (stage, seconds) for "embed", "search" and "rerank": the server's latency histograms."""
+        """Called with (stage, seconds) for "embed", each of pipeline.STAGES of a retrieval, and "rerank" (scoring
+        given candidates): the server's latency histograms."""
         return self._observe
 
     @observe.setter

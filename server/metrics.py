@@ -2,7 +2,8 @@
 
 * ``nextpara_requests_total{method, code}``: calls by method and final status code
 * ``nextpara_request_seconds{method}``: whole-call latency
-* ``nextpara_stage_seconds{stage}``: embed, search (stage 1) and rerank (stage 2) latency
+* ``nextpara_stage_seconds{stage}``: latency of embed, of each retrieval stage (encode, search = stage 1, rows,
+  word_features, model, answer) and of rerank (scoring given candidates)
 * ``nextpara_batch_size``: calls per coalesced model batch
 * ``nextpara_index_paragraphs``: paragraphs in the index
 """

@@ -7,7 +7,7 @@ protocol of docs/evaluation.md) it measures how often the target is among the ca
 model's query vector (``head``), the last paragraph's vector (``last``), the store's word index
 (SQLite FTS5, bm25) searched with the last paragraph's words (``words-last``) and with the whole
 context's (``words-context``), each at depths 25 to 500, and unions of them, with the mean union
-size. It also times the word searches. No model is trained here: it says which sources and depths
+size; and the best N of all four by reciprocal-rank fusion (sum over sources of 1 / (60 + rank)). It also times the word searches. No model is trained here: it says which sources and depths
 are worth a reranker's time. Writes bench/results/stage1_recall.{md,json}.
 """
 
@@ -37,11 +37,27 @@ UNIONS = {  # name -> depth of each source
 }
 
 
-def recall(seq, lists: dict, targets: list, depths: dict[str, int]) -> tuple[float, float]:
-    """(how often the target's text is among the union of each source's first ``depths[source]``, mean union size)."""
+FUSED = (100, 150, 200, 300)  # candidates kept by reciprocal-rank fusion of all four sources
+RRF_K = 60  # the usual constant of reciprocal-rank fusion
+
+
+def fused(lists: dict, i: int, n: int) -> list[int]:
+    """The ``n`` ids of query ``i`` with the highest sum over sources of 1 / (RRF_K + rank)."""
+    score: dict[int, float] = {}
+    for source in lists.values():
+        for rank, x in enumerate(list(source[i])):
+            if x >= 0:
+                score[int(x)] = score.get(int(x), 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(score, key=score.__getitem__, reverse=True)[:n]
+
+
+def recall(seq, lists: dict, targets: list, depths: dict[str, int] | int) -> tuple[float, float]:
+    """(how often the target's text is among the union of each source's first ``depths[source]``, or among the
+    ``depths`` best by fusion when it is a number, mean union size)."""
     hits, sizes = [], []
     for i, target in enumerate(targets):
-        ids = {int(x) for name, n in depths.items() for x in list(lists[name][i])[:n] if x >= 0}
+        ids = (fused(lists, i, depths) if isinstance(depths, int) else
+               {int(x) for name, n in depths.items() for x in list(lists[name][i])[:n] if x >= 0})
         rows = [seq.row_of_id[x] for x in ids]
         hits.append(bool(rows) and bool((seq.text_class[rows] == target).any()))
         sizes.append(len(ids))
@@ -97,6 +113,10 @@ def main() -> int:
         for name, depths in UNIONS.items():
             r, size = recall(seq, lists, targets, depths)
             out["unions"].setdefault(name, {})[split] = {"recall": r, "size": size}
+        for n in FUSED:
+            r, size = recall(seq, lists, targets, n)
+            out["unions"].setdefault(f"fused top {n} (reciprocal rank, all four {deepest} deep)", {})[split] = {
+                "recall": r, "size": size}
         print(split, {k: v[split] for k, v in out["unions"].items()}, flush=True)
 
     stamp = record.stamp(__file__)
