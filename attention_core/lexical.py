@@ -39,18 +39,6 @@ ID_CACHE_SIZE = 250_000  # stored paragraphs whose rows are kept (~0.5 KB each; 
 EMPTY_ROW = (np.zeros(0, np.int32), np.zeros(0, np.float32))
 
 
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, closing quotes/brackets, then space
-
-
-def first_sentence(text: str) -> str:
-    return SENTENCE_END.split(text.strip(), maxsplit=1)[0]
-
-
-def last_sentence(text: str) -> str:
-    parts = SENTENCE_END.split(text.strip())
-    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
-
-
 def n_features(max_context: int) -> int:
     return max_context + 2
 

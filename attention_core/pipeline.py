@@ -191,9 +191,10 @@ class RerankPipeline:
             lap("search")
             lex, read = None, {}
 
-            def read_texts(missing: list[int]) -> dict[int, str]:
-                read.update(self.store.find_paragraphs(missing))
-                return {i: p.text for i, p in read.items()}
+            def read_texts(missing: list[int], read: dict = read) -> dict[int, str]:
+                got = self.store.find_paragraphs(missing)
+                read.update(got)
+                return {i: p.text for i, p in got.items()}
 
             if self.lexicon is not None:  # word rows: read and tokenised once per paragraph, then cached by id
                 words = self.lexicon.paragraph_rows(np.unique(np.concatenate(ids)) if ids else [], read_texts)

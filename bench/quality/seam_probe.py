@@ -1,0 +1,186 @@
+"""Probe: which cheap signals beside the trained model tell the *next* paragraph from its neighbours?
+
+    python -m bench.quality.seam_probe --data-dir /tmp/peps-bench [--queries 4000] [--output NAME]
+
+On the trained model's own validation lists (L = 4, context as stored vectors and texts), stage 1 widened
+with the word index (the last paragraph's words and the whole context's, 50 each), it fits a small
+listwise model over the model's score plus feature groups and reports, by 2-fold cross-validation over
+validation *documents* (the test split is not touched), MRR@10, Recall@1 and direction accuracy (among
+queries whose list holds the target: the target above every other candidate of its own document). The
+groups, all from content (docs/evaluation.md):
+
+- ``ranks``: 1 / (1 + rank) of the candidate in each stage-1 source (query head, last paragraph's
+  vector, the last paragraph's words, the context's words), 0 where a source did not return it.
+- ``seam``: TF-IDF cosines (the model's own IDF) where two paragraphs meet: the candidate's first
+  sentence against the last context paragraph's last sentence and against the whole last paragraph, the
+  whole candidate against that last sentence; and backwards, the candidate's last sentence against the
+  first context paragraph's first sentence (a candidate that *precedes* the context).
+- ``shape``: the candidate's length in tokens (log) and whether it ends with a colon or a question mark.
+
+The document id of a candidate is read only to compute direction accuracy, never as a feature.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from bench import record
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, closing quotes/brackets, then space
+
+
+def first_sentence(text: str) -> str:
+    return SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+
+
+def last_sentence(text: str) -> str:
+    parts = SENTENCE_END.split(text.strip())
+    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
+
+
+GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11)}
+VARIANTS = [(), ("ranks",), ("seam",), ("shape",), ("ranks", "seam"), ("ranks", "seam", "shape")]
+
+
+def main() -> int:
+    parser = record.store_parser(__doc__, __file__)
+    parser.add_argument("--output", default="seam_probe", help="results name under bench/results/")
+    parser.add_argument("--word-candidates", type=int, default=50, help="per word source (0: vectors only)")
+    args = parser.parse_args()
+
+    import torch
+    from nextpara.attention_core import lexical
+    from nextpara.attention_core.candidates import search_excluding
+    from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
+    from nextpara.attention_core.metrics import hit_rank, summarize
+    from nextpara.attention_core.pipeline import RerankPipeline
+    from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
+
+    t0 = time.perf_counter()
+    store = open_store(args.data_dir, readonly=True)
+    seq = ParagraphSequences(store)
+    docs = np.asarray(seq.doc_ids)
+    texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
+    model, meta = load_checkpoint(Path(args.data_dir) / CHECKPOINT, store.embedder_name, store.dim)
+    pipeline = RerankPipeline(model, store, 100)
+    lexicon = pipeline.lexicon
+    whole, first, last = (lexicon.matrix(texts), lexicon.matrix([first_sentence(t) for t in texts]),
+                          lexicon.matrix([last_sentence(t) for t in texts]))
+    n_tokens = np.array([len(lexical.TOKEN.findall(t)) for t in texts])
+    print(f"loaded {len(seq)} paragraphs and their sentence rows, {time.perf_counter() - t0:.0f}s", flush=True)
+
+    qs = seq.queries("validation", 4, limit=args.queries, seed=1)
+    ctx = [seq.vectors[q.context] for q in qs]
+    exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in qs]
+    query_vectors = pipeline.query_vectors(ctx)
+    sources = [search_excluding(store, query_vectors, 100, exclude),
+               search_excluding(store, np.stack([c[-1] for c in ctx]), 100, exclude)]
+    if args.word_candidates:
+        ctx_texts = [[texts[r] for r in q.context] for q in qs]
+        sources += [store.word_search([t[-1] for t in ctx_texts], args.word_candidates, exclude),
+                    store.word_search([" ".join(t) for t in ctx_texts], args.word_candidates, exclude)]
+    lists, feats = [], []
+    for i, q in enumerate(qs):
+        ids = list(dict.fromkeys(sum((s[i] for s in sources), [])))
+        rows = np.asarray([seq.row_of_id[j] for j in ids], np.int64)
+        f = np.zeros((len(rows), 11), np.float32)
+        for s, source in enumerate(sources):
+            rank = {j: k for k, j in enumerate(source[i])}
+            f[:, s] = [1.0 / (1 + rank[j]) if j in rank else 0.0 for j in ids]
+        c_last, c_first = q.context[-1], q.context[0]
+        f[:, 4] = (first[rows] @ last[c_last].T).toarray().ravel()
+        f[:, 5] = (first[rows] @ whole[c_last].T).toarray().ravel()
+        f[:, 6] = (whole[rows] @ last[c_last].T).toarray().ravel()
+        f[:, 7] = (last[rows] @ first[c_first].T).toarray().ravel()
+        f[:, 8] = np.log1p(n_tokens[rows])
+        f[:, 9] = [texts[r].rstrip().endswith(":") for r in rows]
+        f[:, 10] = [texts[r].rstrip().endswith("?") for r in rows]
+        lists.append(rows)
+        feats.append(f)
+    words = pipeline.lexical_features([[texts[r] for r in q.context] for q in qs], [[texts[r] for r in l] for l in lists])
+    base, _, _ = pipeline.score(ctx, [seq.vectors[l] for l in lists], lexical_features=words)
+    print(f"mined and scored {len(qs)} validation lists, {time.perf_counter() - t0:.0f}s", flush=True)
+
+    target_class = np.array([seq.text_class[q.target] for q in qs])
+    in_list = np.array([np.isin(seq.text_class[l], c).any() for l, c in zip(lists, target_class)])
+    fold = np.array([zlib.crc32(seq.doc_ids[q.target].encode()) % 2 for q in qs])  # by document: a fold never sees its own docs
+
+    def ranked(scores: list[np.ndarray]):
+        ranks, direction = [], []
+        for l, s, q, c, hit in zip(lists, scores, qs, target_class, in_list):
+            order = l[np.argsort(-s, kind="stable")]
+            ranks.append(hit_rank(seq.text_class[order[:10]], c))
+            if hit:
+                same_doc = (docs[order] == docs[q.target]) | (seq.text_class[order] == c)
+                direction.append(seq.text_class[order[same_doc][0]] == c)
+        out = summarize(np.array(ranks), n_boot=500)
+        out["direction"] = float(np.mean(direction))
+        return out
+
+    def fit(cols: np.ndarray, train: np.ndarray) -> torch.nn.Module:
+        """A 16-unit MLP over [model score, features] added to the model score, listwise softmax over padded lists."""
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(len(cols) + 1, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2, weight_decay=1e-4)
+        picks = [i for i in np.flatnonzero(train) if in_list[i]]
+        K = max(len(lists[i]) for i in picks)
+        x = torch.zeros(len(picks), K, len(cols) + 1)
+        real = torch.zeros(len(picks), K, dtype=torch.bool)
+        positive = torch.zeros(len(picks), K, dtype=torch.bool)
+        for n, i in enumerate(picks):
+            x[n, :len(lists[i])] = torch.from_numpy(np.column_stack([base[i], feats[i][:, cols]]))
+            real[n, :len(lists[i])] = True
+            positive[n, :len(lists[i])] = torch.from_numpy(seq.text_class[lists[i]] == target_class[i])
+        for _ in range(300):
+            logits = (x[..., 0] + net(x).squeeze(-1)).masked_fill(~real, float("-inf"))
+            loss = (torch.logsumexp(logits, -1) - torch.logsumexp(logits.masked_fill(~positive, float("-inf")), -1)).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return net
+
+    rows_out = []
+    for groups in VARIANTS:
+        cols = np.concatenate([np.arange(40)[GROUPS[g]] for g in groups]).astype(int) if groups else np.zeros(0, int)
+        if groups:
+            scores: list = [None] * len(qs)
+            for k in (0, 1):
+                net = fit(cols, fold != k)
+                with torch.no_grad():
+                    for i in np.flatnonzero(fold == k):
+                        x = torch.from_numpy(np.column_stack([base[i], feats[i][:, cols]]))
+                        scores[i] = (x[:, 0] + net(x).squeeze(-1)).numpy()
+        else:
+            scores = base
+        m = ranked(scores)
+        name = " + ".join(("model",) + groups)
+        rows_out.append({"features": name, **m})
+        print(f"{name}: R@1 {m['recall@1']:.4f} MRR@10 {m['mrr@10']:.4f} direction {m['direction']:.3f}", flush=True)
+
+    stamp = record.stamp(__file__)
+    about = f"model {meta['model_version']}"
+    lines = [f"# Seam probe: cheap signals beside the trained model ({stamp['date']})", "",
+             f"Command: `{stamp['command']}`", "", f"Model: {about}; {len(qs)} validation queries (L = 4); stage-1 "
+             f"recall {in_list.mean():.3f} with {np.mean([len(l) for l in lists]):.0f} candidates on average. "
+             "Each added group goes through a 16-unit MLP fitted listwise, 2-fold cross-validated by document.", "",
+             "| features | R@1 | MRR@10 | direction accuracy |", "| --- | --- | --- | --- |"]
+    for r in rows_out:
+        lines.append(f"| {r['features']} | {r['recall@1']:.4f} [{r['recall@1_ci'][0]:.3f}, {r['recall@1_ci'][1]:.3f}] | "
+                     f"{r['mrr@10']:.4f} | {r['direction']:.3f} |")
+    record.save(args.output, {**stamp, "model": about, "rows": rows_out, "queries": len(qs),
+                              "stage1_recall": float(in_list.mean())}, "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
