@@ -140,6 +140,7 @@ async def soak(address: str, pid: int, args, ids: list[int], texts: list[str]) -
         writer = asyncio.create_task(writer_loop(client, stats, stop, str(os.getpid())))
         started = time.perf_counter()
         n_windows = max(1, round(args.minutes * 60 / args.window))
+        errors_before = provoked_before = 0  # the counters run for the whole soak; a window shows its own share
         for w in range(n_windows):
             await asyncio.sleep(started + (w + 1) * args.window - time.perf_counter())
             lat, stats.lat = stats.lat, []
@@ -147,7 +148,9 @@ async def soak(address: str, pid: int, args, ids: list[int], texts: list[str]) -
                    "calls_per_s": round(len(lat) / args.window, 1),
                    "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat else None,
                    "p99_ms": round(float(np.percentile(lat, 99)), 1) if lat else None,
-                   "errors": sum(stats.errors.values()), "provoked_not_found": stats.provoked, "server_rss_mb": round(rss_bytes(pid) / 2**20, 1)}
+                   "errors": sum(stats.errors.values()) - errors_before, "provoked_not_found": stats.provoked - provoked_before,
+                   "server_rss_mb": round(rss_bytes(pid) / 2**20, 1)}
+            errors_before, provoked_before = sum(stats.errors.values()), stats.provoked
             stats.windows.append(row)
             print(row, flush=True)
         stop.set()
