@@ -63,10 +63,11 @@ class ResumableOutput:
         Counting occurrences keeps a repeated id's error row in place across a resume."""
         return self.done_keys[key] > occurrence if key is not None else line in self.done_lines
 
-    def append(self, lines: list[str]) -> None:
+    def append(self, lines: list[bytes]) -> None:
+        """Complete lines, each ending in a newline (``rows.dumps``)."""
         if not lines:
             return
-        self._file.write("".join(lines).encode())
+        self._file.write(b"".join(lines))
         self._file.flush()
         os.fsync(self._file.fileno())
 

@@ -17,17 +17,26 @@ Rerank results are ``{"candidate": index into candidates, "score"}`` (plus ``par
 the candidate was given as one); retrieval results are ``{"paragraph_id", "doc_id", "position",
 "score", "retrieval_score"}`` plus ``text`` unless the job omits texts.
 
-This module imports nothing heavy (errors.py is plain Python): the service engine runs on a client-only install.
+JSON is read and written with orjson when it is installed, else with the standard library's json; both
+give the same rows and the same messages (a line orjson refuses, or reads into a row that fails a
+check, is read again by json, which decides). This module imports nothing heavy (errors.py is plain
+Python, orjson has no dependencies): the service engine runs on a client-only install.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from nextpara.errors import InvalidInputError
+
+try:
+    import orjson  # the parser of choice; tests set this to None to run the json path
+except ModuleNotFoundError:  # pragma: no cover - orjson is a dependency, json stands in without it
+    orjson = None
 
 MAX_TOP_K = 1000
 FIELDS = ("id", "context", "candidates", "top_k")
@@ -94,11 +103,22 @@ def read_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
 
 def parse_row(line: int, raw: Any, default_top_k: int) -> Row:
     """A checked Row; a bad one carries ``error`` (its id too, when the id could be read)."""
+    if orjson is None or not isinstance(raw, (bytes, str)):
+        return _checked_row(line, raw, default_top_k, json.loads)
+    row = _checked_row(line, raw, default_top_k, orjson.loads)
+    if row.error is not None:
+        # json decides what a bad line says; it also reads what orjson refuses (NaN, 1e999, lone surrogates) and
+        # integers beyond 64 bits, which orjson turns into floats that fail the id and item checks
+        row = _checked_row(line, raw, default_top_k, json.loads)
+    return row
+
+
+def _checked_row(line: int, raw: Any, default_top_k: int, json_loads) -> Row:
     row = Row(line=line, top_k=default_top_k)
     try:
         if isinstance(raw, (bytes, str)):
             try:
-                raw = json.loads(raw)
+                raw = json_loads(raw)
             except UnicodeDecodeError as e:
                 raise RowError(f"not UTF-8 text ({e.reason} at byte {e.start})") from e
             except json.JSONDecodeError as e:
@@ -192,5 +212,16 @@ def _with_dropped(out: dict, dropped: int) -> dict:
     return out
 
 
-def dumps(out: dict) -> str:
-    return json.dumps(out, separators=(",", ":"), allow_nan=False) + "\n"
+def dumps(out: dict) -> bytes:
+    """One output line. Numbers that JSON cannot hold raise ValueError with either parser (orjson would write
+    NaN as null, so json writes what has one); an integer beyond 64 bits is written by json."""
+    if orjson is not None and all(_finite(r) for r in out.get("results", ())):
+        try:
+            return orjson.dumps(out, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:
+            pass
+    return (json.dumps(out, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+def _finite(result: dict) -> bool:
+    return all(math.isfinite(v) for v in result.values() if type(v) is float)
