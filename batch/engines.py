@@ -164,7 +164,7 @@ class RayEngine:
         (rows of vectors are large), so the driver never holds the whole input."""
         items, size = [], 0
         for row in rows:
-            items.append({"row": json.dumps(row.__dict__)})
+            items.append({"row": row_json(row)})
             size += len(items[-1]["row"])
             if len(items) >= self.chunk_rows or size >= MAX_DATASET_BYTES:
                 yield items
@@ -177,3 +177,28 @@ class RayEngine:
             import ray
 
             ray.shutdown()
+
+
+def row_json(row: Row) -> str:
+    """A row as JSON text for Ray. orjson writes it (a Parquet row's vectors straight from their arrays, as float64 so
+    that float32 values come back exactly) unless it holds floats orjson would write as null (NaN, infinity): json
+    keeps those, for the scorer to name."""
+    import numpy as np
+
+    from . import rows
+
+    def plain(items) -> bool:  # no float orjson would write as null: finite arrays, or items without vectors
+        if isinstance(items, np.ndarray):
+            return bool(np.isfinite(items).all())
+        return items is None or not any(isinstance(x, (list, np.ndarray)) for x in items)
+
+    def wide(items):
+        return items.astype(np.float64) if isinstance(items, np.ndarray) else items
+
+    if rows.orjson is not None and plain(row.context) and plain(row.candidates):
+        fields = dict(row.__dict__, context=wide(row.context), candidates=wide(row.candidates))
+        try:
+            return rows.orjson.dumps(fields, option=rows.orjson.OPT_SERIALIZE_NUMPY).decode()
+        except rows.orjson.JSONEncodeError:  # an integer id beyond 64 bits
+            pass
+    return json.dumps(row.__dict__, default=lambda a: a.tolist())

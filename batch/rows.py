@@ -86,14 +86,10 @@ def read_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
         raise FileNotFoundError(f"input {path} does not exist")
     if is_parquet(path):
         try:
-            import pyarrow.parquet as pq
+            from .parquet_rows import read_parquet
         except ModuleNotFoundError as e:
             raise RowError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), or give JSON Lines") from e
-        n = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for record in batch.to_pylist():
-                n += 1
-                yield n, record
+        yield from read_parquet(path)
         return
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
@@ -102,7 +98,10 @@ def read_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
 
 
 def parse_row(line: int, raw: Any, default_top_k: int) -> Row:
-    """A checked Row; a bad one carries ``error`` (its id too, when the id could be read)."""
+    """A checked Row; a bad one carries ``error`` (its id too, when the id could be read).
+
+    ``raw``: the text of a JSON line, or a dict (from Parquet, where a column of vectors may hold a
+    2-d array per row)."""
     if orjson is None or not isinstance(raw, (bytes, str)):
         return _checked_row(line, raw, default_top_k, json.loads)
     row = _checked_row(line, raw, default_top_k, orjson.loads)
@@ -162,6 +161,8 @@ def _check_items(value: Any, name: str, required: bool) -> list | None:
         if required:
             raise RowError(f"missing {name}")
         return None
+    if getattr(value, "ndim", None) == 2 and len(value):  # a Parquet row's vectors, checked by the scorer
+        return value
     if not isinstance(value, list):
         raise RowError(f"{name} must be a list of texts, paragraph ids or vectors, got {type(value).__name__}")
     if not value:
