@@ -81,7 +81,7 @@ def add_documents_response(r: WriteResult) -> pb.AddDocumentsResponse:
 
 def delete_documents_response(d: Deleted) -> pb.DeleteDocumentsResponse:
     return pb.DeleteDocumentsResponse(documents_deleted=d.documents, paragraphs_deleted=d.paragraphs,
-                                      index_version=d.generation)
+                                      index_version=d.generation, missing_doc_ids=d.missing)
 
 
 def paragraphs_response(paragraphs: list, vectors) -> pb.GetParagraphsResponse:

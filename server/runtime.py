@@ -44,6 +44,7 @@ class Deleted:
     documents: int
     paragraphs: int
     generation: int
+    missing: list[str]  # with allow_missing: the doc_ids that were not stored
 
 
 def size_threads(workers: int, threads: int = 0) -> int:
@@ -220,10 +221,21 @@ class Runtime:
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return result
 
-    async def delete_documents(self, doc_ids: list[str]) -> Deleted:
+    async def delete_documents(self, doc_ids: list[str], allow_missing: bool = False) -> Deleted:
+        """Delete whole documents. Unknown doc_ids: NotFoundError and nothing deleted, or with ``allow_missing``
+        reported in ``Deleted.missing`` while the others are deleted."""
         self._check_writable()
         if not doc_ids:
             raise InvalidInputError("doc_ids is empty")
-        paragraphs = await self.run_locked(self.store.delete_documents, doc_ids)
+        deleted = await self.run_locked(self._delete, list(dict.fromkeys(doc_ids)), allow_missing)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
-        return Deleted(len(set(doc_ids)), paragraphs, self.store.generation)
+        return deleted
+
+    def _delete(self, doc_ids: list[str], allow_missing: bool) -> Deleted:
+        missing: list[str] = []
+        if allow_missing:  # under the write lock: nothing can add or delete between this look and the delete
+            missing = [d for d in doc_ids if not len(self.store.ids_of_documents([d]))]  # a document has a paragraph
+            gone = set(missing)
+            doc_ids = [d for d in doc_ids if d not in gone]
+        paragraphs = self.store.delete_documents(doc_ids) if doc_ids else 0
+        return Deleted(len(doc_ids), paragraphs, self.store.generation, missing)

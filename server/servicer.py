@@ -57,7 +57,7 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
 
     @rpc
     async def DeleteDocuments(self, request, context):
-        deleted = await self.rt.delete_documents(list(request.doc_ids))
+        deleted = await self.rt.delete_documents(list(request.doc_ids), request.allow_missing)
         return convert.delete_documents_response(deleted)
 
     @rpc

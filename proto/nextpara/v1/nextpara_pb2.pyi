@@ -135,20 +135,24 @@ class AddDocumentsResponse(_message.Message):
     def __init__(self, documents_added: _Optional[int] = ..., documents_replaced: _Optional[int] = ..., documents_unchanged: _Optional[int] = ..., paragraphs_written: _Optional[int] = ..., index_version: _Optional[int] = ...) -> None: ...
 
 class DeleteDocumentsRequest(_message.Message):
-    __slots__ = ("doc_ids",)
+    __slots__ = ("doc_ids", "allow_missing")
     DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_MISSING_FIELD_NUMBER: _ClassVar[int]
     doc_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    allow_missing: bool
+    def __init__(self, doc_ids: _Optional[_Iterable[str]] = ..., allow_missing: _Optional[bool] = ...) -> None: ...
 
 class DeleteDocumentsResponse(_message.Message):
-    __slots__ = ("documents_deleted", "paragraphs_deleted", "index_version")
+    __slots__ = ("documents_deleted", "paragraphs_deleted", "index_version", "missing_doc_ids")
     DOCUMENTS_DELETED_FIELD_NUMBER: _ClassVar[int]
     PARAGRAPHS_DELETED_FIELD_NUMBER: _ClassVar[int]
     INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MISSING_DOC_IDS_FIELD_NUMBER: _ClassVar[int]
     documents_deleted: int
     paragraphs_deleted: int
     index_version: int
-    def __init__(self, documents_deleted: _Optional[int] = ..., paragraphs_deleted: _Optional[int] = ..., index_version: _Optional[int] = ...) -> None: ...
+    missing_doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, documents_deleted: _Optional[int] = ..., paragraphs_deleted: _Optional[int] = ..., index_version: _Optional[int] = ..., missing_doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetParagraphsRequest(_message.Message):
     __slots__ = ("paragraph_ids", "include_vectors")

@@ -111,7 +111,9 @@ class NextParagraphServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteDocuments(self, request, context):
-        """Delete whole documents. Unknown doc_ids: NOT_FOUND and nothing deleted.
+        """Delete whole documents. Unknown doc_ids: NOT_FOUND naming them and nothing deleted, unless
+        allow_missing is set: then they are listed in missing_doc_ids and the others are deleted. Only a
+        delete with allow_missing can be replayed safely (a retried plain delete finds its ids gone).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
