@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import grpc
 
+from ._retry import SERVICE_CONFIG
+
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-
-# Retries with exponential backoff on UNAVAILABLE only (the server was not reached or restarting).
-RETRY_SERVICE_CONFIG = json.dumps({"methodConfig": [{
-    "name": [{"service": "nextpara.v1.NextParagraphService"}],
-    "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.2s", "maxBackoff": "3s", "backoffMultiplier": 2,
-                    "retryableStatusCodes": ["UNAVAILABLE"]}}]})
 
 
 def options(max_message_bytes: int) -> list[tuple[str, object]]:
     return [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.enable_retries", 1),
-            ("grpc.service_config", RETRY_SERVICE_CONFIG)]
+            ("grpc.service_config", SERVICE_CONFIG)]  # retries on UNAVAILABLE, idempotent calls only (_retry.py)
 
 
 def credentials(tls: bool, root_certificates: str | bytes | None) -> grpc.ChannelCredentials | None:

@@ -101,7 +101,7 @@ def add_result(r: pb.AddDocumentsResponse) -> AddResult:
 
 
 def delete_result(r: pb.DeleteDocumentsResponse) -> DeleteResult:
-    return DeleteResult(r.documents_deleted, r.paragraphs_deleted, r.index_version)
+    return DeleteResult(r.documents_deleted, r.paragraphs_deleted, r.index_version, list(r.missing_doc_ids))
 
 
 def paragraphs_result(r: pb.GetParagraphsResponse) -> list[Paragraph]:

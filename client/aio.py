@@ -13,7 +13,7 @@ import grpc
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
-from . import _channel, _convert
+from . import _channel, _convert, _retry
 from .errors import from_rpc_error
 from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
 
@@ -27,11 +27,17 @@ class AsyncClient:
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
         self._metadata = _channel.metadata(token)
 
-    async def _call(self, method, request, timeout):
-        try:
-            return await method(request, timeout=timeout or self.timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from e
+    async def _call(self, method, request, timeout, *, retry: bool = False):
+        """As Client._call: one call within ``timeout``, with ``retry`` retried here on UNAVAILABLE."""
+        backoff = _retry.Backoff(timeout or self.timeout)
+        while True:
+            try:
+                return await method(request, timeout=backoff.remaining(), metadata=self._metadata)
+            except grpc.RpcError as e:
+                delay = backoff.delay_after(e) if retry else None
+                if delay is None:
+                    raise from_rpc_error(e) from e
+            await asyncio.sleep(delay)
 
     async def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
                            exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
@@ -66,9 +72,12 @@ class AsyncClient:
         chunks = _convert.chunk_documents(documents, self.max_message_bytes - 64 * 1024)
         return _convert.add_result(await self._call(self._stub.AddDocuments, iter(list(chunks)), timeout))
 
-    async def delete_documents(self, doc_ids: Sequence[str], *, timeout: float | None = None) -> DeleteResult:
-        request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids))
-        return _convert.delete_result(await self._call(self._stub.DeleteDocuments, request, timeout))
+    async def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,
+                               timeout: float | None = None) -> DeleteResult:
+        """As Client.delete_documents: retried on UNAVAILABLE only with ``allow_missing``."""
+        request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
+        return _convert.delete_result(await self._call(self._stub.DeleteDocuments, request, timeout,
+                                                       retry=_retry.retried("DeleteDocuments", request)))
 
     async def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False,
                              timeout: float | None = None) -> list[Paragraph]:

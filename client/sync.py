@@ -7,19 +7,22 @@
             print(p.score, p.doc_id, p.text)
 
 Every call takes ``timeout=`` (seconds; the client's default otherwise). Failures raise a
-:class:`nextpara.client.errors.ServiceError` subclass chosen by status code.
+:class:`nextpara.client.errors.ServiceError` subclass chosen by status code. Only calls that a replay
+cannot harm are retried, on UNAVAILABLE only (``_retry.py``): the reads (not the health probe), Reload,
+AddDocuments, and DeleteDocuments with ``allow_missing``.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Iterable, Iterator, Sequence
 
 import grpc
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
-from . import _channel, _convert
+from . import _channel, _convert, _retry
 from .errors import from_rpc_error
 from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
 
@@ -33,11 +36,18 @@ class Client:
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
         self._metadata = _channel.metadata(token)
 
-    def _call(self, method, request, timeout):
-        try:
-            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from e
+    def _call(self, method, request, timeout, *, retry: bool = False):
+        """One call within ``timeout``; with ``retry``, retried here on UNAVAILABLE (for a call the channel does not
+        retry: an allow_missing delete)."""
+        backoff = _retry.Backoff(timeout or self.timeout)
+        while True:
+            try:
+                return method(request, timeout=backoff.remaining(), metadata=self._metadata)
+            except grpc.RpcError as e:
+                delay = backoff.delay_after(e) if retry else None
+                if delay is None:
+                    raise from_rpc_error(e) from e
+            time.sleep(delay)
 
     def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
                      exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
@@ -73,8 +83,14 @@ class Client:
         chunks = _convert.chunk_documents(documents, self.max_message_bytes - 64 * 1024)
         return _convert.add_result(self._call(self._stub.AddDocuments, chunks, timeout))
 
-    def delete_documents(self, doc_ids: Sequence[str], *, timeout: float | None = None) -> DeleteResult:
-        return _convert.delete_result(self._call(self._stub.DeleteDocuments, pb.DeleteDocumentsRequest(doc_ids=list(doc_ids)), timeout))
+    def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,
+                         timeout: float | None = None) -> DeleteResult:
+        """Delete whole documents. An unknown doc_id is NotFound and nothing is deleted; this call is never retried
+        (one that succeeded but lost its answer would be NotFound). With ``allow_missing``, unknown ids are listed in
+        ``missing_doc_ids`` instead and the call is retried on UNAVAILABLE like a read."""
+        request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
+        return _convert.delete_result(self._call(self._stub.DeleteDocuments, request, timeout,
+                                                 retry=_retry.retried("DeleteDocuments", request)))
 
     def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, timeout: float | None = None) -> list[Paragraph]:
         request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)

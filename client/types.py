@@ -70,6 +70,7 @@ class DeleteResult:
     documents_deleted: int
     paragraphs_deleted: int
     index_version: int
+    missing_doc_ids: list[str] = field(default_factory=list)  # with allow_missing: the ids that were not stored
 
 
 @dataclass(frozen=True)
