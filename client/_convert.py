@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from nextpara.errors import InvalidInputError
 from nextpara.v1 import nextpara_pb2 as pb
 
 from .types import (
@@ -78,15 +79,16 @@ def document_message(doc: Document | Mapping) -> pb.Document:
 
 
 def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Iterator[pb.AddDocumentsRequest]:
-    """AddDocuments messages of at most ``max_bytes`` each (a single larger document is refused here)."""
+    """AddDocuments messages of at most ``max_bytes`` each, made as ``docs`` is read; a single larger document is
+    refused here (InvalidInputError naming it, a ValueError)."""
     batch: list[pb.Document] = []
     size = 0
     for i, doc in enumerate(docs):
         message = document_message(doc)
         n = message.ByteSize() + 8
         if n > max_bytes:
-            raise ValueError(f"document {i} ({message.doc_id!r}) is {n} bytes encoded, over the {max_bytes}-byte "
-                             "message limit: split it, or raise the limit on both server and client")
+            raise InvalidInputError(f"document {i} ({message.doc_id!r}) is {n} bytes encoded, over the {max_bytes}-byte "
+                                    "message limit: split it, or raise the limit on both server and client")
         if batch and size + n > max_bytes:
             yield pb.AddDocumentsRequest(documents=batch)
             batch, size = [], 0

@@ -14,6 +14,7 @@ from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
+from ._upload import DocumentStream
 from .errors import from_rpc_error
 from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
 
@@ -69,8 +70,11 @@ class AsyncClient:
             raise from_rpc_error(e) from e
 
     async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
-        chunks = _convert.chunk_documents(documents, self.max_message_bytes - 64 * 1024)
-        return _convert.add_result(await self._call(self._stub.AddDocuments, iter(list(chunks)), timeout))
+        """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the
+        stream and is raised with ``documents_committed`` set on it."""
+        stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
+        result = _convert.add_result(await self._call(self._stub.AddDocuments, iter(stream), timeout))
+        return stream.raise_if_failed(result)
 
     async def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,
                                timeout: float | None = None) -> DeleteResult:

@@ -23,6 +23,7 @@ from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
+from ._upload import DocumentStream
 from .errors import from_rpc_error
 from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
 
@@ -79,9 +80,13 @@ class Client:
             raise from_rpc_error(e) from e
 
     def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
-        """Upsert documents, streamed in messages under the message size limit; each message commits whole."""
-        chunks = _convert.chunk_documents(documents, self.max_message_bytes - 64 * 1024)
-        return _convert.add_result(self._call(self._stub.AddDocuments, chunks, timeout))
+        """Upsert documents, streamed in messages under the message size limit as ``documents`` is read; each
+        message commits whole. If reading or chunking a document fails (the iterable raises; a document over the
+        message limit: InvalidInputError naming it), the stream ends before that document's message and that
+        exception is raised once the server has answered, with ``documents_committed`` set on it."""
+        stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
+        result = _convert.add_result(self._call(self._stub.AddDocuments, iter(stream), timeout))
+        return stream.raise_if_failed(result)
 
     def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,
                          timeout: float | None = None) -> DeleteResult:

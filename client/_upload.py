@@ -1,0 +1,55 @@
+"""AddDocuments' request stream, shared by the sync and asyncio clients.
+
+grpc reads a request iterator on its own thread (grpc.aio: in its own task), and an exception raised
+by it is lost: the sync call fails as ``UNKNOWN: Exception iterating requests!``, the asyncio call as
+CANCELLED. So :class:`DocumentStream` never raises to grpc. It chunks the caller's documents lazily
+(an unbounded iterable is never read whole), and when reading or chunking them fails it keeps the
+error and ends the stream there: the server commits every message sent before (each message is
+committed whole), and the client, once the call has answered, raises the kept error itself with the
+number of documents committed in it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Mapping
+
+from nextpara.v1 import nextpara_pb2 as pb
+
+from ._convert import chunk_documents
+from .types import AddResult, Document
+
+
+class DocumentStream:
+    """``for message in DocumentStream(docs, max_bytes)``: the AddDocuments messages of ``docs``, made as they are
+    asked for; an error of ``docs`` or of chunking ends the iteration and is kept in ``error``."""
+
+    def __init__(self, documents: Iterable[Document | Mapping], max_bytes: int):
+        self._chunks = chunk_documents(documents, max_bytes)
+        self.error: BaseException | None = None
+        self.documents_sent = 0
+
+    def __iter__(self) -> Iterator[pb.AddDocumentsRequest]:
+        while True:
+            try:
+                message = next(self._chunks)
+            except StopIteration:
+                return
+            except BaseException as e:  # noqa: B036 (grpc would swallow it; raise_if_failed raises it on the caller's side)
+                self.error = e
+                return
+            self.documents_sent += len(message.documents)
+            yield message
+
+    def raise_if_failed(self, result: AddResult) -> AddResult:
+        """``result`` when every document was sent; otherwise raise the kept error, telling how many documents
+        the server committed before it (as ``error.documents_committed``, ``error.add_result`` and a note)."""
+        error = self.error
+        if error is None:
+            return result
+        committed = result.documents_added + result.documents_replaced + result.documents_unchanged
+        error.documents_committed = committed
+        error.add_result = result
+        if hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(f"AddDocuments stopped there: {committed} document(s) sent before it were committed "
+                           "(documents are upserted by doc_id, so sending them again is safe)")
+        raise error
