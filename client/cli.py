@@ -34,13 +34,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_connection(p)
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("add", help="upsert documents from a JSON Lines file into a running server")
+    p = sub.add_parser("add", help="upsert documents from a JSON Lines file into a running server",
+                       description="Streams the file's documents as it reads it. A bad line stops it at once with "
+                                   "FILE:LINE: reason and the number of documents committed before it (documents are "
+                                   "upserted by doc_id, so running it again after the fix is safe).")
     p.add_argument("corpus", help="JSONL, one {\"doc_id\", \"title\", \"paragraphs\"[, \"vectors\"]} per line")
     add_connection(p)
     p.set_defaults(func=cmd_add)
 
     p = sub.add_parser("delete", help="delete documents from a running server")
     p.add_argument("doc_ids", nargs="+")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="doc_ids that are not stored are not an error (listed); such a delete is retried if the "
+                        "server is unavailable, as it is safe to repeat")
     add_connection(p)
     p.set_defaults(func=cmd_delete)
 
@@ -55,7 +61,9 @@ def _run(fn):
     try:
         return fn()
     except NextparaError as e:
-        print(f"error: {e}", file=sys.stderr)
+        committed = getattr(e, "documents_committed", None)  # add: an error that ended the stream (client/_upload.py)
+        print(f"error: {e}" + ("" if committed is None else f"; {committed} document(s) before it were committed"),
+              file=sys.stderr)
         return 2
 
 
@@ -84,16 +92,57 @@ def cmd_predict(args) -> int:
 
 
 def read_jsonl(path: str):
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-                yield {"doc_id": doc["doc_id"], "title": doc.get("title", ""), "paragraphs": doc["paragraphs"],
-                       "vectors": doc.get("vectors")}
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise SystemExit(f"{path}:{lineno}: not a document ({e})") from e
+    """The documents of a JSON Lines file, read as they are asked for; a bad line raises CorpusFormatError (FILE:LINE:
+    reason). The file is opened here, before the stream starts."""
+    from nextpara.errors import CorpusFormatError, InvalidInputError
+
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise InvalidInputError(f"cannot read {path}: {e.strerror}") from e
+
+    def documents():
+        with f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                    doc = parse_document(line) if line.strip() else None
+                except UnicodeDecodeError as e:
+                    raise CorpusFormatError(path, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})") from e
+                except ValueError as e:
+                    raise CorpusFormatError(path, lineno, str(e)) from e
+                if doc is not None:
+                    yield doc
+    return documents()
+
+
+def parse_document(line: str) -> dict:
+    """One JSON Lines line -> a document for Client.add_documents; ValueError saying what is wrong with it (its
+    shape: the server checks the rest, e.g. vector dimensions)."""
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e.msg} at column {e.colno})") from e
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a document: a JSON {type(doc).__name__}, not an object")
+    doc_id, paragraphs, title, vectors = doc.get("doc_id"), doc.get("paragraphs"), doc.get("title"), doc.get("vectors")
+    title = "" if title is None else title
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
+    if not isinstance(paragraphs, list) or not paragraphs:
+        raise ValueError(f"document {doc_id!r}: paragraphs must be a non-empty list, got {paragraphs!r:.40}")
+    for i, text in enumerate(paragraphs):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"document {doc_id!r}: paragraph {i} is not a non-empty string")
+    if not isinstance(title, str):
+        raise ValueError(f"document {doc_id!r}: title must be a string, got {type(title).__name__}")
+    if vectors is not None:
+        if not isinstance(vectors, list) or len(vectors) != len(paragraphs):
+            raise ValueError(f"document {doc_id!r}: vectors must be a list of one vector per paragraph ({len(paragraphs)})")
+        for i, v in enumerate(vectors):
+            if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                raise ValueError(f"document {doc_id!r}: vector {i} is not a list of numbers")
+    return {"doc_id": doc_id, "title": title, "paragraphs": paragraphs, "vectors": vectors}
 
 
 def cmd_add(args) -> int:
@@ -109,9 +158,10 @@ def cmd_add(args) -> int:
 def cmd_delete(args) -> int:
     def go():
         with client_from(args) as c:
-            r = c.delete_documents(args.doc_ids)
+            r = c.delete_documents(args.doc_ids, allow_missing=args.allow_missing)
         print(f"{r.documents_deleted} documents ({r.paragraphs_deleted} paragraphs) deleted; "
-              f"index generation {r.index_version}")
+              f"index generation {r.index_version}"
+              + (f"; not stored: {', '.join(r.missing_doc_ids)}" if r.missing_doc_ids else ""))
         return 0
     return _run(go)
 
