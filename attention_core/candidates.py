@@ -29,7 +29,10 @@ def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_v
     """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours, then
     (with ``n_words`` and the context's texts) the word index's results for the last paragraph's words and for the
     whole context's. A context paragraph without text (a raw vector) adds no words."""
-    sources = [search_excluding(store, query_vectors, n, exclude), search_excluding(store, last_vectors, n, exclude)]
+    # both vector sources in one FAISS call: an exact search reads every stored vector once per call (memory-bound),
+    # so two query sets stacked cost little more than one (bench/results/profile_request.md)
+    both = search_excluding(store, np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude])
+    sources = [both[:len(query_vectors)], both[len(query_vectors):]]
     if n_words and context_texts is not None:
         last = [texts[-1] if len(texts) else None for texts in context_texts]
         whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
