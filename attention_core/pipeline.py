@@ -22,6 +22,7 @@ from .candidates import generate_candidates
 from .model import NextParagraphModel
 
 SCORE_BATCH = 256
+ANSWER_SLACK = 16  # rows read beyond the answer's, so a paragraph deleted since the search leaves no hole in it
 STAGES = ("encode", "search", "rows", "word_features", "model", "answer")  # of retrieve(), as observed
 
 
@@ -174,8 +175,8 @@ class RerankPipeline:
         candidate row read once, word features computed once, and one model call scores them all.
 
         A model that reads words gets every candidate's word row from the lexicon's cache (a stored paragraph's
-        text is read and tokenised once per process); the rows of each query's first ``keep`` (all if None) are
-        read for the answer, and ``Scored.paragraphs`` holds them. A candidate whose row has gone (a read-only replica whose writer
+        text is read and tokenised once per process); the rows of each query's first ``keep`` + ANSWER_SLACK (all if
+        None) are read for the answer, and ``Scored.paragraphs`` holds the first ``keep`` of them. A candidate whose row has gone (a read-only replica whose writer
         deleted it since the replica loaded its index) is dropped. ``observe(stage, seconds)`` gets the time of each
         stage of each chunk: STAGES, in that order."""
         out: list[Scored] = []
@@ -200,8 +201,8 @@ class RerankPipeline:
                 words = self.lexicon.paragraph_rows(np.unique(np.concatenate(ids)) if ids else [], read_texts)
                 known = np.fromiter(words, np.int64, len(words))
                 ids = [row_ids[np.isin(row_ids, known)] for row_ids in ids]  # a paragraph deleted since it was found
-            cand_vecs = [self.store.vectors(row_ids) if len(row_ids) else np.zeros((0, self.store.dim), np.float32)
-                         for row_ids in ids]
+            present = [self.store.present_vectors(row_ids) for row_ids in ids]  # ... or deleted since its row was cached
+            ids, cand_vecs = [p[0] for p in present], [p[1] for p in present]
             lap("rows")
             if self.lexicon is not None:
                 lex = self.stored_lexical_features(texts, ids, words)
@@ -217,14 +218,16 @@ class RerankPipeline:
                 att = result["attention"][i][:, order[0], :].numpy() if need_weights and len(order) else None  # (h, L)
                 ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
                                      attention=att))
-            shown = np.unique(np.concatenate([r.ids[:keep] for r in ranked])) if ranked else np.zeros(0, np.int64)
-            rows = {**read, **self.store.find_paragraphs([int(i) for i in shown if int(i) not in read])}
-            for r in ranked:  # the answer's rows; a paragraph deleted since it was found is dropped
-                shown = r.ids[:keep]
-                gone = np.asarray([int(i) not in rows for i in shown] + [False] * (len(r.ids) - len(shown)), bool)
-                if gone.any():
-                    r.ids, r.scores, r.retrieval_scores = r.ids[~gone], r.scores[~gone], r.retrieval_scores[~gone]
-                r.paragraphs = [rows[int(i)] for i in r.ids[:len(shown) - int(gone.sum())]]
+            deep = None if keep is None else keep + ANSWER_SLACK
+            wanted = np.unique(np.concatenate([r.ids[:deep] for r in ranked])) if ranked else np.zeros(0, np.int64)
+            rows = {**read, **self.store.find_paragraphs([int(i) for i in wanted if int(i) not in read])}
+            for r in ranked:  # the answer's rows; a paragraph deleted since it was found (on a replica) is dropped
+                looked = len(r.ids[:deep])
+                gone = np.zeros(len(r.ids), bool)
+                gone[:looked] = [int(i) not in rows for i in r.ids[:looked]]
+                r.ids, r.scores, r.retrieval_scores = r.ids[~gone], r.scores[~gone], r.retrieval_scores[~gone]
+                shown = looked - int(gone.sum())
+                r.paragraphs = [rows[int(i)] for i in r.ids[:shown if keep is None else min(shown, keep)]]
             out += ranked
             lap("answer")
         return out

@@ -224,6 +224,14 @@ class ParagraphStore:
         with self._mutex:
             return self.vector_table.get(np.asarray(ids, dtype=np.int64))
 
+    def present_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids among ``ids`` that the vector table holds (in their order) and their vectors, under one lock: a
+        writer may delete a paragraph between the search that found it and this read."""
+        ids = np.asarray(ids, dtype=np.int64)
+        with self._mutex:
+            kept = ids[self.vector_table.rows(ids)[1]]
+            return kept, self.vector_table.get(kept)
+
     def ids_of_documents(self, doc_ids: Iterable[str]) -> np.ndarray:
         """Ids of every paragraph of the given documents (unknown doc_ids contribute nothing)."""
         return self.tables.ids_of_documents(doc_ids)

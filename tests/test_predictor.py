@@ -123,6 +123,8 @@ def test_a_request_reads_each_stored_row_once(trained_store):
     later request reads only its context's and its answer's rows: the candidates' word rows are cached by id."""
     import re
 
+    from nextpara.attention_core.pipeline import ANSWER_SLACK
+
     def reads(predictor, contexts):
         statements: list[str] = []
         db = predictor.store.tables.db
@@ -142,4 +144,5 @@ def test_a_request_reads_each_stored_row_once(trained_store):
         first, answered = reads(predictor, [ids, ids[1:]])
         assert set(ids) | answered <= first and len(first) > 50  # every candidate's text, once
         again, answered = reads(predictor, [ids, ids[1:]])
-        assert again == set(ids) | answered  # the context's rows and the answer's, nothing else
+        # the context's rows and the answer's (with ANSWER_SLACK more per query), not every candidate's
+        assert set(ids) | answered <= again and len(again - set(ids)) <= 2 * (10 + ANSWER_SLACK) < len(first)

@@ -248,3 +248,19 @@ def test_a_store_from_before_the_word_index_gets_it_on_open(tmp_path):
     with open_store(tmp_path) as store:  # the first writable open builds it
         assert store.words.available and store.words.agrees_with_paragraphs()
         assert word_ids(store, "d3") == [int(i) for i in store.ids_of_documents(["d3"])]
+
+
+def test_present_vectors_leaves_out_what_a_writer_deleted(tmp_path):
+    """Retrieval reads candidate vectors with present_vectors: a paragraph deleted between the search that found it
+    and that read is left out instead of failing the whole request."""
+    rng = np.random.default_rng(0)
+    store = open_store(tmp_path, embedder_name="random", dim=8)
+    store.add_documents([Document(doc_id=d, title="", paragraphs=[f"{d} one", f"{d} two"]) for d in ("a", "b")],
+                        [rng.standard_normal((2, 8)).astype(np.float32) for _ in range(2)])
+    found = store.ids_of_documents(["a", "b"])
+    store.delete_documents(["a"])
+    kept, vectors = store.present_vectors(found)
+    assert kept.tolist() == store.ids_of_documents(["b"]).tolist() and vectors.shape == (2, 8)
+    np.testing.assert_array_equal(vectors, store.vectors(kept))
+    assert store.present_vectors([])[1].shape == (0, 8)
+    store.close()
