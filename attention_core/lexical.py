@@ -10,7 +10,7 @@ Tokens are lower-cased runs of two or more word characters, hashed (crc32) into 
 buckets, so the vocabulary is a fixed-size IDF vector that the checkpoint stores as a tensor (no
 pickled vocabulary). Term weight (1 + log tf) * idf, rows L2-normalised. IDF comes from the
 training split's texts (smooth: log((1 + n) / (1 + df)) + 1), so a token first seen after training,
-or only in validation and test documents, weighs what the rarest token of the training split weighs:
+or only in validation and test documents, weighs the most (log(1 + n) + 1, above any token it saw):
 the names and terms of a new document link its paragraphs, as they would for any document added
 later, and the evaluation treats test documents exactly so.
 

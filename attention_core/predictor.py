@@ -7,9 +7,9 @@ stored paragraph ids or raw vectors, resolved by items.py, which also says what 
 A context longer than the model reads keeps its most recent paragraphs; the result says how many
 were dropped. Errors name the item: ``context[2]: unknown paragraph id 99``.
 
-A request reads each stored row once: the context's ids (vectors from memory, texts with one
-SQLite query), then every candidate's row (one query for the batch), whose text feeds the word
-features and whose doc_id, position and text make the answer. The context is encoded once: its
+A request reads each stored row at most once: the context's ids (vectors from memory, texts with one
+SQLite query), the rows of candidates whose word rows the process has not cached yet (their text
+feeds the word features), and the answer's rows (doc_id, position, text). The context is encoded once: its
 query vector searches and its states score (pipeline.py: ``RerankPipeline.retrieve``).
 """
 

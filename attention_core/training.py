@@ -84,8 +84,8 @@ class Trainer:
             texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
         self.texts = texts
         if model_cfg.lexical:
-            # IDF from the training split alone: a word seen only in validation or test documents gets no weight, as
-            # a word of a document added after training would not
+            # IDF from the training split alone: a word seen only in validation or test documents weighs what a word
+            # of a document added after training would (the most: lexical.Lexicon.fit), not what the split says
             lexicon = lexical.Lexicon.fit([texts[r] for r in seq.split_rows("train")])
             self.model.lexicon_idf.copy_(torch.from_numpy(lexicon.idf))
             self.words = lexicon.matrix(texts)

@@ -25,7 +25,8 @@ import grpc
 
 SERVICE = "nextpara.v1.NextParagraphService"
 
-# Every method of SERVICE is in exactly one of these (tests/test_client_retry.py checks the proto against them).
+# Every method of SERVICE is in exactly one of these
+# (tests/test_client_idempotency.py::test_every_method_has_a_retry_decision checks the proto against them).
 IDEMPOTENT = ("PredictNext", "Rerank", "RerankStream", "AddDocuments", "GetParagraphs", "GetInfo", "Reload")
 NOT_IDEMPOTENT = ("DeleteDocuments",)  # idempotent only with allow_missing: see retried()
 

@@ -26,7 +26,6 @@ class DocumentStream:
     def __init__(self, documents: Iterable[Document | Mapping], max_bytes: int):
         self._chunks = chunk_documents(documents, max_bytes)
         self.error: BaseException | None = None
-        self.documents_sent = 0
 
     def __iter__(self) -> Iterator[pb.AddDocumentsRequest]:
         while True:
@@ -37,7 +36,6 @@ class DocumentStream:
             except BaseException as e:  # noqa: B036 (grpc would swallow it; raise_if_failed raises it on the caller's side)
                 self.error = e
                 return
-            self.documents_sent += len(message.documents)
             yield message
 
     def raise_if_failed(self, result: AddResult) -> AddResult:

@@ -199,7 +199,7 @@ def test_concurrent_clients_get_the_sequential_answers(server, client):
     assert got == expected
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
     assert 'nextpara_requests_total{code="OK",method="PredictNext"}' in metrics
-    assert "nextpara_batch_size_count" in metrics and 'nextpara_stage_seconds_count{stage="rerank"}' in metrics
+    assert "nextpara_batch_size_count" in metrics and 'nextpara_stage_seconds_count{stage="model"}' in metrics
 
 
 def test_reflection_lists_the_service(server):

@@ -9,8 +9,8 @@ each side). It is trained listwise on groups drawn from training documents: for 
 the group is its true successor, one far paragraph of the same document (the easy negative: at least 4
 away), the successor's successor and the paragraph three before A (the hard ones: the neighbours a
 vector model confuses with the next). It reports, on groups from validation documents, before and after
-training: easy accuracy (successor scored above the far paragraph; chance 0.5) and direction accuracy
-(successor first in its group of four; chance 0.25). The test split is not touched. Writes
+training: easy accuracy (successor scored above the far paragraph; chance 0.5), direction accuracy
+(successor above its two hard neighbours; chance 0.33) and group accuracy (first of all four; chance 0.25). The test split is not touched. Writes
 bench/results/NAME.{md,json} (default seam_reader_<corpus>).
 """
 
