@@ -143,6 +143,22 @@ def server_store(trained_store, tmp_path_factory):
     return copy
 
 
+@pytest.fixture(scope="module")
+def server(server_store):
+    """A live server on a copy of the trained store, one per test module that asks for it."""
+    s = LiveServer(server_store).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(server):
+    from nextpara.client import Client
+
+    with Client(server.address, timeout=60) as c:
+        yield c
+
+
 def vector_store(root: Path, embedder_name: str, docs) -> Path:
     """Build a store of precomputed vectors under ``root`` from (doc_id, paragraphs, vectors) triples."""
     from nextpara.store.ingest import build

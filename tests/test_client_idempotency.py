@@ -8,22 +8,9 @@ import threading
 import time
 
 import pytest
-from conftest import LiveServer, run_cli
+from conftest import run_cli
 from nextpara.client import AsyncClient, Client, InvalidArgument, NotFound, Unavailable, _retry
 from nextpara.v1 import nextpara_pb2 as pb
-
-
-@pytest.fixture(scope="module")
-def server(server_store):
-    s = LiveServer(server_store).start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def client(server):
-    with Client(server.address, timeout=60) as c:
-        yield c
 
 
 def add(client, *doc_ids):

@@ -26,19 +26,6 @@ from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 
-@pytest.fixture(scope="module")
-def server(server_store):
-    s = LiveServer(server_store).start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def client(server):
-    with Client(server.address, timeout=60) as c:
-        yield c
-
-
 def some_ids(client, n=12):
     return [p.paragraph_id for p in client.get_paragraphs(list(range(1, n + 1)))]
 
