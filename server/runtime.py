@@ -234,7 +234,7 @@ class Runtime:
     def _delete(self, doc_ids: list[str], allow_missing: bool) -> Deleted:
         missing: list[str] = []
         if allow_missing:  # under the write lock: nothing can add or delete between this look and the delete
-            missing = [d for d in doc_ids if not len(self.store.ids_of_documents([d]))]  # a document has a paragraph
+            missing = self.store.missing_documents(doc_ids)  # the same rule as the delete's own NOT_FOUND
             gone = set(missing)
             doc_ids = [d for d in doc_ids if d not in gone]
         paragraphs = self.store.delete_documents(doc_ids) if doc_ids else 0

@@ -224,6 +224,10 @@ class ParagraphStore:
         with self._mutex:
             return self.vector_table.get(np.asarray(ids, dtype=np.int64))
 
+    def missing_documents(self, doc_ids: Sequence[str]) -> list[str]:
+        """The doc_ids among ``doc_ids`` that are not stored, in their order."""
+        return self.tables.missing_documents(list(doc_ids))
+
     def present_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The ids among ``ids`` that the vector table holds (in their order) and their vectors, under one lock: a
         writer may delete a paragraph between the search that found it and this read."""

@@ -108,6 +108,11 @@ class ParagraphTables:
             out[j] = np.frombuffer(blobs[int(pid)], dtype=np.float32)
         return out
 
+    def missing_documents(self, doc_ids: Sequence[str]) -> list[str]:
+        """The doc_ids among ``doc_ids`` that are not stored, in their order (one query)."""
+        stored = self.content_hashes(doc_ids)
+        return [d for d in doc_ids if d not in stored]
+
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(select_in(self.db, "SELECT doc_id, content_hash FROM documents WHERE doc_id", doc_ids))
 
@@ -189,8 +194,7 @@ class ParagraphTables:
     def delete_documents(self, doc_ids: Sequence[str]) -> np.ndarray:
         """Delete documents in one transaction; the ids of their paragraphs. NotFoundError (nothing deleted) if
         any doc_id is unknown."""
-        stored = self.content_hashes(doc_ids)
-        missing = [d for d in doc_ids if d not in stored]
+        missing = self.missing_documents(doc_ids)
         if missing:
             raise NotFoundError(missing_message("doc_id", missing))
         old_ids: list[int] = []
