@@ -98,12 +98,16 @@ def write_plots(result: dict, plot_dir: Path) -> list[Path]:
 
 
 def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, output: str | None = None,
-                   plot_dir: str | None = None, latency_queries: int = 100, seed: int = 0) -> dict:
+                   plot_dir: str | None = None, latency_queries: int = 100, seed: int = 0,
+                   model: str | None = None) -> dict:
+    """The protocol on the store in ``data_dir`` with the model that serves it (general.py), or ``model``: a
+    checkpoint's path, or "general" for the packaged general model (its word weights fitted on this store)."""
+    from nextpara.errors import FailedPreconditionError
     from nextpara.store.embedders import PrecomputedEmbedder, embedder_for_store
     from nextpara.store.store import open_store
 
-    from .checkpoint import CHECKPOINT, load_checkpoint
     from .evaluation import Evaluation
+    from .general import checkpoint_for_store, general_for_store, served_model
     from .pipeline import RerankPipeline
     from .sequences import ParagraphSequences
 
@@ -114,17 +118,25 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
         if isinstance(embedder, PrecomputedEmbedder):
             embedder = None
         pipeline, meta = None, None
-        if (store.data_dir / CHECKPOINT).exists():
-            model, meta = load_checkpoint(store.data_dir / CHECKPOINT, store.embedder_name, store.dim)
-            pipeline = RerankPipeline(model, store)
+        if model == "general":
+            net, meta = general_for_store(store)
+        elif model:
+            net, meta = checkpoint_for_store(model, store)
+            meta = {**meta, "source": model}
         else:
-            log.warning("no trained model in %s: evaluating the baselines only", store.data_dir)
+            try:
+                net, meta = served_model(store)
+            except FailedPreconditionError as e:
+                log.warning("no model serves %s, evaluating the baselines only: %s", store.data_dir, e)
+        if meta is not None:
+            pipeline = RerankPipeline(net, store)
         ev = Evaluation(store, seq, embedder, pipeline, n_queries=n_queries, context_length=context_length, seed=seed)
         result = ev.evaluate(latency_queries=latency_queries)
         result["attention_example"] = attention_example(ev)
         result["config"] = {"data_dir": str(store.data_dir), "queries": len(ev.targets), "context_length": context_length,
                             "seed": seed, "embedder": store.embedder_name, "paragraphs": len(seq),
                             "model_version": meta["model_version"] if meta else None,
+                            "model_source": meta["source"] if meta else None,
                             "index_generation": store.generation, "machine": f"{platform.machine()}, {_cores()} cores",
                             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.perf_counter() - started, 1)}
     if output:

@@ -34,12 +34,13 @@ ABLATION_LENGTHS = (1, 2, 4, 8)
 
 class Evaluation:
     def __init__(self, store, seq: ParagraphSequences, embedder, pipeline=None, n_queries: int = 2000,
-                 context_length: int = 4, seed: int = 0):
+                 context_length: int = 4, seed: int = 0, split: str = "test"):
+        """``split`` "validation" is for training's own checks (guard.py); the protocol's figures are "test"."""
         self.store, self.seq, self.embedder, self.pipeline = store, seq, embedder, pipeline
         self.L = context_length
-        self.targets = seq.queries("test", max(ABLATION_LENGTHS), limit=n_queries, seed=seed)
+        self.targets = seq.queries(split, max(ABLATION_LENGTHS), limit=n_queries, seed=seed)
         if not self.targets:
-            raise ValueError("the test split holds no queries")
+            raise ValueError(f"the {split} split holds no queries")
         rows = sorted({int(r) for q in self.targets for r in q.context})
         texts = store_texts(store, seq, rows)
         if embedder is None:  # a store of precomputed vectors: the context is given as its stored vectors

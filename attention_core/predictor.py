@@ -24,7 +24,7 @@ from nextpara.errors import InvalidInputError, NextparaError
 from nextpara.store.embedders import Embedder, embedder_for_store
 from nextpara.store.store import ParagraphStore, open_store
 
-from .checkpoint import CHECKPOINT, load_checkpoint
+from .general import served_model
 from .items import EmbeddingLRU, Item, ItemResolver, ResolvedItems
 from .pipeline import RerankPipeline
 
@@ -97,8 +97,9 @@ class Predictor:
     @classmethod
     def from_store(cls, store: ParagraphStore, n_candidates: int = 100, embedder: Embedder | None = None,
                    **embedder_options) -> "Predictor":
-        """A predictor over an open store with the checkpoint in its data dir (FailedPreconditionError if none)."""
-        model, meta = load_checkpoint(store.data_dir / CHECKPOINT, store.embedder_name, store.dim)
+        """A predictor over an open store with the model that serves it: the checkpoint in its data dir, else the
+        general model (general.py); FailedPreconditionError if neither fits the store."""
+        model, meta = served_model(store)
         embedder = embedder or embedder_for_store(store.embedder_spec, store.embedder_name, store.dim, **embedder_options)
         return cls(store, RerankPipeline(model, store, n_candidates), meta, embedder)
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError
 from nextpara.store.embedders import embedder_for_store
@@ -66,6 +65,7 @@ class Runtime:
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
+        self._no_model = ""  # why no model serves, when none does
         self.embedder = None
         self._write_lock = asyncio.Lock()
         self.on_reload = None  # async callable run after a reload (the server updates health with it)
@@ -82,13 +82,15 @@ class Runtime:
         self._load_model()
 
     def _load_model(self) -> None:
-        if (self.data_dir / CHECKPOINT).exists():
+        try:  # the store's own model, else the general model that ships with the package
             predictor = Predictor.from_store(self.store, embedder=self.embedder)
-            predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
-            self.predictor = predictor
+        except FailedPreconditionError as e:
+            self._no_model = str(e)
+            log.warning("no model serves %s: PredictNext and Rerank answer FAILED_PRECONDITION until `nextpara "
+                        "train` and a reload (%s)", self.data_dir, e)
         else:
-            log.warning("no trained model in %s: PredictNext and Rerank answer FAILED_PRECONDITION until "
-                        "`nextpara train` and a reload", self.data_dir)
+            predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
+            self.predictor, self._no_model = predictor, ""
         self.metrics.paragraphs.set(self.store.count_paragraphs())
 
     @property
@@ -154,7 +156,8 @@ class Runtime:
     # ---- reads ------------------------------------------------------------------------
     def _require_model(self) -> Predictor:
         if self.predictor is None:
-            raise FailedPreconditionError(f"no trained model in {self.data_dir}: run `nextpara train`, then reload")
+            raise FailedPreconditionError(self._no_model or f"no model serves {self.data_dir}: run `nextpara train`, "
+                                          "then reload")
         return self.predictor
 
     def _run_batch(self, key, payloads: list):

@@ -1,0 +1,124 @@
+"""Which model serves a store: its own checkpoint, or the general model that ships with the package.
+
+The general model (``general.safetensors`` beside this file) is a reranker trained on a mixture of
+genres (PEPs, 16 novels, the built-in Python docs; bench/quality/train_general.py makes it and its card
+is in the README), for the MiniLM embedder. A store with no ``model.safetensors`` of its own is served
+by it, so a store answers as soon as it is built, and ``nextpara train`` starts from it.
+
+Whatever the model needs from a corpus comes from the store it serves, never from the corpora it was
+trained on: the word weights (IDF) of its word-overlap features are fitted on the store's texts when
+it is loaded (about 1 s for 44K paragraphs). Its weights are checked against :data:`GENERAL_VERSION`
+(the hash of its tensors) before it is used, and safetensors never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from nextpara.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.store.store import ParagraphStore
+
+from . import lexical
+from .checkpoint import CHECKPOINT, load_checkpoint, weights_version
+from .model import NextParagraphModel
+
+log = logging.getLogger(__name__)
+
+GENERAL_CHECKPOINT = Path(__file__).with_name("general.safetensors")
+GENERAL_VERSION = "8ce44321e534"  # weights_version of general.safetensors; written by bench/quality/train_general.py
+
+
+def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = None) -> tuple[NextParagraphModel, dict]:
+    """The packaged general model, its weights checked against ``expect_version`` (default GENERAL_VERSION)."""
+    if not path.exists():
+        raise FailedPreconditionError(f"the general model is missing from this installation ({path}): reinstall "
+                                      "nextpara[server], or train a model of this store with `nextpara train`")
+    model, meta = load_checkpoint(path)
+    expect = GENERAL_VERSION if expect_version is None else expect_version
+    found = weights_version(model.state_dict())
+    if found != meta.get("model_version") or (expect and found != expect):
+        raise FailedPreconditionError(f"{path}: its weights hash to {found}, expected {expect or meta.get('model_version')}: "
+                                      "the file is damaged or not the one this version of nextpara ships")
+    return model, {**meta, "source": "general"}
+
+
+WORD_WEIGHTS_FROM_STORE = "store"  # meta["word_weights"] of a checkpoint that carries none (a mixture's)
+
+
+def fit_store_lexicon(model: NextParagraphModel, store: ParagraphStore) -> None:
+    """Set the model's word weights from the store's own texts (a general model carries none)."""
+    if not model.cfg.lexical:
+        return
+    ids = store.paragraph_table()[0]
+    texts = [p.text for p in store.get_paragraphs([int(i) for i in ids])] if len(ids) else []
+    with torch.no_grad():
+        model.lexicon_idf.copy_(torch.from_numpy(lexical.Lexicon.fit(texts).idf))
+
+
+def general_for_store(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
+    """The general model ready to serve ``store`` (IDF from its texts); StoreMismatchError if the store's
+    embedder is not the one the general model was trained for."""
+    model, meta = load_general()
+    emb = meta.get("embedder", {})
+    if (emb.get("name"), emb.get("dim")) != (store.embedder_name, store.dim):
+        raise StoreMismatchError(
+            f"no trained model in {store.data_dir}, and the general model is for {emb.get('name')} ({emb.get('dim')}-d) "
+            f"while the store uses {store.embedder_name} ({store.dim}-d): run `nextpara train --data-dir "
+            f"{store.data_dir}`")
+    fit_store_lexicon(model, store)
+    return model, meta
+
+
+def checkpoint_for_store(path, store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
+    """A checkpoint file for ``store``: the word weights of one trained on a mixture (``word_weights`` "store",
+    as bench/quality/train_general.py writes them) are fitted on the store's texts."""
+    model, meta = load_checkpoint(path, store.embedder_name, store.dim)
+    if meta.get("word_weights") == WORD_WEIGHTS_FROM_STORE:
+        fit_store_lexicon(model, store)
+    return model, meta
+
+
+def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
+    """The store's own model if it has one, else the general model; ``meta["source"]`` says which."""
+    own = store.data_dir / CHECKPOINT
+    if own.exists():
+        model, meta = load_checkpoint(own, store.embedder_name, store.dim)
+        return model, {**meta, "source": "trained"}
+    try:
+        model, meta = general_for_store(store)
+    except StoreMismatchError as e:
+        raise FailedPreconditionError(str(e)) from e
+    log.info("no trained model in %s: serving the general model %s", store.data_dir, meta["model_version"])
+    return model, meta
+
+
+def describe_served(store: ParagraphStore) -> dict:
+    """Which model serves ``store`` and its validation figures beside B1's, without loading any weights:
+    ``source`` "trained", "general" or "none" (with ``reason``), ``model_version``, and ``validation``
+    ({"model": ..., "B1": ...}, summarize() dicts) when a `nextpara train` measured them on this store."""
+    from .checkpoint import read_checkpoint_meta
+    from .guard import read_report
+
+    own = store.data_dir / CHECKPOINT
+    if own.exists():
+        meta = read_checkpoint_meta(own)
+        guard = meta.get("metrics", {}).get("guard", {})
+        out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", "")}
+        if guard:
+            out["validation"] = {"model": guard["new"], "B1": guard["B1"]}
+        return out
+    try:
+        meta = read_checkpoint_meta(GENERAL_CHECKPOINT)
+    except FailedPreconditionError as e:
+        return {"source": "none", "reason": str(e)}
+    emb = meta.get("embedder", {})
+    if (emb.get("name"), emb.get("dim")) != (store.embedder_name, store.dim):
+        return {"source": "none", "reason": f"no trained model, and the general model is for {emb.get('name')} "
+                                            f"({emb.get('dim')}-d): run `nextpara train`"}
+    out = {"source": "general", "model_version": meta["model_version"]}
+    report = read_report(store.data_dir)  # the last `nextpara train` kept the general model: its figures here
+    if report and "replaced" in report["figures"] and report["replaced"].startswith("the general model"):
+        out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}
+    return out

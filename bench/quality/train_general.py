@@ -1,0 +1,176 @@
+"""Train the general model: one reranker over a mixture of genres, for stores with no model of their own.
+
+    python -m bench.quality.train_general --work DIR --store peps=DIR --store narrative=DIR \\
+        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--install] [--eval]
+
+Each ``--store`` is a built MiniLM store of one corpus (``nextpara build ../shared/corpora/peps.jsonl
+--data-dir DIR``; ``nextpara build builtin`` for the built-in docs). Their paragraphs and vectors are
+copied, without embedding anything again, into one mixture store in ``--work`` (doc_ids keep the
+split rule of docs/evaluation.md: a document's split is the same in the mixture as in its own store).
+Training reads only the mixture's training split, at most ``--per-corpus-queries`` queries of each
+corpus (a seeded sample: no genre outweighs the others), with each corpus's word weights fitted on its
+own training documents; the checkpoint carries no word weights (``word_weights`` "store": the store it
+serves supplies them, attention_core/general.py).
+
+``--leave-out NAME`` trains without that corpus and, with ``--eval``, runs the evaluation protocol on
+the left-out corpus's own store with it (``nextpara eval --model``): the zero-shot figure. Without
+``--leave-out``, ``--eval`` runs it on every corpus's store. ``--install`` writes the checkpoint to
+attention_core/general.safetensors and its weights hash to general.py (the shipped model).
+Records: bench/results/general_model.json (one entry per variant) and .md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.record import RESULTS, argument_parser, save, stamp
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+NAME = "general_model"
+GENERAL_PY = Path(__file__).resolve().parents[2] / "attention_core" / "general.py"
+
+
+def mixture_store(work: Path, stores: dict[str, Path]):
+    """Copy every paragraph (text, vector) of ``stores`` into one store in ``work``; returns doc_id -> corpus."""
+    from nextpara.store.corpus import Document
+    from nextpara.store.store import open_store
+
+    corpus_of: dict[str, str] = {}
+    dest = None
+    for name, path in stores.items():
+        with open_store(path, readonly=True) as src:
+            if dest is None:
+                dest = open_store(work, embedder_name=src.embedder_name, dim=src.dim, embedder_spec=src.embedder_spec)
+            ids, doc_ids, _, _ = src.paragraph_table()
+            texts = [p.text for p in src.get_paragraphs([int(i) for i in ids])]
+            vectors = src.vectors(ids)
+            bounds = [0] + [r for r in range(1, len(ids)) if doc_ids[r] != doc_ids[r - 1]] + [len(ids)]
+            docs, vecs = [], []
+            for a, b in zip(bounds, bounds[1:]):
+                if doc_ids[a] in corpus_of and corpus_of[doc_ids[a]] != name:
+                    raise SystemExit(f"doc_id {doc_ids[a]!r} is in both {corpus_of[doc_ids[a]]} and {name}")
+                corpus_of[doc_ids[a]] = name
+                docs.append(Document(doc_ids[a], texts[a:b]))
+                vecs.append(vectors[a:b])
+            for s in range(0, len(docs), 200):
+                dest.add_documents(docs[s:s + 200], vecs[s:s + 200])
+            print(f"{name}: {len(docs)} documents, {len(ids)} paragraphs from {path}", flush=True)
+    dest.snapshot()
+    dest.close()
+    return corpus_of
+
+
+def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, seed: int = 0):
+    from nextpara.attention_core.model import RerankerConfig
+    from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.attention_core.train_config import TrainConfig
+    from nextpara.attention_core.training import Trainer
+    from nextpara.store.store import open_store
+
+    store = open_store(work, readonly=True)
+    seq = ParagraphSequences(store)
+    names = sorted(set(corpus_of.values()))
+    groups = np.array([names.index(corpus_of[d]) for d in seq.doc_ids])
+    cfg = TrainConfig(seed=seed)
+    trainer = Trainer(store, seq, RerankerConfig(embed_dim=store.dim, max_context=cfg.max_context), cfg,
+                      quiet=True, idf_groups=groups)
+    rng = np.random.default_rng(seed)
+    kept, counts = [], {}
+    for g, name in enumerate(names):  # at most per_corpus queries of each corpus
+        mine = [q for q in trainer.train_q if groups[q.target] == g]
+        pick = sorted(rng.choice(len(mine), size=min(per_corpus, len(mine)), replace=False))
+        kept += [mine[i] for i in pick]
+        counts[name] = {"documents": sum(1 for d in corpus_of.values() if d == name),
+                        "paragraphs": int((groups == g).sum()), "train_queries": len(pick)}
+    trainer.train_q = kept
+    result = trainer.fit()
+    return store, trainer.model, result, counts
+
+
+def install(path: Path, version: str) -> Path:
+    target = GENERAL_PY.with_name("general.safetensors")
+    target.write_bytes(path.read_bytes())
+    text = GENERAL_PY.read_text()
+    GENERAL_PY.write_text(re.sub(r'^GENERAL_VERSION = "[0-9a-f]*"', f'GENERAL_VERSION = "{version}"', text, flags=re.M))
+    return target
+
+
+def markdown(record: dict) -> str:
+    lines = ["# The general model: zero-shot and shipped", "",
+             "Test split, L = 4, 2,000 queries (all of a smaller corpus's); Recall@1 and MRR@10 with 95% intervals. "
+             "\"left out\": trained without that corpus and evaluated on it (zero-shot).", "",
+             "| variant | corpus evaluated | B1 R@1 | general R@1 | B1 MRR@10 | general MRR@10 | stage 1 | command |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for variant, entry in record.items():
+        for corpus, ev in entry.get("eval", {}).items():
+            b1, full = ev["methods"]["B1"], ev["methods"]["full"]
+
+            def ci(m, k):
+                return f"{m[k]:.3f} [{m[k + '_ci'][0]:.3f}, {m[k + '_ci'][1]:.3f}]"
+            lines.append(f"| {variant} | {corpus} | {ci(b1, 'recall@1')} | {ci(full, 'recall@1')} | {ci(b1, 'mrr@10')} | "
+                         f"{ci(full, 'mrr@10')} | {full['stage1_recall']:.3f} | `{entry['command']}` |")
+    lines += ["", "Training per variant (corpora, queries, seconds, validation on the mixture):", ""]
+    for variant, entry in record.items():
+        v = entry["validation"]
+        lines.append(f"- {variant}: {entry['corpora']}; {entry['seconds']} s; validation MRR@10 {v['mrr@10']:.4f}, "
+                     f"R@1 {v['recall@1']:.4f}; model {entry['model_version']} ({entry['date']})")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argument_parser(__doc__, __file__)
+    p.add_argument("--work", required=True, help="an empty or earlier work dir: the mixture store and checkpoint go here")
+    p.add_argument("--store", action="append", required=True, metavar="NAME=DIR", help="a built store of one corpus")
+    p.add_argument("--leave-out", default=None, help="train without this corpus (a --store NAME)")
+    p.add_argument("--per-corpus-queries", type=int, default=10000)
+    p.add_argument("--install", action="store_true", help="ship the result as attention_core/general.safetensors")
+    p.add_argument("--eval", action="store_true", help="run the evaluation protocol with it (see above)")
+    args = p.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("nextpara").setLevel(logging.INFO)
+    from nextpara.attention_core.checkpoint import save_checkpoint
+    from nextpara.attention_core.eval_report import run_evaluation
+    from nextpara.attention_core.general import WORD_WEIGHTS_FROM_STORE
+
+    stores = dict(s.split("=", 1) for s in args.store)
+    if args.leave_out and args.leave_out not in stores:
+        raise SystemExit(f"--leave-out {args.leave_out}: not one of the --store names {sorted(stores)}")
+    train_on = {n: Path(d) for n, d in stores.items() if n != args.leave_out}
+    variant = f"without {args.leave_out}" if args.leave_out else "all (shipped)"
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    corpus_of = mixture_store(work / "store", train_on)
+    store, model, result, counts = train_mixture(work / "store", corpus_of, args.per_corpus_queries)
+    meta = {"embedder": {"name": store.embedder_name, "dim": store.dim}, "word_weights": WORD_WEIGHTS_FROM_STORE,
+            "corpora": counts, "left_out": args.leave_out, "metrics": {"validation": result["validation"]},
+            "training": {k: v for k, v in result.items() if k != "validation"}}
+    store.close()
+    checkpoint = work / "general.safetensors"
+    meta = save_checkpoint(checkpoint, model, meta)
+    path = RESULTS / f"{NAME}.json"
+    record = json.loads(path.read_text()) if path.exists() else {}
+    entry = {**stamp(__file__), "corpora": counts, "seconds": round(time.perf_counter() - t0, 1),
+             "validation": result["validation"], "model_version": meta["model_version"], "eval": {}}
+    if args.install:
+        entry["installed"] = str(install(checkpoint, meta["model_version"]).relative_to(GENERAL_PY.parents[1]))
+    if args.eval:
+        for name in [args.leave_out] if args.leave_out else list(stores):
+            ev = run_evaluation(stores[name], model=str(checkpoint), latency_queries=20)
+            entry["eval"][name] = {k: ev[k] for k in ("methods", "context_length", "config")}
+    record[variant] = entry
+    save(NAME, record, markdown(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
