@@ -29,7 +29,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "0: vectors only (default from RerankerConfig)")
     p.add_argument("--no-lexical", action="store_true",
                    help="score from the vectors alone, without the word overlap of the texts")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="start from random weights instead of the general model")
+    p.add_argument("--force", action="store_true",
+                   help="serve the new model even if it does not beat, on the validation split, the model it replaces "
+                        "and cosine to the last paragraph")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("info", help="describe a store and the model that serves it: embedder, counts, index, disk use, "
+                                    "model and its validation figures beside cosine's")
+    add_data_dir(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("eval", help="evaluate baselines and the trained model on the test split (the protocol of docs/evaluation.md)")
     add_data_dir(p)
@@ -39,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="write the results as JSON here")
     p.add_argument("--plot", default=None, metavar="DIR", help="write recall@k and attention heatmap PNGs here")
+    p.add_argument("--model", default=None, metavar="PATH|general",
+                   help="evaluate this checkpoint, or the general model, instead of the one that serves the store")
     p.set_defaults(func=cmd_eval)
 
 
@@ -46,17 +59,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
     from .train_config import TrainConfig
-    from .training import train
+    from .train_flow import train
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     model_cfg = {k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
                                    "word_candidates": args.word_candidates}.items() if v is not None}
     if args.no_lexical:
         model_cfg["lexical"] = False
-    meta = train(args.data_dir, model_cfg, cfg, quiet=args.quiet)
-    v = meta["metrics"]["validation"]
-    print(f"trained model {meta['model_version']} in {meta['training']['seconds']}s: validation MRR@10 {v['mrr@10']:.4f}, "
-          f"Recall@1 {v['recall@1']:.4f}, stage-1 recall {v['stage1_recall']:.3f}")
+    outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)
+    meta = outcome.meta
+    if meta is not None:
+        v = meta["metrics"]["validation"]
+        print(f"trained model {meta['model_version']} {meta['started_from']} in {meta['training']['seconds']}s: "
+              f"validation MRR@10 {v['mrr@10']:.4f}, Recall@1 {v['recall@1']:.4f} (best epoch), "
+              f"stage-1 recall {v['stage1_recall']:.3f}")
+    print(outcome.line)
     return 0
 
 
@@ -64,13 +81,54 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .eval_report import markdown_table, run_evaluation
 
     result = run_evaluation(args.data_dir, n_queries=args.queries, context_length=args.context_length,
-                            output=args.output, plot_dir=args.plot, latency_queries=args.latency_queries, seed=args.seed)
+                            output=args.output, plot_dir=args.plot, latency_queries=args.latency_queries, seed=args.seed,
+                            model=args.model)
     c = result["config"]
     print(f"{c['queries']} test queries, L={c['context_length']}, {c['paragraphs']} paragraphs indexed, "
-          f"model {c['model_version']}\n")
+          f"model {c['model_version']} ({c['model_source']})\n")
     print(markdown_table(result))
     for path in result.get("plots", []):
         print(f"wrote {path}")
     return 0
 
 
+
+
+def _figure(f: dict, metric: str = "mrr@10") -> str:
+    lo, hi = f[f"{metric}_ci"]
+    return f"{f[metric]:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import json
+
+    from nextpara.store.store import open_store
+
+    from .general import describe_served
+
+    with open_store(args.data_dir, readonly=True) as store:
+        info = {**store.info(), "model": describe_served(store)}
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    index, model = info["index"], info["model"]
+    params = ", ".join(f"{k}={v}" for k, v in index["params"].items())
+    if model["source"] == "none":
+        serves = f"none: {model['reason']}"
+    else:
+        serves = f"{model['source']} {model['model_version']}" + (
+            f" ({model['started_from']})" if model.get("started_from") else
+            " (no model of its own: `nextpara train` trains one)" if model["source"] == "general" else "")
+    if "validation" in model:
+        v = model["validation"]
+        serves += (f"\nvalidation    MRR@10 {_figure(v['model'])}, Recall@1 {_figure(v['model'], 'recall@1')}; "
+                   f"B1 (cosine to the last paragraph) {_figure(v['B1'])}, {_figure(v['B1'], 'recall@1')}")
+    print(f"data dir      {info['data_dir']}\n"
+          f"embedder      {info['embedder']} (dim {info['dim']})\n"
+          f"documents     {info['documents']}\n"
+          f"paragraphs    {info['paragraphs']}\n"
+          f"index         {index['requested']}: {index['factory']}{f' ({params})' if params else ''}, {index['vectors']} vectors\n"
+          f"generation    {info['generation']} (snapshot at {info['snapshot_generation']})\n"
+          f"disk          {info['disk_bytes'] / 1e6:.1f} MB ({info['disk_bytes_per_paragraph']} bytes/paragraph)\n"
+          f"model         {serves}")
+    return 0

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from nextpara.errors import FailedPreconditionError
 from nextpara.progress import progress_bar
-from nextpara.store.store import ParagraphStore, open_store
+from nextpara.store.store import ParagraphStore
 
 from . import lexical
 from .metrics import hit_rank, per_query, summarize
@@ -53,6 +53,10 @@ def candidate_batch(seq: ParagraphSequences, lists: list[np.ndarray]):
     return pad_candidates([seq.vectors[rows] for rows in lists])
 
 
+class TooLittleData(ValueError):
+    """The store holds too few documents for a training split and a validation split."""
+
+
 def multi_positive_nce(logits: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
     """-log( sum softmax over positives ), averaged; logits (B,K) with -inf for excluded."""
     pos = logits.masked_fill(~positive, float("-inf"))
@@ -61,7 +65,10 @@ def multi_positive_nce(logits: torch.Tensor, positive: torch.Tensor) -> torch.Te
 
 class Trainer:
     def __init__(self, store: ParagraphStore, seq: ParagraphSequences, model_cfg: RerankerConfig, cfg: TrainConfig,
-                 quiet: bool = False):
+                 quiet: bool = False, init_state: dict | None = None, idf_groups: np.ndarray | None = None):
+        """``init_state``: weights to start from (the general model's: fine-tuning), its word weights excepted;
+        ``idf_groups``: a group per row (a corpus of a mixture), each group's word weights fitted on its own
+        training rows, as a store serving one corpus fits its own (general.py)."""
         self.store, self.seq, self.cfg, self.quiet = store, seq, cfg, quiet
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -69,13 +76,15 @@ class Trainer:
             raise FailedPreconditionError(f"{store.data_dir} has no word index for --word-candidates: open it once for "
                                           "writing first (nextpara build with the same corpus adds it)")
         self.model = NextParagraphModel(model_cfg)
+        if init_state is not None:
+            self.model.load_state_dict({k: v for k, v in init_state.items() if k != "lexicon_idf"}, strict=False)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from
         self.train_q = [q for q in seq.queries("train", cfg.max_context, limit=cfg.max_train_queries or None, seed=cfg.seed)
                         if seq.text_class[q.target] not in seq.text_class[q.context]]
         self.val_q = seq.queries("validation", cfg.max_context, limit=cfg.val_queries, seed=cfg.seed + 1)
         if not self.train_q or not self.val_q:
-            raise ValueError(f"too little data to train: {len(self.train_q)} training and {len(self.val_q)} "
+            raise TooLittleData(f"too little data to train: {len(self.train_q)} training and {len(self.val_q)} "
                              "validation queries (the split rule puts 80% / 10% of documents in each)")
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.words = None  # (N, buckets) TF-IDF rows of every paragraph, when the model reads texts
@@ -86,9 +95,16 @@ class Trainer:
         if model_cfg.lexical:
             # IDF from the training split alone: a word seen only in validation or test documents weighs what a word
             # of a document added after training would (the most: lexical.Lexicon.fit), not what the split says
-            lexicon = lexical.Lexicon.fit([texts[r] for r in seq.split_rows("train")])
-            self.model.lexicon_idf.copy_(torch.from_numpy(lexicon.idf))
-            self.words = lexicon.matrix(texts)
+            groups = np.zeros(len(seq), np.int64) if idf_groups is None else np.asarray(idf_groups)
+            train_rows = seq.split_rows("train")
+            rows = [lexical.EMPTY_ROW] * len(seq)
+            for g in np.unique(groups):
+                lexicon = lexical.Lexicon.fit([texts[r] for r in train_rows[groups[train_rows] == g]])
+                for r in np.flatnonzero(groups == g):
+                    rows[r] = lexicon.weigh(texts[r]) if texts[r] else lexical.EMPTY_ROW
+            self.words = lexical.stack(rows)
+            if idf_groups is None:  # one corpus: the checkpoint carries its word weights (a mixture's: general.py)
+                self.model.lexicon_idf.copy_(torch.from_numpy(lexicon.idf))
 
     # ---- helpers -------------------------------------------------------------------------
     def _exclusions(self, q: Query) -> np.ndarray:
@@ -265,30 +281,3 @@ class Trainer:
         return {"validation": best, "history": history, "lexical_boost": boost, "train_queries": len(self.train_q),
                 "val_queries": len(self.val_q), "seconds": round(time.perf_counter() - started, 1),
                 "train_config": asdict(self.cfg)}
-
-
-def corpus_fingerprint(seq: ParagraphSequences) -> str:
-    """Identity of the training corpus: doc ids and paragraph texts, in order."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for doc, rows in seq.doc_rows.items():
-        h.update(doc.encode() + b"\0" + seq.text_class[rows].tobytes())
-    return h.hexdigest()[:16]
-
-
-def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = None, quiet: bool = False) -> dict:
-    """Train on the store in ``data_dir`` and save the best checkpoint there; returns its metadata."""
-
-    from .checkpoint import CHECKPOINT, save_checkpoint
-
-    cfg = cfg or TrainConfig()
-    with open_store(data_dir, readonly=True) as store:
-        seq = ParagraphSequences(store)
-        mcfg = RerankerConfig(**{"embed_dim": store.dim, "max_context": cfg.max_context, **(model_cfg or {})})
-        trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet)
-        result = trainer.fit()
-        meta = {"embedder": {"name": store.embedder_name, "dim": store.dim},
-                "corpus_fingerprint": corpus_fingerprint(seq), "index_generation": store.generation,
-                "metrics": {"validation": result["validation"]}, "training": {k: v for k, v in result.items() if k != "validation"}}
-        return save_checkpoint(store.data_dir / CHECKPOINT, trainer.model, meta)

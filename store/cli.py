@@ -1,4 +1,4 @@
-"""CLI commands over the store: ``build``, ``info``, ``search``.
+"""CLI commands over the store: ``build``, ``search`` (``info``, which also describes the model, is in attention_core/cli.py).
 
 Only argparse is imported at module level; each command imports what it needs when run.
 """
@@ -6,7 +6,6 @@ Only argparse is imported at module level; each command imports what it needs wh
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
@@ -34,11 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
     p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("info", help="describe a store: embedder, counts, index, disk use")
-    add_data_dir(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_info)
-
     p = sub.add_parser("search", help="plain nearest neighbours of a text (for debugging)")
     p.add_argument("text")
     add_data_dir(p)
@@ -60,26 +54,6 @@ def cmd_build(args: argparse.Namespace) -> int:
           f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
           f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s"
           f" ({report.paragraphs_per_second:.0f}/s), {report.cache_hits} from cache; total {report.total_seconds:.1f}s")
-    return 0
-
-
-def cmd_info(args: argparse.Namespace) -> int:
-    from .store import open_store
-
-    with open_store(args.data_dir, readonly=True) as store:
-        info = store.info()
-    if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    index = info["index"]
-    params = ", ".join(f"{k}={v}" for k, v in index["params"].items())
-    print(f"data dir      {info['data_dir']}\n"
-          f"embedder      {info['embedder']} (dim {info['dim']})\n"
-          f"documents     {info['documents']}\n"
-          f"paragraphs    {info['paragraphs']}\n"
-          f"index         {index['requested']}: {index['factory']}{f' ({params})' if params else ''}, {index['vectors']} vectors\n"
-          f"generation    {info['generation']} (snapshot at {info['snapshot_generation']})\n"
-          f"disk          {info['disk_bytes'] / 1e6:.1f} MB ({info['disk_bytes_per_paragraph']} bytes/paragraph)")
     return 0
 
 

@@ -14,7 +14,7 @@ from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
 from nextpara.attention_core.predictor import Predictor
 from nextpara.attention_core.sequences import ParagraphSequences
 from nextpara.attention_core.train_config import TrainConfig
-from nextpara.attention_core.training import train
+from nextpara.attention_core.train_flow import train
 
 
 def test_features_agree_with_a_hand_computed_example():

@@ -40,7 +40,7 @@ def main() -> int:
     logging.getLogger("nextpara").setLevel(logging.INFO)
     from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
     from nextpara.attention_core.eval_report import markdown_table, run_evaluation
-    from nextpara.attention_core.training import train
+    from nextpara.attention_core.train_flow import train
     from nextpara.store.ingest import build
 
     data = Path(args.data_dir)
@@ -60,9 +60,11 @@ def main() -> int:
             record["build"] = {**earlier["build"], "measured": earlier["build"].get("measured", earlier["date"])}
     if not (args.reuse and (data / CHECKPOINT).exists()):
         t0 = time.perf_counter()
-        meta = train(data, quiet=True)
+        outcome = train(data, quiet=True)
+        meta = outcome.meta
         record["train"] = {"seconds": round(time.perf_counter() - t0, 1), "model_version": meta["model_version"],
-                           "validation": meta["metrics"]["validation"]}
+                           "validation": meta["metrics"]["validation"], "started_from": meta["started_from"],
+                           "served": outcome.served, "guard": outcome.line}
     else:
         meta = read_checkpoint_meta(data / CHECKPOINT)
         record["train"] = {"seconds": meta["training"]["seconds"], "model_version": meta["model_version"],
@@ -79,7 +81,8 @@ def main() -> int:
     t = record["train"]
     reused = " (trained earlier, reused)" if t.get("reused") else ""
     lines += [f"Train: model {t['model_version']} in {t['seconds']} s{reused}; validation MRR@10 "
-              f"{t['validation']['mrr@10']:.4f}.", "",
+              f"{t['validation']['mrr@10']:.4f}" + (f"; trained {t['started_from']}; guard: {t['guard']}" if "guard" in t
+                                                    else "") + ".", "",
               f"Eval: {result['config']['queries']} test queries, L = {result['config']['context_length']}, "
               f"{result['config']['paragraphs']} paragraphs indexed.", "", markdown_table(result), ""]
     save(name, record, "\n".join(lines))

@@ -67,7 +67,8 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("nextpara").setLevel(logging.INFO)
-    from nextpara.attention_core.training import TrainConfig, train
+    from nextpara.attention_core.train_config import TrainConfig
+    from nextpara.attention_core.train_flow import train
 
     path = RESULTS / f"{NAME}.json"
     record = json.loads(path.read_text()) if path.exists() else {}
@@ -81,7 +82,8 @@ def main() -> int:
                     (scratch / f.name).symlink_to(f.resolve())
             t0 = time.perf_counter()
             cfg = TrainConfig(**train_cfg)
-            meta = train(scratch, model_cfg, cfg, quiet=True)
+            # variants are compared from scratch, as every earlier entry was; saved whatever the guard says
+            meta = train(scratch, model_cfg, cfg, quiet=True, from_scratch=True, force=True).meta
             seconds = round(time.perf_counter() - t0, 1)
             if args.keep:
                 Path(args.keep).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,112 @@
+"""``nextpara train`` from start to finish: where training starts, the fit, the guard, what serves after.
+
+1. Start: the general model's weights (general.py), so that a corpus's training adapts rather than
+   relearns; from scratch with ``from_scratch``, or when the general model does not fit the store (another
+   embedder) or the model configuration asked for differs from its own.
+2. Fit: training.py's Trainer, on the store's training split, early stopping on its validation split.
+3. Guard (guard.py): the new model, the model it would replace and B1 on the validation split; the new
+   model is saved as the store's ``model.safetensors`` only if it beats both (or ``force``).
+A store too small for a validation split trains nothing and keeps what serves it, saying why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import asdict, dataclass
+
+from nextpara.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.store.store import open_store
+
+from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
+from .general import general_for_store, load_general
+from .guard import decide, validation_figures, write_report
+from .model import NextParagraphModel, RerankerConfig
+from .sequences import ParagraphSequences
+from .train_config import TrainConfig
+from .training import TooLittleData, Trainer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainOutcome:
+    meta: dict | None  # the new model's metadata, saved or not; None when nothing could be trained
+    served: bool  # the new model is now the store's model.safetensors
+    line: str  # one plain line: what serves the store now, and why
+
+
+def corpus_fingerprint(seq: ParagraphSequences) -> str:
+    """Identity of the training corpus: doc ids and paragraph texts, in order."""
+    h = hashlib.sha256()
+    for doc, rows in seq.doc_rows.items():
+        h.update(doc.encode() + b"\0" + seq.text_class[rows].tobytes())
+    return h.hexdigest()[:16]
+
+
+def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool) -> tuple[dict | None, str]:
+    """(weights to start from or None, what they are, in words)."""
+    if from_scratch:
+        return None, "from scratch (--from-scratch)"
+    try:
+        general, meta = load_general()
+    except FailedPreconditionError as e:
+        return None, f"from scratch: {e}"
+    emb = meta.get("embedder", {})
+    if (emb.get("name"), emb.get("dim")) != (store.embedder_name, store.dim):
+        return None, f"from scratch: the general model is for {emb.get('name')} ({emb.get('dim')}-d), this store uses " \
+                     f"{store.embedder_name} ({store.dim}-d)"
+    differ = {k: v for k, v in asdict(model_cfg).items() if getattr(general.cfg, k) != v and k != "dropout"}
+    if differ:
+        return None, f"from scratch: the general model's configuration differs in {differ}"
+    return general.state_dict(), f"from the general model {meta['model_version']}"
+
+
+def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
+    """The model that serves the store now (its own, else the general model) and its name in words."""
+    own = store.data_dir / CHECKPOINT
+    if own.exists():
+        try:
+            model, meta = load_checkpoint(own, store.embedder_name, store.dim)
+        except (FailedPreconditionError, StoreMismatchError) as e:  # it cannot serve this store: nothing to keep
+            log.warning("the model in %s cannot serve it and will be replaced: %s", store.data_dir, e)
+            return None, ""
+        return model, f"the previous model {meta['model_version']}"
+    try:
+        model, meta = general_for_store(store)
+    except (FailedPreconditionError, StoreMismatchError):
+        return None, ""
+    return model, f"the general model {meta['model_version']}"
+
+
+def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = None, quiet: bool = False,
+          from_scratch: bool = False, force: bool = False) -> TrainOutcome:
+    """Train on the store in ``data_dir``; the new model serves only if the guard says so (or ``force``)."""
+    cfg = cfg or TrainConfig()
+    with open_store(data_dir, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        mcfg = RerankerConfig(**{"embed_dim": store.dim, "max_context": cfg.max_context, **(model_cfg or {})})
+        state, start = starting_point(store, mcfg, from_scratch)
+        log.info("training %s", start)
+        old_model, replaced = replaced_model(store)
+        try:
+            trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet, init_state=state)
+        except TooLittleData as e:
+            return TrainOutcome(None, False, f"nothing trained: {e}; {store.data_dir} stays served by "
+                                             f"{replaced or 'no model'}")
+        result = trainer.fit()
+        meta = {"embedder": {"name": store.embedder_name, "dim": store.dim},
+                "corpus_fingerprint": corpus_fingerprint(seq), "index_generation": store.generation,
+                "started_from": start,
+                "metrics": {"validation": result["validation"]},
+                "training": {k: v for k, v in result.items() if k != "validation"}}
+        log.info("guard: the new model, %s and B1 on the validation split", replaced or "no previous model")
+        figures = validation_figures(store, seq, {"new": trainer.model, **({"replaced": old_model} if old_model else {})})
+        verdict = decide(figures, replaced, force)
+        meta["metrics"]["guard"] = figures
+        if verdict.serve_new:
+            meta = save_checkpoint(store.data_dir / CHECKPOINT, trainer.model, meta)
+        else:
+            meta["model_version"] = weights_version(trainer.model.state_dict())
+        write_report(store.data_dir, verdict, meta["model_version"], {"started_from": start})
+        return TrainOutcome(meta, verdict.serve_new, verdict.line)

@@ -1,0 +1,126 @@
+"""The general model that ships with the package, and the guard of `nextpara train`."""
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import LiveServer, vector_store
+from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
+from nextpara.attention_core.general import GENERAL_CHECKPOINT, GENERAL_VERSION, load_general
+from nextpara.attention_core.guard import TRAIN_REPORT
+from nextpara.attention_core.sequences import split_of
+from nextpara.attention_core.train_config import TrainConfig
+from nextpara.attention_core.train_flow import train
+from nextpara.errors import FailedPreconditionError
+from nextpara.store.corpus import CorpusReader
+from nextpara.store.ingest import build
+
+TINY = TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50, n_candidates=20)
+SMALL_MODEL = {"d_model": 32, "n_heads": 2, "n_context_layers": 1}
+
+
+def test_the_general_checkpoint_is_checked_before_use(tmp_path):
+    model, meta = load_general()
+    assert meta["model_version"] == GENERAL_VERSION != ""
+    assert meta["word_weights"] == "store" and not model.lexicon_idf.any()  # the serving store supplies them
+    damaged = tmp_path / "general.safetensors"
+    data = bytearray(GENERAL_CHECKPOINT.read_bytes())
+    data[-100] ^= 0x40  # one bit of one weight
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(FailedPreconditionError, match="damaged"):
+        load_general(damaged)
+    import torch
+
+    pickled = tmp_path / "pickled.safetensors"
+    torch.save(model.state_dict(), pickled)  # what a tampered file could be: a pickle runs code when loaded
+    with pytest.raises(FailedPreconditionError, match="pickled checkpoints are refused"):
+        load_general(pickled)
+
+
+@pytest.fixture(scope="module")
+def untrained_store(tmp_path_factory):
+    """A real MiniLM store of 12 built-in documents, all of the training split: none left for validation."""
+    root = tmp_path_factory.mktemp("untrained")
+    docs = [d for d in CorpusReader("builtin") if split_of(d.doc_id) == "train" and len(d.paragraphs) >= 5][:12]
+    with open(root / "docs.jsonl", "w") as f:
+        for d in docs:
+            f.write(json.dumps({"doc_id": d.doc_id, "paragraphs": d.paragraphs}) + "\n")
+    build(str(root / "docs.jsonl"), root / "store", quiet=True)
+    return root / "store", docs
+
+
+def test_a_store_without_a_model_is_served_by_the_general_model(untrained_store):
+    store, docs = untrained_store
+    outcome = train(store, cfg=TINY, quiet=True)  # no validation documents: nothing is trained, the general model stays
+    assert outcome.meta is None and not outcome.served
+    assert "nothing trained" in outcome.line and "validation" in outcome.line and "general model" in outcome.line
+    assert not (store / CHECKPOINT).exists()
+    from nextpara.client import Client
+
+    server = LiveServer(store).start()
+    try:
+        with Client(server.address, timeout=60) as c:
+            assert c.info().model_version == GENERAL_VERSION
+            result = c.predict_next(docs[0].paragraphs[:3], top_k=5)
+    finally:
+        server.stop()
+    assert result.model_version == GENERAL_VERSION and len(result.predictions) == 5
+    assert not {p.text for p in result.predictions} & set(docs[0].paragraphs[:3])  # the context is never an answer
+
+
+def drifting_docs(n_docs=120, n_par=10, dim=32, seed=0):
+    """Each paragraph a small step from the one before: cosine to the last paragraph finds the next every time
+    (nothing can beat it), and a model trained on it can at best tie."""
+    rng = np.random.default_rng(seed)
+    for d in range(n_docs):
+        v = rng.standard_normal(dim)
+        vecs = []
+        for _ in range(n_par):
+            v = v / np.linalg.norm(v)
+            vecs.append(v)
+            v = v + 0.03 * rng.standard_normal(dim)
+        yield f"drift-{d}", [f"drift {d} step {p}" for p in range(n_par)], np.array(vecs)
+
+
+def test_training_that_cannot_beat_cosine_keeps_the_better_model(tmp_path):
+    store = vector_store(tmp_path, "drift32", drifting_docs())
+    first = train(store, SMALL_MODEL, TINY, quiet=True, force=True)  # a previous model of the store's own
+    assert first.served
+    before = hashlib.sha256((store / CHECKPOINT).read_bytes()).hexdigest()
+    figures = first.meta["metrics"]["guard"]
+    assert figures["B1"]["mrr@10"] > 0.95  # the corpus does what it says: cosine is (nearly) always right
+    out = subprocess.run([sys.executable, "-m", "nextpara", "--quiet", "train", "--data-dir", str(store),
+                          "--phase1-epochs", "1", "--phase2-epochs", "1", "--batch-size", "32", "--val-queries", "50",
+                          "--n-candidates", "20", "--d-model", "32", "--layers", "1", "--seed", "1"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("kept the previous model") and "B1" in last and "--force" in last, out.stdout
+    assert hashlib.sha256((store / CHECKPOINT).read_bytes()).hexdigest() == before  # the served model is unchanged
+    report = json.loads((store / TRAIN_REPORT).read_text())
+    assert report["serve_new"] is False and report["line"] == last
+    assert report["figures"]["new"]["mrr@10"] <= report["figures"]["B1"]["mrr@10"]
+
+
+def test_training_starts_from_the_general_model(untrained_store, tmp_path):
+    store, _ = untrained_store
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("write.lock"))
+    # add validation documents so that training can run: the guard then judges it against the general model
+    extra = [d for d in CorpusReader("builtin") if split_of(d.doc_id) == "validation" and len(d.paragraphs) >= 5][:4]
+    with open(tmp_path / "more.jsonl", "w") as f:
+        for d in extra:
+            f.write(json.dumps({"doc_id": d.doc_id, "paragraphs": d.paragraphs}) + "\n")
+    build(str(tmp_path / "more.jsonl"), copy, quiet=True)
+    outcome = train(copy, cfg=TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50), quiet=True)
+    assert outcome.meta["started_from"] == f"from the general model {GENERAL_VERSION}"
+    assert outcome.meta["metrics"]["guard"]["replaced"]["queries"] > 0  # judged against the general model
+    assert ("serving the new model" in outcome.line) == outcome.served == (copy / CHECKPOINT).exists()
+    if outcome.served:
+        assert read_checkpoint_meta(copy / CHECKPOINT)["started_from"] == outcome.meta["started_from"]
+    scratch = train(copy, SMALL_MODEL, TINY, quiet=True, from_scratch=True)
+    assert scratch.meta["started_from"] == "from scratch (--from-scratch)"
