@@ -1,6 +1,12 @@
-"""Time from starting `nextpara serve` to its SERVING line, on a copy of a trained store.
+"""Time from starting `nextpara serve` to its SERVING line, on a copy of a trained store, or on first use.
 
     python -m bench.speed.serve_start --data-dir /tmp/peps-bench
+    python -m bench.speed.serve_start --first-run
+
+``--first-run`` is what `make run` does on a new machine: `nextpara serve` with no data dir, the default
+store (NEXTPARA_DATA_DIR) and the embedding cache (NEXTPARA_CACHE_DIR) both empty temporary directories,
+so the built-in corpus is read and embedded from nothing and the general model serves it (no training).
+Writes bench/results/serve_first_run.{json,md}.
 
 Each run starts a new process (Python start-up and imports included) through
 nextpara.server.process.ServerProcess, waits for the log line that says SERVING, then stops it
@@ -20,10 +26,16 @@ from bench.record import argument_parser, save, stamp
 
 def main() -> int:
     parser = argument_parser(__doc__, __file__)
-    parser.add_argument("--data-dir", required=True, help="a built and trained store; it is copied, not changed")
+    parser.add_argument("--data-dir", help="a built and trained store; it is copied, not changed")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--first-run", action="store_true", help="time `nextpara serve` with an empty default store")
     args = parser.parse_args()
     from nextpara.server.process import ServerProcess
+
+    if args.first_run:
+        return first_run(ServerProcess)
+    if not args.data_dir:
+        parser.error("--data-dir is required (or --first-run)")
     from nextpara.store.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="nextpara-start-") as work:
@@ -43,6 +55,23 @@ def main() -> int:
           f"{info['paragraphs']:,} paragraphs, index `{record['index']}`, trained model.\n\n"
           "| run | seconds to SERVING |\n| --- | --- |\n" + "".join(f"| {i + 1} | {s} |\n" for i, s in enumerate(seconds)))
     save("serve_start", record, md)
+    return 0
+
+
+def first_run(server_process) -> int:
+    with tempfile.TemporaryDirectory(prefix="nextpara-first-") as work:
+        env = {"NEXTPARA_DATA_DIR": str(Path(work) / "data"), "NEXTPARA_CACHE_DIR": str(Path(work) / "cache")}
+        t0 = time.perf_counter()
+        server = server_process(["--address", "127.0.0.1:0", "--metrics-address", "", "--grace-seconds", "1"], env=env,
+                                start_timeout=900).start()  # require_model: the general model must serve it
+        seconds = round(time.perf_counter() - t0, 1)
+        server.stop()
+        served = [line for line in server.log.splitlines() if "SERVING" in line][-1].strip()
+    record = {**stamp(__file__), "seconds_to_serving": seconds, "serving_line": served}
+    md = (f"# `nextpara serve` on first use: empty default store and cache to SERVING\n\n`{record['command']}` on "
+          f"{record['date']}, {record['machine']}: the built-in corpus read, embedded and indexed, then served by "
+          f"the general model.\n\n| seconds to SERVING | its log line |\n| --- | --- |\n| {seconds} | `{served}` |\n")
+    save("serve_first_run", record, md)
     return 0
 
 

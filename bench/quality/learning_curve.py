@@ -1,0 +1,185 @@
+"""Where training starts to pay: Recall@1 / MRR@10 against the amount of training text.
+
+    python -m bench.quality.learning_curve --store peps=DIR --store narrative=DIR [--sizes 2000,5000,10000,20000]
+
+For each corpus (a built, full store of it) and each size, a slice store gets whole training documents
+(a seeded shuffle, up to about SIZE paragraphs) and every validation document (early stopping); two models
+are trained on it, from the general model (attention_core/general.py: `nextpara train`'s default) and from
+scratch (`--from-scratch`), with the default configuration, and saved whatever the guard would say. Every
+model, the general model itself and B1 are then evaluated on the *full* store's test split (the protocol of
+docs/evaluation.md at L = 4: the same queries and the same index for every row, only the training text
+changes; contexts are given as their stored vectors and texts, not embedded again). The general model shipped with the package saw these corpora's training documents; its row is
+the start a user gets, not a zero-shot figure (that is bench/results/general_model.md).
+Records: bench/results/learning_curve.{json,md}, and learning_curve.png (needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.record import RESULTS, argument_parser, save, stamp
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+NAME = "learning_curve"
+
+
+def slice_store(full: Path, dest: Path, size: int, seed: int = 0) -> int:
+    """Training documents (seeded, up to ``size`` paragraphs) and every validation document of ``full``, copied
+    with their vectors into ``dest``; returns the training paragraphs taken."""
+    from nextpara.attention_core.sequences import split_of
+    from nextpara.store.corpus import Document
+    from nextpara.store.store import open_store
+
+    with open_store(full, readonly=True) as src:
+        ids, doc_ids, _, _ = src.paragraph_table()
+        bounds = [0] + [r for r in range(1, len(ids)) if doc_ids[r] != doc_ids[r - 1]] + [len(ids)]
+        spans = {doc_ids[a]: (a, b) for a, b in zip(bounds, bounds[1:])}
+        train = [d for d in spans if split_of(d) == "train"]
+        picked, taken = [], 0
+        for i in np.random.default_rng(seed).permutation(len(train)):
+            a, b = spans[train[i]]
+            if taken + (b - a) > size and taken:
+                continue
+            picked.append(train[i])
+            taken += b - a
+            if taken >= size:
+                break
+        keep = picked + [d for d in spans if split_of(d) == "validation"]
+        rows = np.concatenate([np.arange(*spans[d]) for d in keep])
+        texts = [p.text for p in src.get_paragraphs([int(i) for i in ids[rows]])]
+        vectors = src.vectors(ids[rows])
+        with open_store(dest, embedder_name=src.embedder_name, dim=src.dim, embedder_spec=src.embedder_spec) as out:
+            at, docs, vecs = 0, [], []
+            for d in keep:
+                n = spans[d][1] - spans[d][0]
+                docs.append(Document(d, texts[at:at + n]))
+                vecs.append(vectors[at:at + n])
+                at += n
+            for s in range(0, len(docs), 200):
+                out.add_documents(docs[s:s + 200], vecs[s:s + 200])
+            out.snapshot()
+    return taken
+
+
+def test_figures(full: Path, checkpoint: str | None) -> dict:
+    """B1 (checkpoint None) or a checkpoint's full pipeline on the full store's test split, L = 4."""
+    from nextpara.attention_core.evaluation import Evaluation
+    from nextpara.attention_core.general import checkpoint_for_store, general_for_store
+    from nextpara.attention_core.metrics import summarize
+    from nextpara.attention_core.pipeline import RerankPipeline
+    from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
+
+    with open_store(full, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        ev = Evaluation(store, seq, None, None)  # contexts as their stored vectors: embedded once, at build
+        method = "B1"
+        if checkpoint:
+            model, _ = general_for_store(store) if checkpoint == "general" else checkpoint_for_store(checkpoint, store)
+            ev.pipeline, method = RerankPipeline(model, store), "full"
+        ranked, _ = ev.run(method, ev.targets, ev.L, ev.L)
+        return {k: v for k, v in summarize(ev.ranks(ranked)).items() if k in ("recall@1", "recall@1_ci", "mrr@10",
+                                                                               "mrr@10_ci")}
+
+
+def train_slice(store: Path, from_scratch: bool) -> tuple[str, float, str]:
+    """`nextpara train`'s start and fit (train_flow.py) without its guard: every model is kept and measured."""
+    from nextpara.attention_core.checkpoint import save_checkpoint
+    from nextpara.attention_core.model import RerankerConfig
+    from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.attention_core.train_config import TrainConfig
+    from nextpara.attention_core.train_flow import starting_point
+    from nextpara.attention_core.training import Trainer
+    from nextpara.store.store import open_store
+
+    t0 = time.perf_counter()
+    cfg = TrainConfig()
+    path = store.parent / f"{'scratch' if from_scratch else 'finetuned'}.safetensors"
+    with open_store(store, readonly=True) as s:
+        mcfg = RerankerConfig(embed_dim=s.dim, max_context=cfg.max_context)
+        state, start = starting_point(s, mcfg, from_scratch)
+        trainer = Trainer(s, ParagraphSequences(s), mcfg, cfg, quiet=True, init_state=state)
+        result = trainer.fit()
+        save_checkpoint(path, trainer.model, {"embedder": {"name": s.embedder_name, "dim": s.dim}, "started_from": start,
+                                              "metrics": {"validation": result["validation"]}})
+    return str(path), round(time.perf_counter() - t0, 1), start
+
+
+def markdown(record: dict) -> str:
+    def f(m):
+        return f"{m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] / {m['mrr@10']:.3f}"
+
+    lines = ["# Learning curve: test Recall@1 [95%] / MRR@10 against training paragraphs", "",
+             "Full store's test split, 2,000 queries, L = 4; each row trains on a slice of the training documents "
+             "(with every validation document for early stopping).", "",
+             "| corpus | training paragraphs | B1 | general model | fine-tuned from general | from scratch | seconds (fine-tuned / scratch) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for corpus, entry in record["corpora"].items():
+        for row in entry["rows"]:
+            lines.append(f"| {corpus} | {row['train_paragraphs']:,} | {f(entry['B1'])} | {f(entry['general'])} | "
+                         f"{f(row['finetuned'])} | {f(row['scratch'])} | {row['seconds']['finetuned']} / "
+                         f"{row['seconds']['scratch']} |")
+    return "\n".join(lines) + f"\n\nCommand: `{record['command']}` ({record['date']}).\n"
+
+
+def plot(record: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(record["corpora"]), figsize=(6 * len(record["corpora"]), 4), squeeze=False)
+    for ax, (corpus, entry) in zip(axes[0], record["corpora"].items()):
+        x = [r["train_paragraphs"] for r in entry["rows"]]
+        for key, label in (("finetuned", "fine-tuned from general"), ("scratch", "from scratch")):
+            ax.plot(x, [r[key]["mrr@10"] for r in entry["rows"]], marker="o", label=label)
+        ax.axhline(entry["general"]["mrr@10"], linestyle="--", color="grey", label="general model")
+        ax.axhline(entry["B1"]["mrr@10"], linestyle=":", color="black", label="B1 (cosine)")
+        ax.set(xscale="log", xlabel="training paragraphs", ylabel="test MRR@10", title=corpus)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{NAME}.png", dpi=110)
+
+
+def main() -> int:
+    p = argument_parser(__doc__, __file__)
+    p.add_argument("--store", action="append", required=True, metavar="NAME=DIR", help="a full built store of a corpus")
+    p.add_argument("--sizes", default="2000,5000,10000,20000", help="training paragraphs per slice")
+    p.add_argument("--work", default="/tmp/nextpara-learning-curve", help="slice stores go here (reused if present)")
+    args = p.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("nextpara").setLevel(logging.INFO)
+    record = {**stamp(__file__), "corpora": {}}
+    for item in args.store:
+        corpus, full = item.split("=", 1)
+        entry = {"B1": test_figures(Path(full), None), "general": test_figures(Path(full), "general"), "rows": []}
+        for size in map(int, args.sizes.split(",")):
+            store = Path(args.work) / f"{corpus}-{size}" / "store"
+            if store.exists():
+                raise SystemExit(f"{store} exists: remove {args.work} first (a slice is built once)")
+            taken = slice_store(Path(full), store, size)
+            row = {"size": size, "train_paragraphs": taken, "seconds": {}, "started_from": {}}
+            for key in ("finetuned", "scratch"):
+                path, seconds, start = train_slice(store, from_scratch=key == "scratch")
+                row[key], row["seconds"][key], row["started_from"][key] = test_figures(Path(full), path), seconds, start
+                print(f"{corpus} {taken} {key}: {row[key]}", flush=True)
+            entry["rows"].append(row)
+            record["corpora"][corpus] = entry
+            save(NAME, record, markdown(record))  # after each row: a long run keeps what it finished
+    plot(record)
+    (RESULTS / f"{NAME}.json").write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
