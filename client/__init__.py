@@ -19,8 +19,20 @@ from .errors import (
                      Unavailable,
 )
 from .sync import Client
-from .types import AddResult, DeleteResult, Document, Info, Paragraph, Prediction, PredictResult, RerankResult
+from .types import (
+                     AddResult,
+                     DeleteResult,
+                     Document,
+                     Info,
+                     ModelInfo,
+                     Paragraph,
+                     Prediction,
+                     PredictResult,
+                     RerankResult,
+                     ValidationFigures,
+)
 
 __all__ = ["Client", "AsyncClient", "NextparaError", "ServiceError", "InvalidArgument", "NotFound", "FailedPrecondition",
            "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
-           "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info"]
+           "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info",
+           "ModelInfo", "ValidationFigures"]

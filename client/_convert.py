@@ -13,10 +13,12 @@ from .types import (
     DeleteResult,
     Document,
     Info,
+    ModelInfo,
     Paragraph,
     Prediction,
     PredictResult,
     RerankResult,
+    ValidationFigures,
 )
 
 
@@ -111,6 +113,15 @@ def paragraphs_result(r: pb.GetParagraphsResponse) -> list[Paragraph]:
             for p in r.paragraphs]
 
 
+def _figures(f: pb.ValidationFigures) -> ValidationFigures:
+    return ValidationFigures(f.mrr_at_10, (f.mrr_at_10_low, f.mrr_at_10_high), f.recall_at_1,
+                             (f.recall_at_1_low, f.recall_at_1_high), f.queries)
+
+
 def info_result(r: pb.GetInfoResponse) -> Info:
+    m = r.model
+    model = ModelInfo(m.source, m.version, m.started_from, m.reason,
+                      _figures(m.validation) if m.HasField("validation") else None,
+                      _figures(m.cosine_validation) if m.HasField("cosine_validation") else None) if r.HasField("model") else None
     return Info(r.embedder, r.dim, r.documents, r.paragraphs, r.index_type, r.index_factory, r.model_version,
-                r.index_version, r.max_context, r.max_message_bytes, r.server_version)
+                r.index_version, r.max_context, r.max_message_bytes, r.server_version, model)

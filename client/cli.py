@@ -166,6 +166,20 @@ def cmd_delete(args) -> int:
     return _run(go)
 
 
+def _model_line(i) -> str:
+    m = i.model
+    if m is None:  # a server from before ModelInfo
+        return i.model_version or "none"
+    if m.source == "none":
+        return f"none: {m.reason}"
+    line = f"{m.source} {m.version}" + (f" ({m.started_from})" if m.started_from else "")
+    if m.validation and m.cosine_validation:
+        v, b = m.validation, m.cosine_validation
+        line += (f"; validation MRR@10 {v.mrr_at_10:.3f} [{v.mrr_at_10_ci[0]:.3f}, {v.mrr_at_10_ci[1]:.3f}], cosine "
+                 f"{b.mrr_at_10:.3f} [{b.mrr_at_10_ci[0]:.3f}, {b.mrr_at_10_ci[1]:.3f}]")
+    return line
+
+
 def cmd_status(args) -> int:
     def go():
         with client_from(args) as c:
@@ -173,7 +187,7 @@ def cmd_status(args) -> int:
             i = c.info()
         print(f"health        {status}\nembedder      {i.embedder} (dim {i.dim})\ndocuments     {i.documents}\n"
               f"paragraphs    {i.paragraphs}\nindex         {i.index_type}: {i.index_factory}\n"
-              f"model         {i.model_version or 'none (run nextpara train)'}\nindex version {i.index_version}\n"
+              f"model         {_model_line(i)}\nindex version {i.index_version}\n"
               f"server        {i.server_version}")
         return 0 if status == "SERVING" else 1
     return _run(go)

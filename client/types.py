@@ -74,6 +74,30 @@ class DeleteResult:
 
 
 @dataclass(frozen=True)
+class ValidationFigures:
+    """Figures on the store's validation split (L = 4), each with its 95% bootstrap interval (low, high)."""
+
+    mrr_at_10: float
+    mrr_at_10_ci: tuple[float, float]
+    recall_at_1: float
+    recall_at_1_ci: tuple[float, float]
+    queries: int
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model that serves: ``source`` "trained" (the store's own), "general" (the packaged general model) or "none"
+    (``reason`` says why); its and cosine's (B1) validation figures when `nextpara train` measured them."""
+
+    source: str
+    version: str
+    started_from: str = ""
+    reason: str = ""
+    validation: ValidationFigures | None = None
+    cosine_validation: ValidationFigures | None = None
+
+
+@dataclass(frozen=True)
 class Info:
     embedder: str
     dim: int
@@ -86,3 +110,4 @@ class Info:
     max_context: int
     max_message_bytes: int
     server_version: str
+    model: ModelInfo | None = None  # None from a server older than this field

@@ -98,7 +98,23 @@ def info_response(info: ServiceInfo) -> pb.GetInfoResponse:
         embedder=store["embedder"], dim=store["dim"], documents=store["documents"], paragraphs=store["paragraphs"],
         index_type=store["index"]["requested"], index_factory=store["index"]["factory"],
         model_version=info.model_version, index_version=info.index_version, max_context=info.max_context,
-        max_message_bytes=info.max_message_bytes, server_version=__version__)
+        max_message_bytes=info.max_message_bytes, server_version=__version__, model=model_info(info.model))
+
+
+def validation_figures(f: dict | None) -> pb.ValidationFigures | None:
+    if not f:
+        return None
+    return pb.ValidationFigures(mrr_at_10=f["mrr@10"], mrr_at_10_low=f["mrr@10_ci"][0], mrr_at_10_high=f["mrr@10_ci"][1],
+                                recall_at_1=f["recall@1"], recall_at_1_low=f["recall@1_ci"][0],
+                                recall_at_1_high=f["recall@1_ci"][1], queries=f.get("queries", 0))
+
+
+def model_info(m: dict) -> pb.ModelInfo:
+    """general.describe_served()'s dict as the message."""
+    v = m.get("validation", {})
+    return pb.ModelInfo(source=m["source"], version=m.get("model_version", ""), started_from=m.get("started_from", ""),
+                        reason=m.get("reason", ""), validation=validation_figures(v.get("model")),
+                        cosine_validation=validation_figures(v.get("B1")))
 
 
 def reload_response(versions: tuple[str, int]) -> pb.ReloadResponse:

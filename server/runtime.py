@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError
 from nextpara.store.embedders import embedder_for_store
@@ -36,6 +37,7 @@ class ServiceInfo:
     index_version: int
     max_context: int  # 0 without a trained model
     max_message_bytes: int
+    model: dict  # general.describe_served(): which model serves and its validation figures beside B1's
 
 
 @dataclass
@@ -66,6 +68,7 @@ class Runtime:
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
         self._no_model = ""  # why no model serves, when none does
+        self._model_info: dict = {"source": "none", "reason": "not loaded yet"}
         self.embedder = None
         self._write_lock = asyncio.Lock()
         self.on_reload = None  # async callable run after a reload (the server updates health with it)
@@ -91,6 +94,7 @@ class Runtime:
         else:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
             self.predictor, self._no_model = predictor, ""
+        self._model_info = describe_served(self.store)  # what was just loaded (or why nothing was)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
 
     @property
@@ -191,7 +195,7 @@ class Runtime:
         store = await self.run(self.store.info)
         model_version, index_version = self.versions()
         return ServiceInfo(store, model_version, index_version, self.predictor.max_context if self.predictor else 0,
-                           self.settings.max_message_bytes)
+                           self.settings.max_message_bytes, self._model_info)
 
     # ---- writes -----------------------------------------------------------------------
     def _check_writable(self) -> None:

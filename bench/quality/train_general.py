@@ -119,7 +119,9 @@ def markdown(record: dict) -> str:
     lines += ["", "Training per variant (corpora, queries, seconds, validation on the mixture):", ""]
     for variant, entry in record.items():
         v = entry["validation"]
-        lines.append(f"- {variant}: {entry['corpora']}; {entry['seconds']} s; validation MRR@10 {v['mrr@10']:.4f}, "
+        corpora = ", ".join(f"{name} ({c['documents']} documents, {c['paragraphs']:,} paragraphs, {c['train_queries']:,} "
+                            "training queries)" for name, c in entry["corpora"].items())
+        lines.append(f"- {variant}: {corpora}; {entry['seconds']:,.0f} s; validation MRR@10 {v['mrr@10']:.4f}, "
                      f"R@1 {v['recall@1']:.4f}; model {entry['model_version']} ({entry['date']})")
     return "\n".join(lines) + "\n"
 

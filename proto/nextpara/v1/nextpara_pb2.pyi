@@ -187,7 +187,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ("embedder", "dim", "documents", "paragraphs", "index_type", "index_factory", "model_version", "index_version", "max_context", "max_message_bytes", "server_version")
+    __slots__ = ("embedder", "dim", "documents", "paragraphs", "index_type", "index_factory", "model_version", "index_version", "max_context", "max_message_bytes", "server_version", "model")
     EMBEDDER_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +199,7 @@ class GetInfoResponse(_message.Message):
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     embedder: str
     dim: int
     documents: int
@@ -210,7 +211,42 @@ class GetInfoResponse(_message.Message):
     max_context: int
     max_message_bytes: int
     server_version: str
-    def __init__(self, embedder: _Optional[str] = ..., dim: _Optional[int] = ..., documents: _Optional[int] = ..., paragraphs: _Optional[int] = ..., index_type: _Optional[str] = ..., index_factory: _Optional[str] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., max_context: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ...) -> None: ...
+    model: ModelInfo
+    def __init__(self, embedder: _Optional[str] = ..., dim: _Optional[int] = ..., documents: _Optional[int] = ..., paragraphs: _Optional[int] = ..., index_type: _Optional[str] = ..., index_factory: _Optional[str] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., max_context: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("source", "version", "started_from", "reason", "validation", "cosine_validation")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FROM_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    COSINE_VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    version: str
+    started_from: str
+    reason: str
+    validation: ValidationFigures
+    cosine_validation: ValidationFigures
+    def __init__(self, source: _Optional[str] = ..., version: _Optional[str] = ..., started_from: _Optional[str] = ..., reason: _Optional[str] = ..., validation: _Optional[_Union[ValidationFigures, _Mapping]] = ..., cosine_validation: _Optional[_Union[ValidationFigures, _Mapping]] = ...) -> None: ...
+
+class ValidationFigures(_message.Message):
+    __slots__ = ("mrr_at_10", "mrr_at_10_low", "mrr_at_10_high", "recall_at_1", "recall_at_1_low", "recall_at_1_high", "queries")
+    MRR_AT_10_FIELD_NUMBER: _ClassVar[int]
+    MRR_AT_10_LOW_FIELD_NUMBER: _ClassVar[int]
+    MRR_AT_10_HIGH_FIELD_NUMBER: _ClassVar[int]
+    RECALL_AT_1_FIELD_NUMBER: _ClassVar[int]
+    RECALL_AT_1_LOW_FIELD_NUMBER: _ClassVar[int]
+    RECALL_AT_1_HIGH_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    mrr_at_10: float
+    mrr_at_10_low: float
+    mrr_at_10_high: float
+    recall_at_1: float
+    recall_at_1_low: float
+    recall_at_1_high: float
+    queries: int
+    def __init__(self, mrr_at_10: _Optional[float] = ..., mrr_at_10_low: _Optional[float] = ..., mrr_at_10_high: _Optional[float] = ..., recall_at_1: _Optional[float] = ..., recall_at_1_low: _Optional[float] = ..., recall_at_1_high: _Optional[float] = ..., queries: _Optional[int] = ...) -> None: ...
 
 class ReloadRequest(_message.Message):
     __slots__ = ()
