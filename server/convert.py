@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from nextpara import __version__
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
-from nextpara.errors import InvalidInputError
+from nextpara.errors import InvalidInputError, Reason
 from nextpara.store.corpus import Document
 from nextpara.store.store import WriteResult
 from nextpara.v1 import nextpara_pb2 as pb
@@ -27,7 +27,8 @@ def context_items(paragraphs, field: str) -> list:
         elif kind == "vector":
             items.append(list(p.vector.values))
         else:
-            raise InvalidInputError(f"{field}[{i}]: none of text, paragraph_id or vector is set")
+            raise InvalidInputError(f"{field}[{i}]: none of text, paragraph_id or vector is set",
+                                    reason=Reason.FIELD_REQUIRED, field=f"{field}[{i}]")
     return items
 
 
@@ -59,9 +60,11 @@ def documents(request: pb.AddDocumentsRequest, message_index: int) -> list[Docum
     for i, d in enumerate(request.documents):
         where = f"message {message_index}, documents[{i}]"
         if d.vectors and len(d.vectors) != len(d.paragraphs):
-            raise InvalidInputError(f"{where} ({d.doc_id!r}): {len(d.paragraphs)} paragraphs but {len(d.vectors)} vectors")
+            raise InvalidInputError(f"{where} ({d.doc_id!r:.80}): {len(d.paragraphs)} paragraphs but {len(d.vectors)} "
+                                    "vectors", reason=Reason.INVALID_VECTOR, field=f"documents[{i}].vectors")
         docs.append(Document(doc_id=d.doc_id, title=d.title, paragraphs=list(d.paragraphs),
-                             vectors=[list(v.values) for v in d.vectors] or None, source=where))
+                             vectors=[list(v.values) for v in d.vectors] or None, source=where,
+                             request_path=f"documents[{i}]"))
     return docs
 
 

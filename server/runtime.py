@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.predictor import Predictor
-from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.embedders import embedder_for_store
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import ParagraphStore, WriteResult, open_store
@@ -130,6 +130,10 @@ class Runtime:
     def versions(self) -> tuple[str, int]:
         return (self.predictor.model_version if self.predictor else "", self.store.generation if self.store else -1)
 
+    def error_facts(self) -> dict:
+        """What every refusal's details carry: the index version it was refused at."""
+        return {"indexVersion": self.store.generation} if self.store is not None else {}
+
     async def snapshot_if_changed(self) -> None:
         if self.settings.read_only or self.store is None:
             return
@@ -154,7 +158,8 @@ class Runtime:
     # ---- reads ------------------------------------------------------------------------
     def _require_model(self) -> Predictor:
         if self.predictor is None:
-            raise FailedPreconditionError(f"no trained model in {self.data_dir}: run `nextpara train`, then reload")
+            raise FailedPreconditionError(f"no trained model in {self.data_dir}: run `nextpara train`, then reload",
+                                          reason=Reason.NO_MODEL)
         return self.predictor
 
     def _run_batch(self, key, payloads: list):
@@ -177,7 +182,7 @@ class Runtime:
     async def get_paragraphs(self, ids: list[int], include_vectors: bool) -> tuple[list, np.ndarray | None]:
         """The stored paragraphs in the order asked, and their vectors (None unless ``include_vectors``)."""
         if not ids:
-            raise InvalidInputError("paragraph_ids is empty")
+            raise InvalidInputError("paragraph_ids is empty", reason=Reason.FIELD_REQUIRED, field="paragraph_ids")
         return await self.run(self._get_paragraphs, self.store, ids, include_vectors)
 
     @staticmethod
@@ -193,23 +198,27 @@ class Runtime:
     # ---- writes -----------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self.settings.read_only:
-            raise FailedPreconditionError("this server is a read-only replica: send writes to the writer")
+            raise FailedPreconditionError("this server is a read-only replica: send writes to the writer",
+                                          reason=Reason.READ_ONLY_REPLICA)
 
     async def add_documents(self, messages) -> WriteResult:
-        """Commit each message (a list of Documents) as it arrives; see the proto for the contract."""
+        """Commit each message (a list of Documents) as it arrives; see the proto for the contract. A refusal
+        midway says (in its message and its metadata) how many messages were committed before it."""
         self._check_writable()
         total = WriteResult()
         committed = 0
-        async for docs in messages:
-            try:
+        try:
+            async for docs in messages:
                 result = await self.run_locked(self._write, docs)
-            except InvalidInputError as e:
-                raise InvalidInputError(f"{e} ({committed} earlier message(s) were committed)") from e
-            committed += 1
-            total.added += result.added
-            total.replaced += result.replaced
-            total.unchanged += result.unchanged
-            total.paragraphs += result.paragraphs
+                committed += 1
+                total.added += result.added
+                total.replaced += result.replaced
+                total.unchanged += result.unchanged
+                total.paragraphs += result.paragraphs
+        except NextparaError as e:
+            e.args = (f"{e} ({committed} earlier message(s) were committed)",)
+            e.metadata.update(committedMessages=str(committed), messageIndex=str(committed))
+            raise
         total.generation = self.store.generation
         return total
 
@@ -226,7 +235,7 @@ class Runtime:
         reported in ``Deleted.missing`` while the others are deleted."""
         self._check_writable()
         if not doc_ids:
-            raise InvalidInputError("doc_ids is empty")
+            raise InvalidInputError("doc_ids is empty", reason=Reason.FIELD_REQUIRED, field="doc_ids")
         deleted = await self.run_locked(self._delete, list(dict.fromkeys(doc_ids)), allow_missing)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return deleted

@@ -23,7 +23,7 @@ import threading
 from typing import Iterable, Sequence
 
 import numpy as np
-from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, StorageFullError, StoreMismatchError
 
 from .corpus import Document, validate_document
 from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
@@ -127,11 +127,12 @@ class ParagraphStore:
     def _check(self, doc: Document, vectors) -> Checked:
         validate_document(doc, where=doc.source)
         if vectors is None:
-            raise InvalidInputError(f"document {doc.doc_id!r} has no vectors")
+            raise InvalidInputError(f"document {doc.doc_id!r} has no vectors", reason=Reason.VECTORS_REQUIRED)
         if len(vectors) != len(doc.paragraphs):
             raise InvalidInputError(f"document {doc.doc_id!r}: expected {len(doc.paragraphs)} vectors for its "
-                                    f"paragraphs, got {len(vectors)}")
-        arr = unit_rows(vectors, self.dim, f"document {doc.doc_id!r} vectors", self.embedder_name)
+                                    f"paragraphs, got {len(vectors)}", reason=Reason.INVALID_VECTOR)
+        field = (lambda i: f"{doc.request_path}.vectors[{i}]") if doc.request_path else None
+        arr = unit_rows(vectors, self.dim, f"document {doc.doc_id!r} vectors", self.embedder_name, field=field)
         return Checked(doc, arr, content_hash(doc, arr if doc.vectors is not None else None))
 
     def unchanged(self, docs: Sequence[Document]) -> set[str]:
@@ -151,8 +152,9 @@ class ParagraphStore:
         checked = [self._check(doc, vecs) for doc, vecs in zip(docs, vectors)]
         doc_ids = [c.doc.doc_id for c in checked]
         if len(set(doc_ids)) != len(doc_ids):
-            twice = next(d for d in doc_ids if doc_ids.count(d) > 1)
-            raise InvalidInputError(f"document {twice!r} appears twice in one write")
+            again = next(i for i, d in enumerate(doc_ids) if d in doc_ids[:i])
+            raise InvalidInputError(f"document {doc_ids[again]!r} appears twice in one write", reason=Reason.DUPLICATE_DOC_ID,
+                                    field=f"{docs[again].request_path}.doc_id" if docs[again].request_path else None)
         with self._mutex:
             with self._disk_full_is_clear("adding documents"):
                 result, removed, added, vecs = self.tables.write_documents(checked)

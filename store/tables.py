@@ -14,6 +14,7 @@ connection (SQLite serialises its use across threads).
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from nextpara.errors import NotFoundError
 from .corpus import Document, text_hash
 
 _CHUNK = 500  # parameters per IN (...) query, under SQLite's limit
+MAX_LISTED_BYTES = 480  # of unknown ids listed in a NotFoundError's metadata (a refusal's details must stay small)
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,19 @@ def select_in(db: sqlite3.Connection, query: str, values: Iterable) -> Iterable[
         yield from db.execute(f"{query} IN ({','.join('?' * len(chunk))})", chunk)
 
 
-def missing_message(what: str, missing: Sequence) -> str:
-    return (f"unknown {what}(s): {', '.join(map(str if what == 'paragraph id' else repr, missing[:10]))}"
-            + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
+def unknown_ids(what: str, missing: Sequence) -> NotFoundError:
+    """NOT_FOUND for ids the store does not hold (``what``: "paragraph id" or "doc_id"): the message names the first
+    ten (long doc_ids cut short); the metadata holds as many whole ids as fit in MAX_LISTED_BYTES (JSON) and the count."""
+    quote = str if what == "paragraph id" else (lambda d: repr(d) if len(d) <= 60 else repr(d[:57]) + "...")
+    listed: list = []
+    for value in missing:
+        if len(json.dumps([*listed, value], ensure_ascii=False).encode()) > MAX_LISTED_BYTES:
+            break
+        listed.append(value)
+    return NotFoundError(f"unknown {what}(s): {', '.join(map(quote, missing[:10]))}"
+                         + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""),
+                         metadata={"idKind": what.replace(" ", "_"), "missingCount": len(missing),
+                                   "missingIds": json.dumps(listed, ensure_ascii=False)})
 
 
 class ParagraphTables:
@@ -128,7 +140,7 @@ class ParagraphTables:
         found = self.find_paragraphs(ids)
         missing = [i for i in ids if i not in found]
         if missing:
-            raise NotFoundError(missing_message("paragraph id", missing))
+            raise unknown_ids("paragraph id", missing)
         return [found[i] for i in ids]
 
     def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
@@ -196,7 +208,7 @@ class ParagraphTables:
         any doc_id is unknown."""
         missing = self.missing_documents(doc_ids)
         if missing:
-            raise NotFoundError(missing_message("doc_id", missing))
+            raise unknown_ids("doc_id", missing)
         old_ids: list[int] = []
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")

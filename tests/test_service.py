@@ -240,18 +240,22 @@ def test_auth_roles(server_store, tmp_path, caplog):
     s = LiveServer(private_copy(server_store, tmp_path), read_tokens="reader-token", write_tokens="writer-token").start()
     try:
         with Client(s.address) as anonymous:
-            with pytest.raises(Unauthenticated):
+            with pytest.raises(Unauthenticated) as err:
                 anonymous.info()
+            assert err.value.reason == "TOKEN_MISSING"
             assert anonymous.health() == "SERVING"  # health stays open for load balancers
         with Client(s.address, token="wrong-token-7f3a") as wrong:
-            with pytest.raises(Unauthenticated):
+            with pytest.raises(Unauthenticated) as err:
                 wrong.predict_next([1])
+            assert err.value.reason == "TOKEN_INVALID"
         with Client(s.address, token="reader-token") as reader:
             assert reader.info().paragraphs > 0 and reader.predict_next([1], top_k=1).predictions
-            with pytest.raises(PermissionDenied):
+            with pytest.raises(PermissionDenied) as err:
                 reader.add_documents([{"doc_id": "x", "paragraphs": ["y"]}])
-            with pytest.raises(PermissionDenied):
+            assert (err.value.reason, err.value.metadata) == ("WRITE_ROLE_REQUIRED", {"method": "AddDocuments"})
+            with pytest.raises(PermissionDenied) as err:
                 reader.delete_documents(["x"])
+            assert err.value.reason == "WRITE_ROLE_REQUIRED"
         with Client(s.address, token="writer-token") as writer:
             assert writer.add_documents([{"doc_id": "auth-doc", "paragraphs": ["Written with a write token."]}]).documents_added == 1
             assert writer.delete_documents(["auth-doc"]).documents_deleted == 1

@@ -26,7 +26,58 @@ if _version_not_supported:
 
 
 class NextParagraphServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. A refused call ends with a grpc status code and a google.rpc.Status in its trailers
+    (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
+    below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
+    `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
+    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
+    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
+
+    reason                    code                 when; metadata
+    MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
+    FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
+    paragraph_ids, a ContextParagraph's kind, a document's doc_id or
+    paragraphs)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, page_size, items per list or doc_id length out of range; min, max
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
+    per paragraph or not of one length
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
+    VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
+    cannot embed text (precomputed:NAME)
+    INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
+    UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
+    "doc_id"), missingCount, missingIds (JSON, the first that fit)
+    NO_MODEL                  FAILED_PRECONDITION  no trained model yet: run `nextpara train`, then Reload
+    MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
+    in use stays)
+    EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
+    store's; modelEmbedder, storeEmbedder or modelDim, storeDim
+    NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
+    index yet
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
+    key variable is not set
+    QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
+    items): retry after RetryInfo.retry_delay; queueLimit
+    MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
+    (GetInfo.max_message_bytes): do not retry as is; limitBytes,
+    actualBytes, message ("request" or "response"). A request over 4x the
+    limit is cut off by the transport itself, without details
+    STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
+    ones are kept; reads go on
+    EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
+    WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
+    Reload); method
+    INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
+    DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
+    from the transport and carry no details.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -77,7 +128,58 @@ class NextParagraphServiceStub:
 
 
 class NextParagraphServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. A refused call ends with a grpc status code and a google.rpc.Status in its trailers
+    (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
+    below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
+    `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
+    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
+    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
+
+    reason                    code                 when; metadata
+    MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
+    FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
+    paragraph_ids, a ContextParagraph's kind, a document's doc_id or
+    paragraphs)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, page_size, items per list or doc_id length out of range; min, max
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
+    per paragraph or not of one length
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
+    VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
+    cannot embed text (precomputed:NAME)
+    INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
+    UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
+    "doc_id"), missingCount, missingIds (JSON, the first that fit)
+    NO_MODEL                  FAILED_PRECONDITION  no trained model yet: run `nextpara train`, then Reload
+    MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
+    in use stays)
+    EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
+    store's; modelEmbedder, storeEmbedder or modelDim, storeDim
+    NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
+    index yet
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
+    key variable is not set
+    QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
+    items): retry after RetryInfo.retry_delay; queueLimit
+    MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
+    (GetInfo.max_message_bytes): do not retry as is; limitBytes,
+    actualBytes, message ("request" or "response"). A request over 4x the
+    limit is cut off by the transport itself, without details
+    STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
+    ones are kept; reads go on
+    EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
+    WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
+    Reload); method
+    INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
+    DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
+    from the transport and carry no details.
+    """
 
     def PredictNext(self, request, context):
         """The top_k most likely next paragraphs for a context: retrieve candidates, rerank them.
@@ -104,7 +206,7 @@ class NextParagraphServiceServicer:
     def AddDocuments(self, request_iterator, context):
         """Upsert documents by doc_id. Each streamed message is committed as a whole once it is
         read and validated: a stream that fails midway keeps every message acknowledged before
-        the failure (counted in the error's message) and nothing of the failing one.
+        the failure (the error's committedMessages) and nothing of the failing one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,7 +294,58 @@ def add_NextParagraphServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class NextParagraphService:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. A refused call ends with a grpc status code and a google.rpc.Status in its trailers
+    (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
+    below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
+    `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
+    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
+    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
+
+    reason                    code                 when; metadata
+    MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
+    FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
+    paragraph_ids, a ContextParagraph's kind, a document's doc_id or
+    paragraphs)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, page_size, items per list or doc_id length out of range; min, max
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
+    per paragraph or not of one length
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
+    VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
+    cannot embed text (precomputed:NAME)
+    INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
+    UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
+    "doc_id"), missingCount, missingIds (JSON, the first that fit)
+    NO_MODEL                  FAILED_PRECONDITION  no trained model yet: run `nextpara train`, then Reload
+    MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
+    in use stays)
+    EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
+    store's; modelEmbedder, storeEmbedder or modelDim, storeDim
+    NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
+    index yet
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
+    key variable is not set
+    QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
+    items): retry after RetryInfo.retry_delay; queueLimit
+    MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
+    (GetInfo.max_message_bytes): do not retry as is; limitBytes,
+    actualBytes, message ("request" or "response"). A request over 4x the
+    limit is cut off by the transport itself, without details
+    STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
+    ones are kept; reads go on
+    EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
+    WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
+    Reload); method
+    INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
+    DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
+    from the transport and carry no details.
+    """
 
     @staticmethod
     def PredictNext(request,
