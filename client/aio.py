@@ -15,7 +15,7 @@ from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
 from ._upload import DocumentStream
-from .errors import from_rpc_error
+from .errors import ServiceError, from_rpc_error
 from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
 
 
@@ -53,9 +53,10 @@ class AsyncClient:
         request = _convert.rerank_request(context, candidates, top_k)
         return _convert.rerank_result(await self._call("Rerank", request, timeout))
 
-    async def rerank_many(self, items: Iterable, *, max_in_flight: int = 64,
-                          timeout: float | None = None) -> AsyncIterator[RerankResult]:
-        """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered."""
+    async def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
+                          return_errors: bool = False) -> AsyncIterator[RerankResult | ServiceError]:
+        """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
+        its error, or with ``return_errors`` is yielded in its place."""
         window = asyncio.Semaphore(max_in_flight)
 
         async def requests():
@@ -67,9 +68,11 @@ class AsyncClient:
         try:
             async for response in call:
                 window.release()
-                yield _convert.rerank_result(response)
+                yield _convert.rerank_stream_result(response, return_errors)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
+        finally:
+            call.cancel()
 
     async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the

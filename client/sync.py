@@ -25,7 +25,7 @@ from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
 from ._upload import DocumentStream
-from .errors import from_rpc_error
+from .errors import ServiceError, from_rpc_error
 from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
 
 
@@ -64,23 +64,33 @@ class Client:
         request = _convert.rerank_request(context, candidates, top_k)
         return _convert.rerank_result(self._call("Rerank", request, timeout))
 
-    def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None) -> Iterator[RerankResult]:
+    def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
+                    return_errors: bool = False) -> Iterator[RerankResult | ServiceError]:
         """Stream (context, candidates) pairs (or mappings with context, candidates, request_id, top_k) through
         RerankStream; yields results in input order with at most ``max_in_flight`` requests unanswered.
-        ``timeout`` bounds the whole stream (default: none)."""
+        A refused item raises its error (a ServiceError with its ``request_id``), which ends the iteration; with
+        ``return_errors`` it is yielded in the item's place instead and the others go on. ``timeout`` bounds the
+        whole stream (default: none)."""
         window = threading.Semaphore(max_in_flight)
+        done = threading.Event()
 
-        def requests():
+        def requests():  # read by grpc on its own thread
             for i, item in enumerate(items):
-                window.acquire()
+                while not window.acquire(timeout=0.1):
+                    if done.is_set():
+                        return
                 yield _convert.rerank_item(item, i)
 
+        call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
-            for response in self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata):
+            for response in call:
                 window.release()
-                yield _convert.rerank_result(response)
+                yield _convert.rerank_stream_result(response, return_errors)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
+        finally:
+            done.set()
+            call.cancel()  # nothing when the stream has ended; stops it when the caller stopped early
 
     def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """Upsert documents, streamed in messages under the message size limit as ``documents`` is read; each

@@ -5,6 +5,7 @@ No logic beyond conversion and the field paths that error messages name.
 
 from __future__ import annotations
 
+from google.rpc import status_pb2
 from nextpara import __version__
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
 from nextpara.errors import InvalidInputError, Reason
@@ -49,9 +50,13 @@ def rerank_response(request_id: str, result: RerankResult, k: int) -> pb.RerankR
                              context_dropped=result.context_dropped)
 
 
-def stream_error(index: int, request: pb.RerankRequest, error: InvalidInputError) -> InvalidInputError:
-    """A RerankStream request's bad input, naming which request it was."""
-    return InvalidInputError(f"request {index} ({request.request_id!r}): {error}")
+def stream_result(result: pb.RerankResponse) -> pb.RerankStreamResponse:
+    return pb.RerankStreamResponse(request_id=result.request_id, result=result)
+
+
+def stream_error(request_id: str, status: status_pb2.Status) -> pb.RerankStreamResponse:
+    """A refused RerankStream request's answer: its google.rpc.Status."""
+    return pb.RerankStreamResponse(request_id=request_id, error=status)
 
 
 def documents(request: pb.AddDocumentsRequest, message_index: int) -> list[Document]:

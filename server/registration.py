@@ -3,7 +3,8 @@
 The generated ``add_..._to_server`` lets a protobuf DecodeError escape as UNKNOWN; a client sending bad bytes made
 a bad request, and says so with INVALID_ARGUMENT (MALFORMED_REQUEST). A request over the message size limit is
 refused here too (MESSAGE_TOO_LARGE, naming the limit): the transport accepts up to ``TRANSPORT_FACTOR`` times the
-limit so that it does not end such calls itself, without details (main.py sets it).
+limit so that it does not end such calls itself, without details (main.py sets it). A refused request ends a call,
+except in a request and response stream (RerankStream), whose servicer answers it in its place and goes on.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def _stream_in(method):
 
 
 def _stream_in_out(method):
-    async def behavior(requests, context):
-        async for response in method(_checked(requests), context):
+    async def behavior(requests, context):  # the servicer answers each Refused request itself
+        async for response in method(requests, context):
             yield response
     return behavior
 

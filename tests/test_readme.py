@@ -77,6 +77,7 @@ def test_readme_commands_run(peps_path, tmp_path):
         assert r.returncode == 0, r.stderr
         assert "NOT_FOUND" in r.stdout and "UNKNOWN_IDS [1000000000000]" in r.stdout
         assert "DIMENSION_MISMATCH context[1].vector 384" in r.stdout
+        assert "\n2 FIELD_REQUIRED\n" in r.stdout  # RerankStream answered the bad request and went on
     finally:
         if server:
             server.stop()

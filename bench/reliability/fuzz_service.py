@@ -63,12 +63,14 @@ def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
                         items, top_k, st.booleans(), st.booleans(), st.lists(doc_id, max_size=3))
     rerank = st.builds(lambda r, c, k, n: pb.RerankRequest(request_id=r, context=c, candidates=k, top_k=n),
                        st.text(max_size=10), items, st.lists(item, max_size=30), top_k)
+    # a RerankStreamRequest has RerankRequest's fields and numbers
+    stream_item = rerank.map(lambda r: pb.RerankStreamRequest.FromString(r.SerializeToString()))
     raw = st.one_of(st.binary(max_size=200), st.tuples(predict, st.integers(0, 10**6), st.integers(1, 255)).map(
         lambda t: flip(t[0].SerializeToString(), t[1], t[2])))
     return st.one_of(
         st.tuples(st.just("PredictNext"), predict),
         st.tuples(st.just("Rerank"), rerank),
-        st.tuples(st.just("RerankStream"), st.tuples(st.lists(rerank, min_size=1, max_size=4), st.integers(0, 4))),
+        st.tuples(st.just("RerankStream"), st.tuples(st.lists(stream_item, min_size=1, max_size=4), st.integers(0, 4))),
         st.tuples(st.just("AddDocuments"), st.tuples(st.lists(st.builds(lambda ds: pb.AddDocumentsRequest(documents=ds),
                                                                         st.lists(document, max_size=3)),
                                                               min_size=0, max_size=3), st.integers(0, 3))),

@@ -1,3 +1,4 @@
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -101,6 +102,28 @@ class RerankResponse(_message.Message):
     index_version: int
     context_dropped: int
     def __init__(self, request_id: _Optional[str] = ..., order: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., context_dropped: _Optional[int] = ...) -> None: ...
+
+class RerankStreamRequest(_message.Message):
+    __slots__ = ("request_id", "context", "candidates", "top_k")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
+    candidates: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
+    top_k: int
+    def __init__(self, request_id: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., candidates: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class RerankStreamResponse(_message.Message):
+    __slots__ = ("request_id", "result", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    result: RerankResponse
+    error: _status_pb2.Status
+    def __init__(self, request_id: _Optional[str] = ..., result: _Optional[_Union[RerankResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class Document(_message.Message):
     __slots__ = ("doc_id", "title", "paragraphs", "vectors")

@@ -97,8 +97,8 @@ class NextParagraphServiceStub:
                 _registered_method=True)
         self.RerankStream = channel.stream_stream(
                 '/nextpara.v1.NextParagraphService/RerankStream',
-                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankRequest.SerializeToString,
-                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankResponse.FromString,
+                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamRequest.SerializeToString,
+                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamResponse.FromString,
                 _registered_method=True)
         self.AddDocuments = channel.stream_unary(
                 '/nextpara.v1.NextParagraphService/AddDocuments',
@@ -196,8 +196,10 @@ class NextParagraphServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RerankStream(self, request_iterator, context):
-        """Many Rerank requests on one stream (batch jobs); responses come in request order,
-        each carrying its request's request_id. The first bad request ends the stream with its error.
+        """Many reranks on one stream (batch jobs): one response per request, in request order, each with its
+        request's request_id and either its result or its error (a google.rpc.Status with the details above:
+        the reason, the field within that request, and the item's index as `itemIndex`). A refused request,
+        even one that is not a valid message, does not end the stream; the others are answered.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -257,8 +259,8 @@ def add_NextParagraphServiceServicer_to_server(servicer, server):
             ),
             'RerankStream': grpc.stream_stream_rpc_method_handler(
                     servicer.RerankStream,
-                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankRequest.FromString,
-                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankResponse.SerializeToString,
+                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamRequest.FromString,
+                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamResponse.SerializeToString,
             ),
             'AddDocuments': grpc.stream_unary_rpc_method_handler(
                     servicer.AddDocuments,
@@ -416,8 +418,8 @@ class NextParagraphService:
             request_iterator,
             target,
             '/nextpara.v1.NextParagraphService/RerankStream',
-            nextpara_dot_v1_dot_nextpara__pb2.RerankRequest.SerializeToString,
-            nextpara_dot_v1_dot_nextpara__pb2.RerankResponse.FromString,
+            nextpara_dot_v1_dot_nextpara__pb2.RerankStreamRequest.SerializeToString,
+            nextpara_dot_v1_dot_nextpara__pb2.RerankStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
