@@ -22,9 +22,22 @@ from .errors import (
                      Unavailable,
 )
 from .sync import Client
-from .types import AddResult, DeleteResult, Document, Info, Paragraph, Prediction, PredictResult, RerankResult
+from .types import (
+    AddResult,
+    DeleteResult,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    Info,
+    Paragraph,
+    Prediction,
+    PredictResult,
+    RerankResult,
+    StoredDocument,
+)
 
 __all__ = ["Client", "AsyncClient", "NextparaError", "ServiceError", "InvalidArgument", "NotFound", "FailedPrecondition",
            "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
            "Reason", "FieldViolation",
-           "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info"]
+           "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info",
+           "DocumentPage", "DocumentSummary", "StoredDocument"]

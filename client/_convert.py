@@ -13,11 +13,14 @@ from .types import (
     ContextItem,
     DeleteResult,
     Document,
+    DocumentPage,
+    DocumentSummary,
     Info,
     Paragraph,
     Prediction,
     PredictResult,
     RerankResult,
+    StoredDocument,
 )
 
 
@@ -122,6 +125,18 @@ def delete_result(r: pb.DeleteDocumentsResponse) -> DeleteResult:
 def paragraphs_result(r: pb.GetParagraphsResponse) -> list[Paragraph]:
     return [Paragraph(p.paragraph_id, p.doc_id, p.position, p.text, list(p.vector.values) if p.HasField("vector") else None)
             for p in r.paragraphs]
+
+
+def summary_result(d: pb.DocumentSummary) -> DocumentSummary:
+    return DocumentSummary(d.doc_id, d.title, d.paragraphs, d.generation)
+
+
+def page_result(r: pb.ListDocumentsResponse) -> DocumentPage:
+    return DocumentPage([summary_result(d) for d in r.documents], r.next_page_token, r.index_version)
+
+
+def document_result(r: pb.GetDocumentResponse) -> StoredDocument:
+    return StoredDocument(summary_result(r.document), paragraphs_result(r), r.index_version)
 
 
 def info_result(r: pb.GetInfoResponse) -> Info:

@@ -3,7 +3,7 @@
 UNAVAILABLE can mean the server never saw the call, or that it did the work and the answer was lost
 (the connection dropped). A replay is safe only for an idempotent call:
 
-- reads (PredictNext, Rerank, RerankStream, GetParagraphs, GetInfo), Reload (it re-reads the same
+- reads (PredictNext, Rerank, RerankStream, GetParagraphs, ListDocuments, GetDocument, GetInfo), Reload (it re-reads the same
   files), and AddDocuments (an upsert: a replayed message finds its documents unchanged): the channel
   retries these itself (the service config below);
 - DeleteDocuments only with ``allow_missing``: a plain delete that succeeded and is replayed finds its ids
@@ -34,7 +34,8 @@ SERVICE = "nextpara.v1.NextParagraphService"
 
 # Every method of SERVICE is in exactly one of these
 # (tests/test_client_idempotency.py::test_every_method_has_a_retry_decision checks the proto against them).
-IDEMPOTENT = ("PredictNext", "Rerank", "RerankStream", "AddDocuments", "GetParagraphs", "GetInfo", "Reload")
+IDEMPOTENT = ("PredictNext", "Rerank", "RerankStream", "AddDocuments", "GetParagraphs", "ListDocuments", "GetDocument",
+              "GetInfo", "Reload")
 NOT_IDEMPOTENT = ("DeleteDocuments",)  # idempotent only with allow_missing: see retried()
 
 MAX_ATTEMPTS = 4  # the first call and up to three retries

@@ -16,7 +16,18 @@ from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 from . import _channel, _convert, _retry
 from ._upload import DocumentStream
 from .errors import ServiceError, from_rpc_error
-from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
+from .types import (
+    AddResult,
+    ContextItem,
+    DeleteResult,
+    Document,
+    DocumentPage,
+    Info,
+    Paragraph,
+    PredictResult,
+    RerankResult,
+    StoredDocument,
+)
 
 
 class AsyncClient:
@@ -92,6 +103,17 @@ class AsyncClient:
                              timeout: float | None = None) -> list[Paragraph]:
         request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
         return _convert.paragraphs_result(await self._call("GetParagraphs", request, timeout))
+
+    async def list_documents(self, page_size: int = 0, page_token: str = "", *,
+                       timeout: float | None = None) -> DocumentPage:
+        """One page of the stored documents in doc_id order (``page_size`` 0: the server's default of 100, at most
+        1000); pass ``next_page_token`` back for the next page. Tokens stay valid while the store is written."""
+        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token)
+        return _convert.page_result(await self._call("ListDocuments", request, timeout))
+
+    async def get_document(self, doc_id: str, *, timeout: float | None = None) -> StoredDocument:
+        """A stored document and its paragraphs in order; NotFound if it is not stored."""
+        return _convert.document_result(await self._call("GetDocument", pb.GetDocumentRequest(doc_id=doc_id), timeout))
 
     async def info(self, *, timeout: float | None = None) -> Info:
         return _convert.info_result(await self._call("GetInfo", pb.GetInfoRequest(), timeout))

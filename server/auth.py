@@ -1,7 +1,7 @@
 """Bearer-token auth with two roles, as a grpc.aio server interceptor.
 
 ``authorization: Bearer <token>`` metadata. Read tokens may call PredictNext, Rerank,
-RerankStream, GetParagraphs and GetInfo; write tokens may call everything. Tokens are compared
+RerankStream, GetParagraphs, ListDocuments, GetDocument and GetInfo; write tokens may call everything. Tokens are compared
 in constant time (hmac.compare_digest) and never logged. Health checks and reflection are open,
 so load balancers and tools need no token.
 """

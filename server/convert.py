@@ -5,15 +5,20 @@ No logic beyond conversion and the field paths that error messages name.
 
 from __future__ import annotations
 
+import base64
+import json
+
 from google.rpc import status_pb2
 from nextpara import __version__
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
 from nextpara.errors import InvalidInputError, Reason
 from nextpara.store.corpus import Document
-from nextpara.store.store import WriteResult
+from nextpara.store.store import DocumentRow, WriteResult
 from nextpara.v1 import nextpara_pb2 as pb
 
 from .runtime import Deleted, ServiceInfo
+
+DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE = 100, 1000
 
 
 def context_items(paragraphs, field: str) -> list:
@@ -98,6 +103,44 @@ def paragraphs_response(paragraphs: list, vectors) -> pb.GetParagraphsResponse:
         pb.Paragraph(paragraph_id=p.id, doc_id=p.doc_id, position=p.position, text=p.text,
                      vector=pb.Vector(values=vectors[i]) if vectors is not None else None)
         for i, p in enumerate(paragraphs)])
+
+
+def page_size(requested: int) -> int:
+    """ListDocumentsRequest.page_size: 0 means the default, more than the maximum means the maximum."""
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
+def page_token(last_doc_id: str) -> str:
+    """The token of the page after ``last_doc_id``: opaque to callers, and room for a filter later."""
+    return base64.urlsafe_b64encode(json.dumps({"v": 1, "after": last_doc_id}).encode()).decode()
+
+
+def after_doc_id(token: str) -> str:
+    """The doc_id a page token continues after ("" for no token); INVALID_PAGE_TOKEN for one this server did not make."""
+    if not token:
+        return ""
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if fields.get("v") == 1 and isinstance(fields.get("after"), str):
+            return fields["after"]
+    except (ValueError, AttributeError):  # not base64, not UTF-8, not JSON, not an object
+        pass
+    raise InvalidInputError(f"page_token {token[:40]!r} was not made by ListDocuments: pass next_page_token as it came",
+                            reason=Reason.INVALID_PAGE_TOKEN, field="page_token")
+
+
+def summary(row: DocumentRow) -> pb.DocumentSummary:
+    return pb.DocumentSummary(doc_id=row.doc_id, title=row.title, paragraphs=row.paragraphs, generation=row.generation)
+
+
+def list_documents_response(rows: list[DocumentRow], more: bool, generation: int) -> pb.ListDocumentsResponse:
+    return pb.ListDocumentsResponse(documents=[summary(r) for r in rows], index_version=generation,
+                                    next_page_token=page_token(rows[-1].doc_id) if more else "")
+
+
+def document_response(row: DocumentRow, paragraphs: list, generation: int) -> pb.GetDocumentResponse:
+    return pb.GetDocumentResponse(document=summary(row), index_version=generation, paragraphs=[
+        pb.Paragraph(paragraph_id=p.id, doc_id=p.doc_id, position=p.position, text=p.text) for p in paragraphs])
 
 
 def info_response(info: ServiceInfo) -> pb.GetInfoResponse:

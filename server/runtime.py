@@ -21,7 +21,7 @@ from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.embedders import embedder_for_store
 from nextpara.store.ingest import vectors_for
-from nextpara.store.store import ParagraphStore, WriteResult, open_store
+from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
 
 from .batching import Coalescer
 from .config import ServerSettings
@@ -188,6 +188,20 @@ class Runtime:
     @staticmethod
     def _get_paragraphs(store: ParagraphStore, ids: list[int], include_vectors: bool):
         return store.get_paragraphs(ids), store.vectors(ids) if include_vectors else None
+
+    async def list_documents(self, after: str, page_size: int) -> tuple[list[DocumentRow], bool, int]:
+        """A page of documents after the doc_id ``after``, whether more follow, and the generation it was read at."""
+        store = self.store
+        generation = store.generation
+        rows = await self.run(store.list_documents, after, page_size + 1)
+        return rows[:page_size], len(rows) > page_size, generation
+
+    async def get_document(self, doc_id: str) -> tuple[DocumentRow, list, int]:
+        if not doc_id:
+            raise InvalidInputError("doc_id is empty", reason=Reason.FIELD_REQUIRED, field="doc_id")
+        store = self.store
+        generation = store.generation
+        return (*await self.run(store.get_document, doc_id), generation)
 
     async def info(self) -> ServiceInfo:
         store = await self.run(self.store.info)

@@ -74,6 +74,16 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
         return convert.paragraphs_response(paragraphs, vectors)
 
     @rpc
+    async def ListDocuments(self, request, context):
+        size = convert.page_size(request.page_size)
+        return convert.list_documents_response(*await self.rt.list_documents(convert.after_doc_id(request.page_token),
+                                                                             size))
+
+    @rpc
+    async def GetDocument(self, request, context):
+        return convert.document_response(*await self.rt.get_document(request.doc_id))
+
+    @rpc
     async def GetInfo(self, request, context):
         return convert.info_response(await self.rt.info())
 

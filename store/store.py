@@ -27,13 +27,22 @@ from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, 
 
 from .corpus import Document, validate_document
 from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
-from .tables import Checked, Paragraph, ParagraphTables, WriteResult, content_hash
+from .tables import (
+    Checked,
+    DocumentRow,
+    Paragraph,
+    ParagraphTables,
+    WriteResult,
+    add_generation_column,
+    content_hash,
+    has_generation_column,
+)
 from .unit_vectors import unit_rows
 from .vector_index import choose_index
 from .vector_table import VectorTable
 from .word_index import WordIndex, add_word_index, has_word_index
 
-__all__ = ["ParagraphStore", "Paragraph", "WriteResult", "open_store", "DB_FILE"]
+__all__ = ["ParagraphStore", "Paragraph", "DocumentRow", "WriteResult", "open_store", "DB_FILE"]
 log = logging.getLogger(__name__)
 
 
@@ -67,6 +76,8 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
                 + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
         elif dim is not None and dim != int(meta["dim"]):
             raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
+        if not readonly and not has_generation_column(db):
+            add_generation_column(db)
         if not readonly and not has_word_index(db):
             try:
                 add_word_index(db)
@@ -213,6 +224,14 @@ class ParagraphStore:
     def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
         """(ids, doc_ids, positions, text_hashes) of every paragraph, ordered by (doc_id, position)."""
         return self.tables.paragraph_table()
+
+    def list_documents(self, after: str = "", limit: int = 100) -> list[DocumentRow]:
+        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (keyset paging)."""
+        return self.tables.list_documents(after, limit)
+
+    def get_document(self, doc_id: str) -> tuple[DocumentRow, list[Paragraph]]:
+        """A document and its paragraphs in order; NotFoundError if it is not stored."""
+        return self.tables.get_document(doc_id)
 
     def missing_ids(self, ids: Sequence[int]) -> set[int]:
         """The ids among ``ids`` that the store does not hold."""

@@ -256,6 +256,8 @@ def test_auth_roles(server_store, tmp_path, caplog):
             assert err.value.reason == "TOKEN_INVALID"
         with Client(s.address, token="reader-token") as reader:
             assert reader.info().paragraphs > 0 and reader.predict_next([1], top_k=1).predictions
+            first = reader.list_documents(2).documents[0]  # listing is reading
+            assert reader.get_document(first.doc_id).document == first
             with pytest.raises(PermissionDenied) as err:
                 reader.add_documents([{"doc_id": "x", "paragraphs": ["y"]}])
             assert (err.value.reason, err.value.metadata) == ("WRITE_ROLE_REQUIRED", {"method": "AddDocuments"})

@@ -39,7 +39,7 @@ class NextParagraphServiceStub:
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
     paragraph_ids, a ContextParagraph's kind, a document's doc_id or
     paragraphs)
-    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, page_size, items per list or doc_id length out of range; min, max
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
     DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
     per paragraph or not of one length
@@ -115,6 +115,16 @@ class NextParagraphServiceStub:
                 request_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsRequest.SerializeToString,
                 response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsResponse.FromString,
                 _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/nextpara.v1.NextParagraphService/ListDocuments',
+                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
+        self.GetDocument = channel.unary_unary(
+                '/nextpara.v1.NextParagraphService/GetDocument',
+                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentResponse.FromString,
+                _registered_method=True)
         self.GetInfo = channel.unary_unary(
                 '/nextpara.v1.NextParagraphService/GetInfo',
                 request_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetInfoRequest.SerializeToString,
@@ -141,7 +151,7 @@ class NextParagraphServiceServicer:
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
     paragraph_ids, a ContextParagraph's kind, a document's doc_id or
     paragraphs)
-    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, page_size, items per list or doc_id length out of range; min, max
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
     DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
     per paragraph or not of one length
@@ -230,6 +240,23 @@ class NextParagraphServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDocuments(self, request, context):
+        """The stored documents, a page at a time, in doc_id order. A page token stays valid while the store is
+        written: the next page starts after the last doc_id of the previous one, so no document is listed twice,
+        and every document stored for the whole paging is listed once (one added or deleted meanwhile may or may
+        not be).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDocument(self, request, context):
+        """One stored document and its paragraphs in order. Unknown doc_id: NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetInfo(self, request, context):
         """What the service holds: embedder, dimension, counts, index, model and index versions.
         """
@@ -277,6 +304,16 @@ def add_NextParagraphServiceServicer_to_server(servicer, server):
                     request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsRequest.FromString,
                     response_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsResponse.SerializeToString,
             ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'GetDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocument,
+                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentRequest.FromString,
+                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentResponse.SerializeToString,
+            ),
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
                     request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetInfoRequest.FromString,
@@ -309,7 +346,7 @@ class NextParagraphService:
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
     paragraph_ids, a ContextParagraph's kind, a document's doc_id or
     paragraphs)
-    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, page_size, items per list or doc_id length out of range; min, max
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
     DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
     per paragraph or not of one length
@@ -501,6 +538,60 @@ class NextParagraphService:
             '/nextpara.v1.NextParagraphService/GetParagraphs',
             nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsRequest.SerializeToString,
             nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nextpara.v1.NextParagraphService/ListDocuments',
+            nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsRequest.SerializeToString,
+            nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nextpara.v1.NextParagraphService/GetDocument',
+            nextpara_dot_v1_dot_nextpara__pb2.GetDocumentRequest.SerializeToString,
+            nextpara_dot_v1_dot_nextpara__pb2.GetDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
