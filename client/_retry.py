@@ -69,11 +69,11 @@ class Backoff:
     channel's retries are. ``method`` and ``request`` decide what may be retried (see the module's docstring); None:
     nothing (a call outside NextParagraphService, a streamed request)."""
 
-    def __init__(self, timeout: float, method: str | None = None, request=None):
+    def __init__(self, timeout: float, method: str | None = None, request=None, queue_full: bool = True):
         self.deadline = time.monotonic() + timeout
         self.attempts = 0
         safe = method is not None and retried(method, request)
-        self.queue_full = safe
+        self.queue_full = safe and queue_full  # False: the caller wants QUEUE_FULL raised (it sheds load itself)
         self.unavailable = safe and method not in IDEMPOTENT  # the channel retries those itself
 
     def remaining(self) -> float:

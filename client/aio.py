@@ -33,15 +33,16 @@ from .types import (
 class AsyncClient:
     def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
-                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True):
         self._channel = _channel.open_channel(grpc.aio, address, tls, root_certificates, max_message_bytes)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
+        self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
 
     async def _call(self, name: str, request, timeout, *, method=None):
         """As Client._call: one call of ``name`` within ``timeout``, retried here where _retry.Backoff says so."""
-        backoff = _retry.Backoff(timeout or self.timeout, None if method else name, request)
+        backoff = _retry.Backoff(timeout or self.timeout, None if method else name, request, self.retry_queue_full)
         method = method or getattr(self._stub, name)
         while True:
             try:

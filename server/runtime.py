@@ -70,6 +70,7 @@ class Runtime:
         self._write_lock = asyncio.Lock()
         self.on_reload = None  # async callable run after a reload (the server updates health with it)
         self._snapshot_generation = -1
+        self._generation = -1  # the store's write generation, kept by load and by each write (error_facts)
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
                                    settings.max_queue, on_batch=metrics.batch.observe)
 
@@ -79,6 +80,7 @@ class Runtime:
         self.store = open_store(self.data_dir, readonly=self.settings.read_only)
         self.embedder = embedder_for_store(self.store.embedder_spec, self.store.embedder_name, self.store.dim)
         self._snapshot_generation = self.store.snapshot_generation
+        self._generation = self.store.generation
         self._load_model()
 
     def _load_model(self) -> None:
@@ -131,8 +133,9 @@ class Runtime:
         return (self.predictor.model_version if self.predictor else "", self.store.generation if self.store else -1)
 
     def error_facts(self) -> dict:
-        """What every refusal's details carry: the index version it was refused at."""
-        return {"indexVersion": self.store.generation} if self.store is not None else {}
+        """What every refusal's details carry: the index version it was refused at (as of the last write or load:
+        refusals are answered on the event loop, which must not wait for SQLite, shared with the workers)."""
+        return {"indexVersion": self._generation} if self._generation >= 0 else {}
 
     async def snapshot_if_changed(self) -> None:
         if self.settings.read_only or self.store is None:
@@ -241,6 +244,7 @@ class Runtime:
         vectors = vectors_for(self.embedder, docs)
         self.metrics.stage.labels("embed").observe(time.perf_counter() - t0)
         result = self.store.add_documents(docs, vectors)
+        self._generation = result.generation
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return result
 
@@ -261,4 +265,5 @@ class Runtime:
             gone = set(missing)
             doc_ids = [d for d in doc_ids if d not in gone]
         paragraphs = self.store.delete_documents(doc_ids) if doc_ids else 0
-        return Deleted(len(doc_ids), paragraphs, self.store.generation, missing)
+        self._generation = self.store.generation
+        return Deleted(len(doc_ids), paragraphs, self._generation, missing)
