@@ -34,9 +34,16 @@ def channel_options(settings: ServerSettings) -> list[tuple[str, int]]:
     # waits in the client's HTTP/2 layer instead of the server resetting streams (which callers saw as
     # CANCELLED in the load-soak bench's overload burst); calls beyond the queue still get RESOURCE_EXHAUSTED.
     # The transport reads messages a few times over the limit, so that registration.py refuses them with details.
+    # grpc-core's own overload protection is off: it resets a new stream (REFUSED_STREAM, which callers see as
+    # UNAVAILABLE) whenever the connection has more streams *allocated* than max_concurrent_streams, and a stream
+    # stays allocated after its status is sent until this event loop gets to release the call. A burst on one
+    # connection keeps the client at the cap, so every call the loop had answered but not yet released made the next
+    # stream be refused: the load-soak overload burst ended hundreds of calls as UNAVAILABLE ("RST_STREAM error code
+    # 7") instead of RESOURCE_EXHAUSTED. Open streams are still held to the cap, and the call queue sheds the rest.
     return [("grpc.max_receive_message_length", TRANSPORT_FACTOR * settings.max_message_bytes),
             ("grpc.max_send_message_length", settings.max_message_bytes),
-            ("grpc.max_concurrent_streams", max(100, 2 * settings.max_queue))]
+            ("grpc.max_concurrent_streams", max(100, 2 * settings.max_queue)),
+            ("grpc.http.overload_protection", 0)]
 
 
 def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
