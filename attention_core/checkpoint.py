@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import torch
-from nextpara.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
 from nextpara.store.snapshot import fsync_dir
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -70,9 +70,11 @@ def read_checkpoint_meta(path: str | os.PathLike) -> dict:
             raw = (f.metadata() or {}).get(META_KEY)
     except (SafetensorError, OSError, ValueError) as e:
         raise FailedPreconditionError(f"{path} is not a nextpara safetensors checkpoint ({e}); "
-                                      "pickled checkpoints are refused, they could run code when loaded") from e
+                                      "pickled checkpoints are refused, they could run code when loaded",
+                                      reason=Reason.MODEL_UNREADABLE) from e
     if raw is None:
-        raise FailedPreconditionError(f"{path} has no nextpara metadata: not a nextpara checkpoint")
+        raise FailedPreconditionError(f"{path} has no nextpara metadata: not a nextpara checkpoint",
+                                      reason=Reason.MODEL_UNREADABLE)
     return json.loads(raw)
 
 
@@ -81,18 +83,21 @@ def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
     """Rebuild the model from the checkpoint's own config; refuse one trained for another embedder."""
     path = Path(path)
     if not path.exists():
-        raise FailedPreconditionError(f"no trained model at {path}: run `nextpara train`")
+        raise FailedPreconditionError(f"no trained model at {path}: run `nextpara train`", reason=Reason.NO_MODEL)
     meta = read_checkpoint_meta(path)
     emb = meta.get("embedder", {})
     if expect_embedder is not None and emb.get("name") != expect_embedder:
-        raise StoreMismatchError(f"{path} was trained on embedder {emb.get('name')!r}, the store uses {expect_embedder!r}")
+        raise StoreMismatchError(f"{path} was trained on embedder {emb.get('name')!r}, the store uses {expect_embedder!r}",
+                                 reason=Reason.EMBEDDER_MISMATCH,
+                                 metadata={"modelEmbedder": emb.get("name"), "storeEmbedder": expect_embedder})
     if expect_dim is not None and emb.get("dim") != expect_dim:
-        raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}")
+        raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}",
+                                 reason=Reason.EMBEDDER_MISMATCH, metadata={"modelDim": emb.get("dim"), "storeDim": expect_dim})
     model = NextParagraphModel(RerankerConfig(**{"lexical": False, **meta["model_config"]}))  # older: no lexical
     try:
         state = load_file(str(path))
     except SafetensorError as e:
-        raise FailedPreconditionError(f"{path}: unreadable weights ({e})") from e
+        raise FailedPreconditionError(f"{path}: unreadable weights ({e})", reason=Reason.MODEL_UNREADABLE) from e
     model.load_state_dict(state)
     model.eval()
     return model, meta

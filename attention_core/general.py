@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 import torch
-from nextpara.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
 from nextpara.store.store import ParagraphStore
 
 from . import lexical
@@ -34,13 +34,15 @@ def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = N
     """The packaged general model, its weights checked against ``expect_version`` (default GENERAL_VERSION)."""
     if not path.exists():
         raise FailedPreconditionError(f"the general model is missing from this installation ({path}): reinstall "
-                                      "nextpara[server], or train a model of this store with `nextpara train`")
+                                      "nextpara[server], or train a model of this store with `nextpara train`",
+                                      reason=Reason.NO_MODEL)
     model, meta = load_checkpoint(path)
     expect = GENERAL_VERSION if expect_version is None else expect_version
     found = weights_version(model.state_dict())
     if found != meta.get("model_version") or (expect and found != expect):
         raise FailedPreconditionError(f"{path}: its weights hash to {found}, expected {expect or meta.get('model_version')}: "
-                                      "the file is damaged or not the one this version of nextpara ships")
+                                      "the file is damaged or not the one this version of nextpara ships",
+                                      reason=Reason.MODEL_UNREADABLE)
     return model, {**meta, "source": "general"}
 
 
@@ -66,7 +68,7 @@ def general_for_store(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
         raise StoreMismatchError(
             f"no trained model in {store.data_dir}, and the general model is for {emb.get('name')} ({emb.get('dim')}-d) "
             f"while the store uses {store.embedder_name} ({store.dim}-d): run `nextpara train --data-dir "
-            f"{store.data_dir}`")
+            f"{store.data_dir}`", reason=Reason.NO_MODEL)
     fit_store_lexicon(model, store)
     return model, meta
 
@@ -89,7 +91,7 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
     try:
         model, meta = general_for_store(store)
     except StoreMismatchError as e:
-        raise FailedPreconditionError(str(e)) from e
+        raise FailedPreconditionError(str(e), reason=Reason.NO_MODEL) from e
     log.info("no trained model in %s: serving the general model %s", store.data_dir, meta["model_version"])
     return model, meta
 

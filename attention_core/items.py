@@ -14,6 +14,7 @@ equals one of its texts (given, or stored for an id). A raw vector has no text a
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence, Union
 
 import numpy as np
-from nextpara.errors import InvalidInputError, NextparaError, NotFoundError
+from nextpara.errors import InvalidInputError, NextparaError, NotFoundError, Reason
 from nextpara.store.store import ParagraphStore
 from nextpara.store.unit_vectors import is_vector, unit_rows
 
@@ -88,9 +89,11 @@ class ItemResolver:
         if isinstance(items, (str, bytes)) or not isinstance(items, (Sequence, np.ndarray)):
             raise InvalidInputError(f"{where} must be a list of items, got {type(items).__name__}")
         if len(items) == 0:
-            raise InvalidInputError(f"{where} is empty: give at least one paragraph")
+            raise InvalidInputError(f"{where} is empty: give at least one paragraph", reason=Reason.FIELD_REQUIRED,
+                                    field=where)
         if len(items) > MAX_ITEMS:
-            raise InvalidInputError(f"{where} has {len(items)} items, at most {MAX_ITEMS}")
+            raise InvalidInputError(f"{where} has {len(items)} items, at most {MAX_ITEMS}", reason=Reason.OUT_OF_RANGE,
+                                    field=where, metadata={"max": MAX_ITEMS})
         dropped = max(0, len(items) - keep_last) if keep_last else 0
         items = list(items)[dropped:]
         p = _Parsed(n=len(items), dropped=dropped)
@@ -98,7 +101,8 @@ class ItemResolver:
         for i, item in enumerate(items):
             if isinstance(item, str):
                 if not item.strip():
-                    raise InvalidInputError(f"{where}[{i + dropped}]: empty text")
+                    raise InvalidInputError(f"{where}[{i + dropped}]: empty text", reason=Reason.INVALID_TEXT,
+                                            field=f"{where}[{i + dropped}].text")
                 p.texts[i] = item
             elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
                 p.ids[i] = int(item)
@@ -110,7 +114,8 @@ class ItemResolver:
                                         f"got {type(item).__name__}")
         if raw:
             p.vectors = unit_rows(raw, self.store.dim, where, self.store.embedder_name,
-                                  name=lambda j: f"{where}[{p.vector_at[j] + dropped}]")
+                                  name=lambda j: f"{where}[{p.vector_at[j] + dropped}]",
+                                  field=lambda j: f"{where}[{p.vector_at[j] + dropped}].vector")
         return p
 
     def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None
@@ -140,7 +145,10 @@ class ItemResolver:
             if bad:
                 i, pid = bad[0]
                 out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {pid}"
-                                         + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else "")))
+                                         + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else ""),
+                                         field=f"{where}[{i + p.dropped}].paragraph_id",
+                                         metadata={"idKind": "paragraph_id", "missingCount": len(bad),
+                                                   "missingIds": json.dumps([b[1] for b in bad[:20]])}))
                 continue
             vectors = np.zeros((p.n, self.store.dim), np.float32)
             item_texts: list[str | None] = [None] * p.n

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from nextpara.errors import FailedPreconditionError
+from nextpara.errors import FailedPreconditionError, Reason
 from nextpara.store.store import ParagraphStore
 from nextpara.store.tables import Paragraph
 
@@ -88,7 +88,8 @@ class RerankPipeline:
         if model.cfg.word_candidates and not store.words.available:
             raise FailedPreconditionError(
                 f"the model takes candidates from the word index, which {store.data_dir} does not have yet: open it "
-                "once for writing (nextpara build, or nextpara serve without --read-only) to add it")
+                "once for writing (nextpara build, or nextpara serve without --read-only) to add it",
+                reason=Reason.NO_WORD_INDEX)
         self.model = model.eval()
         self.store = store
         self.n_candidates = n_candidates

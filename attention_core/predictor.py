@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from nextpara.errors import InvalidInputError, NextparaError
+from nextpara.errors import InvalidInputError, NextparaError, Reason
 from nextpara.store.embedders import Embedder, embedder_for_store
 from nextpara.store.store import ParagraphStore, open_store
 
@@ -63,7 +63,8 @@ class RerankResult:
 
 def check_top_k(top_k) -> None:
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidInputError(f"top_k must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
+        raise InvalidInputError(f"top_k must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}", reason=Reason.OUT_OF_RANGE,
+                                field="top_k", metadata={"min": 1, "max": MAX_TOP_K})
 
 
 class Predictor:

@@ -4,10 +4,13 @@ May import grpcio, protobuf, the generated stubs and ``nextpara.errors``; never 
 rooms, nor torch, faiss, numpy or sentence-transformers, so applications that only call the service stay light.
 """
 
+from nextpara.errors import Reason
+
 from .aio import AsyncClient
 from .errors import (
                      DeadlineExceeded,
                      FailedPrecondition,
+                     FieldViolation,
                      Internal,
                      InvalidArgument,
                      NextparaError,
@@ -20,19 +23,23 @@ from .errors import (
 )
 from .sync import Client
 from .types import (
-                     AddResult,
-                     DeleteResult,
-                     Document,
-                     Info,
-                     ModelInfo,
-                     Paragraph,
-                     Prediction,
-                     PredictResult,
-                     RerankResult,
-                     ValidationFigures,
+    AddResult,
+    DeleteResult,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    Info,
+    ModelInfo,
+    Paragraph,
+    Prediction,
+    PredictResult,
+    RerankResult,
+    StoredDocument,
+    ValidationFigures,
 )
 
 __all__ = ["Client", "AsyncClient", "NextparaError", "ServiceError", "InvalidArgument", "NotFound", "FailedPrecondition",
            "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
+           "Reason", "FieldViolation",
            "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info",
-           "ModelInfo", "ValidationFigures"]
+           "DocumentPage", "DocumentSummary", "StoredDocument", "ModelInfo", "ValidationFigures"]

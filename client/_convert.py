@@ -7,17 +7,21 @@ from typing import Iterable, Iterator, Mapping, Sequence
 from nextpara.errors import InvalidInputError
 from nextpara.v1 import nextpara_pb2 as pb
 
+from .errors import ServiceError, from_status
 from .types import (
     AddResult,
     ContextItem,
     DeleteResult,
     Document,
+    DocumentPage,
+    DocumentSummary,
     Info,
     ModelInfo,
     Paragraph,
     Prediction,
     PredictResult,
     RerankResult,
+    StoredDocument,
     ValidationFigures,
 )
 
@@ -55,21 +59,33 @@ def predict_result(r: pb.PredictNextResponse) -> PredictResult:
         context_dropped=r.context_dropped, attention=[list(h.weights) for h in r.attention])
 
 
-def rerank_request(context, candidates, top_k: int = 0, request_id: str = "") -> pb.RerankRequest:
-    return pb.RerankRequest(request_id=request_id, context=paragraphs(context, "context"),
-                            candidates=paragraphs(candidates, "candidates"), top_k=top_k)
+def rerank_request(context, candidates, top_k: int = 0, request_id: str = "", message=pb.RerankRequest):
+    """A RerankRequest (or, as ``message``, a RerankStreamRequest: the same fields)."""
+    return message(request_id=request_id, context=paragraphs(context, "context"),
+                   candidates=paragraphs(candidates, "candidates"), top_k=top_k)
 
 
 def rerank_result(r: pb.RerankResponse) -> RerankResult:
     return RerankResult(list(r.order), list(r.scores), r.model_version, r.index_version, r.request_id, r.context_dropped)
 
 
-def rerank_item(item, index: int) -> pb.RerankRequest:
+def rerank_item(item, index: int) -> pb.RerankStreamRequest:
     """An item of rerank_many: a (context, candidates) pair or a mapping with context/candidates[/request_id/top_k]."""
     if isinstance(item, Mapping):
-        return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), str(item.get("request_id", index)))
+        return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), str(item.get("request_id", index)),
+                              pb.RerankStreamRequest)
     context, candidates = item
-    return rerank_request(context, candidates, 0, str(index))
+    return rerank_request(context, candidates, 0, str(index), pb.RerankStreamRequest)
+
+
+def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> RerankResult | ServiceError:
+    """A RerankStream answer: its result, or its error (raised, or with ``return_errors`` returned)."""
+    if r.HasField("error"):
+        error = from_status(r.error, r.request_id)
+        if return_errors:
+            return error
+        raise error
+    return rerank_result(r.result)
 
 
 def document_message(doc: Document | Mapping) -> pb.Document:
@@ -116,6 +132,18 @@ def paragraphs_result(r: pb.GetParagraphsResponse) -> list[Paragraph]:
 def _figures(f: pb.ValidationFigures) -> ValidationFigures:
     return ValidationFigures(f.mrr_at_10, (f.mrr_at_10_low, f.mrr_at_10_high), f.recall_at_1,
                              (f.recall_at_1_low, f.recall_at_1_high), f.queries)
+
+
+def summary_result(d: pb.DocumentSummary) -> DocumentSummary:
+    return DocumentSummary(d.doc_id, d.title, d.paragraphs, d.generation)
+
+
+def page_result(r: pb.ListDocumentsResponse) -> DocumentPage:
+    return DocumentPage([summary_result(d) for d in r.documents], r.next_page_token, r.index_version)
+
+
+def document_result(r: pb.GetDocumentResponse) -> StoredDocument:
+    return StoredDocument(summary_result(r.document), paragraphs_result(r), r.index_version)
 
 
 def info_result(r: pb.GetInfoResponse) -> Info:

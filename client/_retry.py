@@ -1,14 +1,20 @@
-"""Which calls the clients retry, and how: only calls that a replay cannot harm, only on UNAVAILABLE.
+"""Which calls the clients retry, and how: only calls that a replay cannot harm, on UNAVAILABLE and on a full queue.
 
 UNAVAILABLE can mean the server never saw the call, or that it did the work and the answer was lost
 (the connection dropped). A replay is safe only for an idempotent call:
 
-- reads (PredictNext, Rerank, RerankStream, GetParagraphs, GetInfo), Reload (it re-reads the same
+- reads (PredictNext, Rerank, RerankStream, GetParagraphs, ListDocuments, GetDocument, GetInfo), Reload (it re-reads the same
   files), and AddDocuments (an upsert: a replayed message finds its documents unchanged): the channel
   retries these itself (the service config below);
 - DeleteDocuments only with ``allow_missing``: a plain delete that succeeded and is replayed finds its ids
   gone and answers NOT_FOUND. The channel cannot tell a request's fields apart, so it never retries
   DeleteDocuments; the clients retry an ``allow_missing`` delete themselves, with :class:`Backoff`.
+
+A server whose call queue is full answers RESOURCE_EXHAUSTED with reason QUEUE_FULL and a RetryInfo delay: the
+clients retry such a call after that delay, for the same methods (a replay of them is harmless, and the refused call
+did nothing), within the same attempts and deadline. Other RESOURCE_EXHAUSTED reasons (a message too large, a full
+disk) are not retried: waiting does not help them. A streamed request (AddDocuments) is never replayed by the clients:
+its iterator is spent.
 
 The health check is safe to replay too but is not retried: it is a probe, whose caller wants the state
 now (retried against a stopped server, ``nextpara status --timeout 1`` ended as DEADLINE_EXCEEDED
@@ -22,12 +28,14 @@ import random
 import time
 
 import grpc
+from nextpara.errors import NextparaError, Reason
 
 SERVICE = "nextpara.v1.NextParagraphService"
 
 # Every method of SERVICE is in exactly one of these
 # (tests/test_client_idempotency.py::test_every_method_has_a_retry_decision checks the proto against them).
-IDEMPOTENT = ("PredictNext", "Rerank", "RerankStream", "AddDocuments", "GetParagraphs", "GetInfo", "Reload")
+IDEMPOTENT = ("PredictNext", "Rerank", "RerankStream", "AddDocuments", "GetParagraphs", "ListDocuments", "GetDocument",
+              "GetInfo", "Reload")
 NOT_IDEMPOTENT = ("DeleteDocuments",)  # idempotent only with allow_missing: see retried()
 
 MAX_ATTEMPTS = 4  # the first call and up to three retries
@@ -56,23 +64,36 @@ def retried(method: str, request=None) -> bool:
 
 class Backoff:
     """The channel's retry policy, for the calls the clients retry themselves: at most MAX_ATTEMPTS attempts, the
-    n-th retry after a random delay up to min(MAX_BACKOFF, INITIAL_BACKOFF * BACKOFF_MULTIPLIER**(n-1)) seconds, all
-    within one deadline (``timeout`` seconds from now) as the channel's retries are."""
+    n-th retry after a random delay up to min(MAX_BACKOFF, INITIAL_BACKOFF * BACKOFF_MULTIPLIER**(n-1)) seconds (or,
+    for QUEUE_FULL, the delay the server asked for), all within one deadline (``timeout`` seconds from now) as the
+    channel's retries are. ``method`` and ``request`` decide what may be retried (see the module's docstring); None:
+    nothing (a call outside NextParagraphService, a streamed request)."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, method: str | None = None, request=None, queue_full: bool = True):
         self.deadline = time.monotonic() + timeout
         self.attempts = 0
+        safe = method is not None and retried(method, request)
+        self.queue_full = safe and queue_full  # False: the caller wants QUEUE_FULL raised (it sheds load itself)
+        self.unavailable = safe and method not in IDEMPOTENT  # the channel retries those itself
 
     def remaining(self) -> float:
         """Seconds left for the next attempt."""
         return max(0.0, self.deadline - time.monotonic())
 
-    def delay_after(self, error: grpc.RpcError) -> float | None:
-        """Seconds to wait before retrying after ``error``; None when it must be raised (another code, no attempts
-        or time left)."""
+    def delay_after(self, error: NextparaError) -> float | None:
+        """Seconds to wait before retrying after ``error`` (a client ServiceError); None when it must be raised (not
+        retried for this call, no attempts or time left)."""
         self.attempts += 1
-        code = error.code() if hasattr(error, "code") else None
-        if code not in RETRYABLE_CODES or self.attempts >= MAX_ATTEMPTS:
+        if self.attempts >= MAX_ATTEMPTS:
             return None
-        delay = random.uniform(0, min(MAX_BACKOFF, INITIAL_BACKOFF * BACKOFF_MULTIPLIER ** (self.attempts - 1)))
+        if self.queue_full and error.reason == Reason.QUEUE_FULL:
+            # not before the server's delay, and up to a quarter after it, so that refused callers spread out
+            delay = error.retry_delay * random.uniform(1.0, 1.25) if error.retry_delay is not None else self._random()
+        elif self.unavailable and getattr(error, "code", None) in RETRYABLE_CODES:
+            delay = self._random()
+        else:
+            return None
         return delay if delay < self.remaining() else None
+
+    def _random(self) -> float:
+        return random.uniform(0, min(MAX_BACKOFF, INITIAL_BACKOFF * BACKOFF_MULTIPLIER ** (self.attempts - 1)))

@@ -15,45 +15,60 @@ from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
 from ._upload import DocumentStream
-from .errors import from_rpc_error
-from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
+from .errors import ServiceError, from_rpc_error
+from .types import (
+    AddResult,
+    ContextItem,
+    DeleteResult,
+    Document,
+    DocumentPage,
+    Info,
+    Paragraph,
+    PredictResult,
+    RerankResult,
+    StoredDocument,
+)
 
 
 class AsyncClient:
     def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
-                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True):
         self._channel = _channel.open_channel(grpc.aio, address, tls, root_certificates, max_message_bytes)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
+        self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
 
-    async def _call(self, method, request, timeout, *, retry: bool = False):
-        """As Client._call: one call within ``timeout``, with ``retry`` retried here on UNAVAILABLE."""
-        backoff = _retry.Backoff(timeout or self.timeout)
+    async def _call(self, name: str, request, timeout, *, method=None):
+        """As Client._call: one call of ``name`` within ``timeout``, retried here where _retry.Backoff says so."""
+        backoff = _retry.Backoff(timeout or self.timeout, None if method else name, request, self.retry_queue_full)
+        method = method or getattr(self._stub, name)
         while True:
             try:
                 return await method(request, timeout=backoff.remaining(), metadata=self._metadata)
             except grpc.RpcError as e:
-                delay = backoff.delay_after(e) if retry else None
+                error = from_rpc_error(e)
+                delay = backoff.delay_after(error)
                 if delay is None:
-                    raise from_rpc_error(e) from e
+                    raise error from e
             await asyncio.sleep(delay)
 
     async def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
                            exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
                            timeout: float | None = None) -> PredictResult:
         request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text)
-        return _convert.predict_result(await self._call(self._stub.PredictNext, request, timeout))
+        return _convert.predict_result(await self._call("PredictNext", request, timeout))
 
     async def rerank(self, context: Sequence[ContextItem], candidates: Sequence[ContextItem], *, top_k: int = 0,
                      timeout: float | None = None) -> RerankResult:
         request = _convert.rerank_request(context, candidates, top_k)
-        return _convert.rerank_result(await self._call(self._stub.Rerank, request, timeout))
+        return _convert.rerank_result(await self._call("Rerank", request, timeout))
 
-    async def rerank_many(self, items: Iterable, *, max_in_flight: int = 64,
-                          timeout: float | None = None) -> AsyncIterator[RerankResult]:
-        """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered."""
+    async def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
+                          return_errors: bool = False) -> AsyncIterator[RerankResult | ServiceError]:
+        """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
+        its error, or with ``return_errors`` is yielded in its place."""
         window = asyncio.Semaphore(max_in_flight)
 
         async def requests():
@@ -65,41 +80,54 @@ class AsyncClient:
         try:
             async for response in call:
                 window.release()
-                yield _convert.rerank_result(response)
+                yield _convert.rerank_stream_result(response, return_errors)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
+        finally:
+            call.cancel()
 
     async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the
         stream and is raised with ``documents_committed`` set on it."""
         stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
-        result = _convert.add_result(await self._call(self._stub.AddDocuments, iter(stream), timeout))
+        result = _convert.add_result(await self._call("AddDocuments", iter(stream), timeout,
+                                                     method=self._stub.AddDocuments))
         return stream.raise_if_failed(result)
 
     async def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,
                                timeout: float | None = None) -> DeleteResult:
         """As Client.delete_documents: retried on UNAVAILABLE only with ``allow_missing``."""
         request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
-        return _convert.delete_result(await self._call(self._stub.DeleteDocuments, request, timeout,
-                                                       retry=_retry.retried("DeleteDocuments", request)))
+        return _convert.delete_result(await self._call("DeleteDocuments", request, timeout))
 
     async def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False,
                              timeout: float | None = None) -> list[Paragraph]:
         request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
-        return _convert.paragraphs_result(await self._call(self._stub.GetParagraphs, request, timeout))
+        return _convert.paragraphs_result(await self._call("GetParagraphs", request, timeout))
+
+    async def list_documents(self, page_size: int = 0, page_token: str = "", *,
+                       timeout: float | None = None) -> DocumentPage:
+        """One page of the stored documents in doc_id order (``page_size`` 0: the server's default of 100, at most
+        1000); pass ``next_page_token`` back for the next page. Tokens stay valid while the store is written."""
+        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token)
+        return _convert.page_result(await self._call("ListDocuments", request, timeout))
+
+    async def get_document(self, doc_id: str, *, timeout: float | None = None) -> StoredDocument:
+        """A stored document and its paragraphs in order; NotFound if it is not stored."""
+        return _convert.document_result(await self._call("GetDocument", pb.GetDocumentRequest(doc_id=doc_id), timeout))
 
     async def info(self, *, timeout: float | None = None) -> Info:
-        return _convert.info_result(await self._call(self._stub.GetInfo, pb.GetInfoRequest(), timeout))
+        return _convert.info_result(await self._call("GetInfo", pb.GetInfoRequest(), timeout))
 
     async def reload(self, *, timeout: float | None = None) -> tuple[str, int]:
-        r = await self._call(self._stub.Reload, pb.ReloadRequest(), timeout)
+        r = await self._call("Reload", pb.ReloadRequest(), timeout)
         return r.model_version, r.index_version
 
     async def health(self, *, timeout: float | None = None) -> str:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         request = health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService")
-        response = await self._call(health_pb2_grpc.HealthStub(self._channel).Check, request, timeout)
+        response = await self._call("Check", request, timeout, method=health_pb2_grpc.HealthStub(self._channel).Check)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     async def close(self) -> None:

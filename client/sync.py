@@ -7,9 +7,10 @@
             print(p.score, p.doc_id, p.text)
 
 Every call takes ``timeout=`` (seconds; the client's default otherwise). Failures raise a
-:class:`nextpara.client.errors.ServiceError` subclass chosen by status code. Only calls that a replay
-cannot harm are retried, on UNAVAILABLE only (``_retry.py``): the reads (not the health probe), Reload,
-AddDocuments, and DeleteDocuments with ``allow_missing``.
+:class:`nextpara.client.errors.ServiceError` subclass chosen by status code, carrying the refusal's reason,
+metadata, field violations and retry delay. Only calls that a replay cannot harm are retried (``_retry.py``), on
+UNAVAILABLE and, after the delay the server asked for, on QUEUE_FULL: the reads (not the health probe), Reload,
+AddDocuments (UNAVAILABLE only), and DeleteDocuments with ``allow_missing``.
 """
 
 from __future__ import annotations
@@ -24,60 +25,84 @@ from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
 from ._upload import DocumentStream
-from .errors import from_rpc_error
-from .types import AddResult, ContextItem, DeleteResult, Document, Info, Paragraph, PredictResult, RerankResult
+from .errors import ServiceError, from_rpc_error
+from .types import (
+    AddResult,
+    ContextItem,
+    DeleteResult,
+    Document,
+    DocumentPage,
+    Info,
+    Paragraph,
+    PredictResult,
+    RerankResult,
+    StoredDocument,
+)
 
 
 class Client:
     def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
-                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True):
         self._channel = _channel.open_channel(grpc, address, tls, root_certificates, max_message_bytes)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
+        self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
 
-    def _call(self, method, request, timeout, *, retry: bool = False):
-        """One call within ``timeout``; with ``retry``, retried here on UNAVAILABLE (for a call the channel does not
-        retry: an allow_missing delete)."""
-        backoff = _retry.Backoff(timeout or self.timeout)
+    def _call(self, name: str, request, timeout, *, method=None):
+        """One call of NextParagraphService's ``name`` within ``timeout``, retried here where _retry.Backoff says so;
+        ``method``: another stub's method, not retried."""
+        backoff = _retry.Backoff(timeout or self.timeout, None if method else name, request, self.retry_queue_full)
+        method = method or getattr(self._stub, name)
         while True:
             try:
                 return method(request, timeout=backoff.remaining(), metadata=self._metadata)
             except grpc.RpcError as e:
-                delay = backoff.delay_after(e) if retry else None
+                error = from_rpc_error(e)
+                delay = backoff.delay_after(error)
                 if delay is None:
-                    raise from_rpc_error(e) from e
+                    raise error from e
             time.sleep(delay)
 
     def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
                      exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
                      timeout: float | None = None) -> PredictResult:
         request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text)
-        return _convert.predict_result(self._call(self._stub.PredictNext, request, timeout))
+        return _convert.predict_result(self._call("PredictNext", request, timeout))
 
     def rerank(self, context: Sequence[ContextItem], candidates: Sequence[ContextItem], *, top_k: int = 0,
                timeout: float | None = None) -> RerankResult:
         request = _convert.rerank_request(context, candidates, top_k)
-        return _convert.rerank_result(self._call(self._stub.Rerank, request, timeout))
+        return _convert.rerank_result(self._call("Rerank", request, timeout))
 
-    def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None) -> Iterator[RerankResult]:
+    def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
+                    return_errors: bool = False) -> Iterator[RerankResult | ServiceError]:
         """Stream (context, candidates) pairs (or mappings with context, candidates, request_id, top_k) through
         RerankStream; yields results in input order with at most ``max_in_flight`` requests unanswered.
-        ``timeout`` bounds the whole stream (default: none)."""
+        A refused item raises its error (a ServiceError with its ``request_id``), which ends the iteration; with
+        ``return_errors`` it is yielded in the item's place instead and the others go on. ``timeout`` bounds the
+        whole stream (default: none)."""
         window = threading.Semaphore(max_in_flight)
+        done = threading.Event()
 
-        def requests():
+        def requests():  # read by grpc on its own thread
             for i, item in enumerate(items):
-                window.acquire()
+                while not window.acquire(timeout=0.1):
+                    if done.is_set():
+                        return
                 yield _convert.rerank_item(item, i)
 
+        call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
-            for response in self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata):
+            for response in call:
                 window.release()
-                yield _convert.rerank_result(response)
+                yield _convert.rerank_stream_result(response, return_errors)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
+        finally:
+            done.set()
+            call.cancel()  # nothing when the stream has ended; stops it when the caller stopped early
 
     def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """Upsert documents, streamed in messages under the message size limit as ``documents`` is read; each
@@ -85,7 +110,8 @@ class Client:
         message limit: InvalidInputError naming it), the stream ends before that document's message and that
         exception is raised once the server has answered, with ``documents_committed`` set on it."""
         stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
-        result = _convert.add_result(self._call(self._stub.AddDocuments, iter(stream), timeout))
+        result = _convert.add_result(self._call("AddDocuments", iter(stream), timeout,
+                                                     method=self._stub.AddDocuments))
         return stream.raise_if_failed(result)
 
     def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,
@@ -94,18 +120,28 @@ class Client:
         (one that succeeded but lost its answer would be NotFound). With ``allow_missing``, unknown ids are listed in
         ``missing_doc_ids`` instead and the call is retried on UNAVAILABLE like a read."""
         request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
-        return _convert.delete_result(self._call(self._stub.DeleteDocuments, request, timeout,
-                                                 retry=_retry.retried("DeleteDocuments", request)))
+        return _convert.delete_result(self._call("DeleteDocuments", request, timeout))
 
     def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, timeout: float | None = None) -> list[Paragraph]:
         request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
-        return _convert.paragraphs_result(self._call(self._stub.GetParagraphs, request, timeout))
+        return _convert.paragraphs_result(self._call("GetParagraphs", request, timeout))
+
+    def list_documents(self, page_size: int = 0, page_token: str = "", *,
+                       timeout: float | None = None) -> DocumentPage:
+        """One page of the stored documents in doc_id order (``page_size`` 0: the server's default of 100, at most
+        1000); pass ``next_page_token`` back for the next page. Tokens stay valid while the store is written."""
+        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token)
+        return _convert.page_result(self._call("ListDocuments", request, timeout))
+
+    def get_document(self, doc_id: str, *, timeout: float | None = None) -> StoredDocument:
+        """A stored document and its paragraphs in order; NotFound if it is not stored."""
+        return _convert.document_result(self._call("GetDocument", pb.GetDocumentRequest(doc_id=doc_id), timeout))
 
     def info(self, *, timeout: float | None = None) -> Info:
-        return _convert.info_result(self._call(self._stub.GetInfo, pb.GetInfoRequest(), timeout))
+        return _convert.info_result(self._call("GetInfo", pb.GetInfoRequest(), timeout))
 
     def reload(self, *, timeout: float | None = None) -> tuple[str, int]:
-        r = self._call(self._stub.Reload, pb.ReloadRequest(), timeout)
+        r = self._call("Reload", pb.ReloadRequest(), timeout)
         return r.model_version, r.index_version
 
     def health(self, *, timeout: float | None = None) -> str:
@@ -113,7 +149,7 @@ class Client:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         request = health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService")
-        response = self._call(health_pb2_grpc.HealthStub(self._channel).Check, request, timeout)
+        response = self._call("Check", request, timeout, method=health_pb2_grpc.HealthStub(self._channel).Check)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def close(self) -> None:

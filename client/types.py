@@ -48,6 +48,28 @@ class Paragraph:
     vector: list[float] | None = None
 
 
+@dataclass(frozen=True)
+class DocumentSummary:
+    doc_id: str
+    title: str
+    paragraphs: int  # how many
+    generation: int  # the write generation that last changed it (0: before the store recorded it)
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    documents: list[DocumentSummary]  # in doc_id order
+    next_page_token: str  # "" on the last page
+    index_version: int
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    document: DocumentSummary
+    paragraphs: list[Paragraph]  # in reading order
+    index_version: int
+
+
 @dataclass
 class Document:
     doc_id: str

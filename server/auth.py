@@ -1,7 +1,7 @@
 """Bearer-token auth with two roles, as a grpc.aio server interceptor.
 
 ``authorization: Bearer <token>`` metadata. Read tokens may call PredictNext, Rerank,
-RerankStream, GetParagraphs and GetInfo; write tokens may call everything. Tokens are compared
+RerankStream, GetParagraphs, ListDocuments, GetDocument and GetInfo; write tokens may call everything. Tokens are compared
 in constant time (hmac.compare_digest) and never logged. Health checks and reflection are open,
 so load balancers and tools need no token.
 """
@@ -11,6 +11,9 @@ from __future__ import annotations
 import hmac
 
 import grpc
+from nextpara.errors import AuthError, Reason
+
+from .status import abort
 
 SERVICE = "/nextpara.v1.NextParagraphService/"
 WRITE_METHODS = {"AddDocuments", "DeleteDocuments", "Reload"}
@@ -24,12 +27,12 @@ def _matches(token: str, allowed: list[str]) -> bool:
     return found
 
 
-def _deny(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+def _deny(handler: grpc.RpcMethodHandler, error: AuthError) -> grpc.RpcMethodHandler:
     async def abort_unary(request_or_iterator, context):
-        await context.abort(code, message)
+        await abort(context, error)
 
     async def abort_stream(request_or_iterator, context):
-        await context.abort(code, message)
+        await abort(context, error)
         yield  # pragma: no cover - makes this an async generator
 
     kwargs = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
@@ -54,8 +57,14 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             return handler
         header = dict(details.invocation_metadata or ()).get("authorization", "")
         token = header[7:] if header.startswith("Bearer ") else ""
-        if not token or not _matches(token, self.read_tokens):
-            return _deny(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-        if method.startswith(SERVICE) and method[len(SERVICE):] in WRITE_METHODS and not _matches(token, self.write_tokens):
-            return _deny(handler, grpc.StatusCode.PERMISSION_DENIED, f"this token may read but not call {method[len(SERVICE):]}")
+        if not token:
+            return _deny(handler, AuthError("no bearer token: send the metadata 'authorization: Bearer TOKEN'",
+                                            reason=Reason.TOKEN_MISSING))
+        if not _matches(token, self.read_tokens):
+            return _deny(handler, AuthError("invalid bearer token: it is none of this server's tokens",
+                                            reason=Reason.TOKEN_INVALID))
+        name = method[len(SERVICE):]
+        if method.startswith(SERVICE) and name in WRITE_METHODS and not _matches(token, self.write_tokens):
+            return _deny(handler, AuthError(f"this token may read but not call {name}: it needs a write token",
+                                            reason=Reason.WRITE_ROLE_REQUIRED, metadata={"method": name}))
         return handler

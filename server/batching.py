@@ -1,8 +1,9 @@
 """Coalescing concurrent calls into small batches, run in a bounded thread pool; a stream's calls kept in order.
 
 Calls are admitted while fewer than ``max_queue`` are in the system; beyond that ``submit``
-raises OverloadedError at once (RESOURCE_EXHAUSTED), so overload answers quickly instead of
-timing out. A dispatcher takes the first waiting call, waits up to ``max_wait`` for more calls
+raises OverloadedError at once (RESOURCE_EXHAUSTED, QUEUE_FULL), so overload answers quickly instead of
+timing out; it asks the caller to retry after the shortest time a call spends here (the batch wait and a batch's
+run time, smoothed). A dispatcher takes the first waiting call, waits up to ``max_wait`` for more calls
 with the same batch key (up to ``max_batch``), and hands the batch to the executor. Calls
 whose deadline passed or whose caller went away before their batch starts are dropped. If a
 batch fails, its calls are retried one by one so that one bad call cannot fail the others.
@@ -23,6 +24,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Hashable, TypeVar
 from nextpara.errors import OverloadedError
 
 log = logging.getLogger(__name__)
+MIN_RETRY_DELAY, MAX_RETRY_DELAY = 0.05, 2.0  # seconds a refused call is asked to wait (a call's shortest time in
+# the system: the batch wait and a batch's run), within these
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Coalescer:
         self._queue: asyncio.Queue[_Call] | None = None
         self._admitted = 0
         self._task: asyncio.Task | None = None
+        self._batch_seconds: float | None = None  # how long a batch runs, smoothed (a full queue's retry delay)
 
     def start(self) -> None:
         self._queue = asyncio.Queue()
@@ -57,7 +61,9 @@ class Coalescer:
 
     async def submit(self, key: Hashable, payload: Any, timeout: float | None) -> Any:
         if self._admitted >= self.max_queue:
-            raise OverloadedError(f"server busy: {self._admitted} calls in progress (limit {self.max_queue}); retry later")
+            delay = min(MAX_RETRY_DELAY, max(MIN_RETRY_DELAY, self.max_wait + (self._batch_seconds or 0.0)))
+            raise OverloadedError(f"server busy: {self._admitted} calls in progress (limit {self.max_queue}); retry in "
+                                  f"{delay:.2f} s", retry_delay=delay, metadata={"queueLimit": self.max_queue})
         self._admitted += 1
         call = _Call(key, payload, time.monotonic() + timeout if timeout is not None else None,
                      asyncio.get_running_loop().create_future())
@@ -108,8 +114,11 @@ class Coalescer:
         if self.on_batch:
             self.on_batch(len(live))
         loop = asyncio.get_running_loop()
+        started = time.monotonic()
         try:
             results = await loop.run_in_executor(self.executor, self.run_batch, live[0].key, [c.payload for c in live])
+            took = time.monotonic() - started
+            self._batch_seconds = took if self._batch_seconds is None else self._batch_seconds + 0.2 * (took - self._batch_seconds)
         except Exception as e:  # noqa: BLE001 - delivered to the caller, who maps it to a status
             if len(live) == 1:
                 if not live[0].future.done():

@@ -5,14 +5,20 @@ No logic beyond conversion and the field paths that error messages name.
 
 from __future__ import annotations
 
+import base64
+import json
+
+from google.rpc import status_pb2
 from nextpara import __version__
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
-from nextpara.errors import InvalidInputError
+from nextpara.errors import InvalidInputError, Reason
 from nextpara.store.corpus import Document
-from nextpara.store.store import WriteResult
+from nextpara.store.store import DocumentRow, WriteResult
 from nextpara.v1 import nextpara_pb2 as pb
 
 from .runtime import Deleted, ServiceInfo
+
+DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE = 100, 1000
 
 
 def context_items(paragraphs, field: str) -> list:
@@ -27,7 +33,8 @@ def context_items(paragraphs, field: str) -> list:
         elif kind == "vector":
             items.append(list(p.vector.values))
         else:
-            raise InvalidInputError(f"{field}[{i}]: none of text, paragraph_id or vector is set")
+            raise InvalidInputError(f"{field}[{i}]: none of text, paragraph_id or vector is set",
+                                    reason=Reason.FIELD_REQUIRED, field=f"{field}[{i}]")
     return items
 
 
@@ -48,9 +55,13 @@ def rerank_response(request_id: str, result: RerankResult, k: int) -> pb.RerankR
                              context_dropped=result.context_dropped)
 
 
-def stream_error(index: int, request: pb.RerankRequest, error: InvalidInputError) -> InvalidInputError:
-    """A RerankStream request's bad input, naming which request it was."""
-    return InvalidInputError(f"request {index} ({request.request_id!r}): {error}")
+def stream_result(result: pb.RerankResponse) -> pb.RerankStreamResponse:
+    return pb.RerankStreamResponse(request_id=result.request_id, result=result)
+
+
+def stream_error(request_id: str, status: status_pb2.Status) -> pb.RerankStreamResponse:
+    """A refused RerankStream request's answer: its google.rpc.Status."""
+    return pb.RerankStreamResponse(request_id=request_id, error=status)
 
 
 def documents(request: pb.AddDocumentsRequest, message_index: int) -> list[Document]:
@@ -59,9 +70,11 @@ def documents(request: pb.AddDocumentsRequest, message_index: int) -> list[Docum
     for i, d in enumerate(request.documents):
         where = f"message {message_index}, documents[{i}]"
         if d.vectors and len(d.vectors) != len(d.paragraphs):
-            raise InvalidInputError(f"{where} ({d.doc_id!r}): {len(d.paragraphs)} paragraphs but {len(d.vectors)} vectors")
+            raise InvalidInputError(f"{where} ({d.doc_id!r:.80}): {len(d.paragraphs)} paragraphs but {len(d.vectors)} "
+                                    "vectors", reason=Reason.INVALID_VECTOR, field=f"documents[{i}].vectors")
         docs.append(Document(doc_id=d.doc_id, title=d.title, paragraphs=list(d.paragraphs),
-                             vectors=[list(v.values) for v in d.vectors] or None, source=where))
+                             vectors=[list(v.values) for v in d.vectors] or None, source=where,
+                             request_path=f"documents[{i}]"))
     return docs
 
 
@@ -90,6 +103,44 @@ def paragraphs_response(paragraphs: list, vectors) -> pb.GetParagraphsResponse:
         pb.Paragraph(paragraph_id=p.id, doc_id=p.doc_id, position=p.position, text=p.text,
                      vector=pb.Vector(values=vectors[i]) if vectors is not None else None)
         for i, p in enumerate(paragraphs)])
+
+
+def page_size(requested: int) -> int:
+    """ListDocumentsRequest.page_size: 0 means the default, more than the maximum means the maximum."""
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
+def page_token(last_doc_id: str) -> str:
+    """The token of the page after ``last_doc_id``: opaque to callers, and room for a filter later."""
+    return base64.urlsafe_b64encode(json.dumps({"v": 1, "after": last_doc_id}).encode()).decode()
+
+
+def after_doc_id(token: str) -> str:
+    """The doc_id a page token continues after ("" for no token); INVALID_PAGE_TOKEN for one this server did not make."""
+    if not token:
+        return ""
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if fields.get("v") == 1 and isinstance(fields.get("after"), str):
+            return fields["after"]
+    except (ValueError, AttributeError):  # not base64, not UTF-8, not JSON, not an object
+        pass
+    raise InvalidInputError(f"page_token {token[:40]!r} was not made by ListDocuments: pass next_page_token as it came",
+                            reason=Reason.INVALID_PAGE_TOKEN, field="page_token")
+
+
+def summary(row: DocumentRow) -> pb.DocumentSummary:
+    return pb.DocumentSummary(doc_id=row.doc_id, title=row.title, paragraphs=row.paragraphs, generation=row.generation)
+
+
+def list_documents_response(rows: list[DocumentRow], more: bool, generation: int) -> pb.ListDocumentsResponse:
+    return pb.ListDocumentsResponse(documents=[summary(r) for r in rows], index_version=generation,
+                                    next_page_token=page_token(rows[-1].doc_id) if more else "")
+
+
+def document_response(row: DocumentRow, paragraphs: list, generation: int) -> pb.GetDocumentResponse:
+    return pb.GetDocumentResponse(document=summary(row), index_version=generation, paragraphs=[
+        pb.Paragraph(paragraph_id=p.id, doc_id=p.doc_id, position=p.position, text=p.text) for p in paragraphs])
 
 
 def info_response(info: ServiceInfo) -> pb.GetInfoResponse:

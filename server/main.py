@@ -21,7 +21,7 @@ from nextpara.v1 import nextpara_pb2
 from .auth import TokenAuthInterceptor
 from .config import ServerSettings
 from .metrics import Metrics
-from .registration import add_servicer
+from .registration import TRANSPORT_FACTOR, add_servicer
 from .runtime import Runtime
 from .servicer import NextParagraphServicer
 
@@ -33,9 +33,17 @@ def channel_options(settings: ServerSettings) -> list[tuple[str, int]]:
     # Streams per connection are capped a little above the call queue, so that a flood on one connection
     # waits in the client's HTTP/2 layer instead of the server resetting streams (which callers saw as
     # CANCELLED in the load-soak bench's overload burst); calls beyond the queue still get RESOURCE_EXHAUSTED.
-    return [("grpc.max_receive_message_length", settings.max_message_bytes),
+    # The transport reads messages a few times over the limit, so that registration.py refuses them with details.
+    # grpc-core's own overload protection is off: it resets a new stream (REFUSED_STREAM, which callers see as
+    # UNAVAILABLE) whenever the connection has more streams *allocated* than max_concurrent_streams, and a stream
+    # stays allocated after its status is sent until this event loop gets to release the call. A burst on one
+    # connection keeps the client at the cap, so every call the loop had answered but not yet released made the next
+    # stream be refused: the load-soak overload burst ended hundreds of calls as UNAVAILABLE ("RST_STREAM error code
+    # 7") instead of RESOURCE_EXHAUSTED. Open streams are still held to the cap, and the call queue sheds the rest.
+    return [("grpc.max_receive_message_length", TRANSPORT_FACTOR * settings.max_message_bytes),
             ("grpc.max_send_message_length", settings.max_message_bytes),
-            ("grpc.max_concurrent_streams", max(100, 2 * settings.max_queue))]
+            ("grpc.max_concurrent_streams", max(100, 2 * settings.max_queue)),
+            ("grpc.http.overload_protection", 0)]
 
 
 def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
@@ -43,7 +51,7 @@ def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.
     if settings.auth_enabled:
         interceptors.append(TokenAuthInterceptor(settings.tokens("read"), settings.tokens("write")))
     server = grpc.aio.server(interceptors=interceptors, options=channel_options(settings))
-    add_servicer(NextParagraphServicer(runtime), server)
+    add_servicer(NextParagraphServicer(runtime), server, settings.max_message_bytes)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)

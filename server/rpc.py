@@ -1,9 +1,11 @@
 """The one wrapper every servicer method runs in, unary and streaming alike.
 
-``@rpc`` puts a method's whole call inside ``Call``, which maps domain errors to status codes
-(status.py), answers anything else with INTERNAL and logs its traceback, counts the call by
-method and final code, observes its latency, and reports a call cut short after its deadline
-passed as DEADLINE_EXCEEDED rather than CANCELLED.
+``@rpc`` puts a method's whole call inside ``Call``, which answers a refusal with its status code and
+details (status.py; every refusal's details also carry the index version it was refused at), answers
+anything else with INTERNAL and logs its traceback, counts the call by method and final code, observes
+its latency, and reports a call cut short after its deadline passed as DEADLINE_EXCEEDED rather than
+CANCELLED. A response over the message size limit is refused as MESSAGE_TOO_LARGE before it is sent (the
+transport would end the call without saying why).
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import logging
 import time
 
 import grpc
+from nextpara.errors import NextparaError, Reason
 
 from .metrics import Metrics
-from .status import status_for
+from .status import abort, code_for, internal_error
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +28,9 @@ log = logging.getLogger(__name__)
 class Call:
     """``async with Call(method, context, metrics):`` around the work of one call."""
 
-    def __init__(self, method: str, context: grpc.aio.ServicerContext, metrics: Metrics):
+    def __init__(self, method: str, context: grpc.aio.ServicerContext, metrics: Metrics, facts=dict):
         self.method, self.context, self.metrics = method, context, metrics
+        self.facts = facts  # () -> metadata every refusal of this call carries
 
     async def __aenter__(self) -> Call:
         self.t0 = time.perf_counter()
@@ -40,13 +44,12 @@ class Call:
             if not isinstance(error, Exception):  # CancelledError, GeneratorExit: the caller or its deadline is gone
                 code = grpc.StatusCode.CANCELLED
                 return False
-            code = status_for(error)
+            code = code_for(error)
             if code is None:
                 log.error("%s failed", self.method, exc_info=error)
-                code, message = grpc.StatusCode.INTERNAL, f"internal error in {self.method} (logged by the server)"
-            else:
-                message = str(error)
-            await self.context.abort(code, message)  # raises
+                error = internal_error(self.method)
+                code = code_for(error)
+            await abort(self.context, error, **self.facts())  # raises
             return False  # pragma: no cover
         finally:
             remaining = self.context.time_remaining()
@@ -56,21 +59,35 @@ class Call:
             self.metrics.latency.labels(self.method).observe(time.perf_counter() - self.t0)
 
 
+def sendable(response, max_bytes: int):
+    """``response``, or MESSAGE_TOO_LARGE when it is over the message size limit."""
+    size = response.ByteSize()
+    if size > max_bytes:
+        raise NextparaError(f"the response would be {size} bytes, over the {max_bytes}-byte message limit "
+                            "(GetInfo.max_message_bytes): ask for less per call", reason=Reason.MESSAGE_TOO_LARGE,
+                            metadata={"limitBytes": max_bytes, "actualBytes": size, "message": "response"})
+    return response
+
+
 def rpc(method):
     """Decorate a servicer method (a coroutine, or an async generator for a response stream) to run in ``Call``;
-    the gRPC method name is the Python one. The servicer must have ``rt.metrics``."""
+    the gRPC method name is the Python one. The servicer must have ``rt`` (the Runtime)."""
     name = method.__name__
+
+    def call(self, context) -> Call:
+        return Call(name, context, self.rt.metrics, self.rt.error_facts)
+
     if inspect.isasyncgenfunction(method):
         @functools.wraps(method)
         async def streaming(self, request, context):
-            async with Call(name, context, self.rt.metrics):
+            async with call(self, context):
                 async with contextlib.aclosing(method(self, request, context)) as responses:
                     async for response in responses:
-                        yield response
+                        yield sendable(response, self.rt.settings.max_message_bytes)
         return streaming
 
     @functools.wraps(method)
     async def unary(self, request, context):
-        async with Call(name, context, self.rt.metrics):
-            return await method(self, request, context)
+        async with call(self, context):
+            return sendable(await method(self, request, context), self.rt.settings.max_message_bytes)
     return unary

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.predictor import Predictor
-from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.embedders import embedder_for_store
 from nextpara.store.ingest import vectors_for
-from nextpara.store.store import ParagraphStore, WriteResult, open_store
+from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
 
 from .batching import Coalescer
 from .config import ServerSettings
@@ -73,6 +74,7 @@ class Runtime:
         self._write_lock = asyncio.Lock()
         self.on_reload = None  # async callable run after a reload (the server updates health with it)
         self._snapshot_generation = -1
+        self._generation = -1  # the store's write generation, kept by load and by each write (error_facts)
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
                                    settings.max_queue, on_batch=metrics.batch.observe)
 
@@ -82,12 +84,15 @@ class Runtime:
         self.store = open_store(self.data_dir, readonly=self.settings.read_only)
         self.embedder = embedder_for_store(self.store.embedder_spec, self.store.embedder_name, self.store.dim)
         self._snapshot_generation = self.store.snapshot_generation
+        self._generation = self.store.generation
         self._load_model()
 
     def _load_model(self) -> None:
         try:  # the store's own model, else the general model that ships with the package
             predictor = Predictor.from_store(self.store, embedder=self.embedder)
         except FailedPreconditionError as e:
+            if (self.data_dir / CHECKPOINT).exists():  # the store's own model file is unusable: say so (start-up
+                raise  # fails, a Reload is refused with the reason) rather than serve something else
             self._no_model = str(e)
             log.warning("no model serves %s: PredictNext and Rerank answer FAILED_PRECONDITION until `nextpara "
                         "train` and a reload (%s)", self.data_dir, e)
@@ -136,6 +141,11 @@ class Runtime:
     def versions(self) -> tuple[str, int]:
         return (self.predictor.model_version if self.predictor else "", self.store.generation if self.store else -1)
 
+    def error_facts(self) -> dict:
+        """What every refusal's details carry: the index version it was refused at (as of the last write or load:
+        refusals are answered on the event loop, which must not wait for SQLite, shared with the workers)."""
+        return {"indexVersion": self._generation} if self._generation >= 0 else {}
+
     async def snapshot_if_changed(self) -> None:
         if self.settings.read_only or self.store is None:
             return
@@ -161,7 +171,7 @@ class Runtime:
     def _require_model(self) -> Predictor:
         if self.predictor is None:
             raise FailedPreconditionError(self._no_model or f"no model serves {self.data_dir}: run `nextpara train`, "
-                                          "then reload")
+                                          "then reload", reason=Reason.NO_MODEL)
         return self.predictor
 
     def _run_batch(self, key, payloads: list):
@@ -184,12 +194,26 @@ class Runtime:
     async def get_paragraphs(self, ids: list[int], include_vectors: bool) -> tuple[list, np.ndarray | None]:
         """The stored paragraphs in the order asked, and their vectors (None unless ``include_vectors``)."""
         if not ids:
-            raise InvalidInputError("paragraph_ids is empty")
+            raise InvalidInputError("paragraph_ids is empty", reason=Reason.FIELD_REQUIRED, field="paragraph_ids")
         return await self.run(self._get_paragraphs, self.store, ids, include_vectors)
 
     @staticmethod
     def _get_paragraphs(store: ParagraphStore, ids: list[int], include_vectors: bool):
         return store.get_paragraphs(ids), store.vectors(ids) if include_vectors else None
+
+    async def list_documents(self, after: str, page_size: int) -> tuple[list[DocumentRow], bool, int]:
+        """A page of documents after the doc_id ``after``, whether more follow, and the generation it was read at."""
+        store = self.store
+        generation = store.generation
+        rows = await self.run(store.list_documents, after, page_size + 1)
+        return rows[:page_size], len(rows) > page_size, generation
+
+    async def get_document(self, doc_id: str) -> tuple[DocumentRow, list, int]:
+        if not doc_id:
+            raise InvalidInputError("doc_id is empty", reason=Reason.FIELD_REQUIRED, field="doc_id")
+        store = self.store
+        generation = store.generation
+        return (*await self.run(store.get_document, doc_id), generation)
 
     async def info(self) -> ServiceInfo:
         store = await self.run(self.store.info)
@@ -200,23 +224,27 @@ class Runtime:
     # ---- writes -----------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self.settings.read_only:
-            raise FailedPreconditionError("this server is a read-only replica: send writes to the writer")
+            raise FailedPreconditionError("this server is a read-only replica: send writes to the writer",
+                                          reason=Reason.READ_ONLY_REPLICA)
 
     async def add_documents(self, messages) -> WriteResult:
-        """Commit each message (a list of Documents) as it arrives; see the proto for the contract."""
+        """Commit each message (a list of Documents) as it arrives; see the proto for the contract. A refusal
+        midway says (in its message and its metadata) how many messages were committed before it."""
         self._check_writable()
         total = WriteResult()
         committed = 0
-        async for docs in messages:
-            try:
+        try:
+            async for docs in messages:
                 result = await self.run_locked(self._write, docs)
-            except InvalidInputError as e:
-                raise InvalidInputError(f"{e} ({committed} earlier message(s) were committed)") from e
-            committed += 1
-            total.added += result.added
-            total.replaced += result.replaced
-            total.unchanged += result.unchanged
-            total.paragraphs += result.paragraphs
+                committed += 1
+                total.added += result.added
+                total.replaced += result.replaced
+                total.unchanged += result.unchanged
+                total.paragraphs += result.paragraphs
+        except NextparaError as e:
+            e.args = (f"{e} ({committed} earlier message(s) were committed)",)
+            e.metadata.update(committedMessages=str(committed), messageIndex=str(committed))
+            raise
         total.generation = self.store.generation
         return total
 
@@ -225,6 +253,7 @@ class Runtime:
         vectors = vectors_for(self.embedder, docs)
         self.metrics.stage.labels("embed").observe(time.perf_counter() - t0)
         result = self.store.add_documents(docs, vectors)
+        self._generation = result.generation
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return result
 
@@ -233,7 +262,7 @@ class Runtime:
         reported in ``Deleted.missing`` while the others are deleted."""
         self._check_writable()
         if not doc_ids:
-            raise InvalidInputError("doc_ids is empty")
+            raise InvalidInputError("doc_ids is empty", reason=Reason.FIELD_REQUIRED, field="doc_ids")
         deleted = await self.run_locked(self._delete, list(dict.fromkeys(doc_ids)), allow_missing)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return deleted
@@ -245,4 +274,5 @@ class Runtime:
             gone = set(missing)
             doc_ids = [d for d in doc_ids if d not in gone]
         paragraphs = self.store.delete_documents(doc_ids) if doc_ids else 0
-        return Deleted(len(doc_ids), paragraphs, self.store.generation, missing)
+        self._generation = self.store.generation
+        return Deleted(len(doc_ids), paragraphs, self._generation, missing)

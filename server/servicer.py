@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import contextlib
 
-from nextpara.errors import InvalidInputError
+from nextpara.errors import NextparaError
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import convert
 from .batching import in_order
+from .registration import Refused
 from .rpc import rpc
 from .runtime import Runtime
+from .status import code_for, status_of
 
 STREAM_IN_FLIGHT = 64  # RerankStream requests being scored at once per stream
 
@@ -40,11 +42,17 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
 
     @rpc
     async def RerankStream(self, requests, context):
+        """Each request answered in order with its result or its refusal; a bug (INTERNAL) ends the stream."""
         async def one(index, request):
+            if isinstance(request, Refused):
+                return convert.stream_error("", status_of(request.error, itemIndex=index, **self.rt.error_facts()))
             try:
-                return await self._rerank(request, context)
-            except InvalidInputError as e:
-                raise convert.stream_error(index, request, e) from e
+                return convert.stream_result(await self._rerank(request, context))
+            except NextparaError as e:
+                if code_for(e) is None:
+                    raise
+                e.args = (f"request {index} ({request.request_id!r:.80}): {e}",)
+                return convert.stream_error(request.request_id, status_of(e, itemIndex=index, **self.rt.error_facts()))
 
         async with contextlib.aclosing(in_order(requests, one, STREAM_IN_FLIGHT)) as responses:  # a cancelled
             async for response in responses:  # stream cancels its work in flight at once
@@ -64,6 +72,16 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
     async def GetParagraphs(self, request, context):
         paragraphs, vectors = await self.rt.get_paragraphs(list(request.paragraph_ids), request.include_vectors)
         return convert.paragraphs_response(paragraphs, vectors)
+
+    @rpc
+    async def ListDocuments(self, request, context):
+        size = convert.page_size(request.page_size)
+        return convert.list_documents_response(*await self.rt.list_documents(convert.after_doc_id(request.page_token),
+                                                                             size))
+
+    @rpc
+    async def GetDocument(self, request, context):
+        return convert.document_response(*await self.rt.get_document(request.doc_id))
 
     @rpc
     async def GetInfo(self, request, context):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from nextpara.errors import CorpusFormatError, InvalidInputError
+from nextpara.errors import CorpusFormatError, InvalidInputError, Reason
 
 BUILTIN = "builtin"
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
@@ -47,37 +47,46 @@ class Document:
     title: str = ""
     vectors: Sequence[Sequence[float]] | None = None  # one per paragraph, when precomputed
     source: str = field(default="", compare=False)  # "file:line" it came from, for messages
+    request_path: str = field(default="", compare=False)  # where a request holds it ("documents[2]"), for errors
 
 
 def validate_document(doc: Document, where: str = "") -> None:
-    """Raise InvalidInputError if ``doc`` cannot be stored; ``where`` prefixes the message."""
+    """Raise InvalidInputError if ``doc`` cannot be stored; ``where`` prefixes the message. The error's reason says
+    what is wrong, and its field where (under ``doc.request_path``, when the document came in a request)."""
     at = f"{where}: " if where else ""
+
+    def bad(message: str, reason: Reason, part: str) -> InvalidInputError:
+        return InvalidInputError(at + message, reason=reason, field=f"{doc.request_path}.{part}" if doc.request_path else None)
+
     if not isinstance(doc.doc_id, str) or not doc.doc_id.strip():
-        raise InvalidInputError(f"{at}doc_id must be a non-empty string, got {doc.doc_id!r}")
+        raise bad(f"doc_id must be a non-empty string, got {doc.doc_id!r}", Reason.FIELD_REQUIRED, "doc_id")
     if len(doc.doc_id) > MAX_DOC_ID_CHARS:
-        raise InvalidInputError(f"{at}doc_id is {len(doc.doc_id)} characters, at most {MAX_DOC_ID_CHARS}")
+        raise bad(f"doc_id is {len(doc.doc_id)} characters, at most {MAX_DOC_ID_CHARS}", Reason.OUT_OF_RANGE, "doc_id")
     if not isinstance(doc.paragraphs, list) or not doc.paragraphs:
-        raise InvalidInputError(f"{at}document {doc.doc_id!r} has no paragraphs")
+        raise bad(f"document {doc.doc_id!r} has no paragraphs", Reason.FIELD_REQUIRED, "paragraphs")
     for i, text in enumerate(doc.paragraphs):
         if not isinstance(text, str):
-            raise InvalidInputError(f"{at}document {doc.doc_id!r} paragraph {i} is {type(text).__name__}, not a string")
+            raise bad(f"document {doc.doc_id!r} paragraph {i} is {type(text).__name__}, not a string", Reason.INVALID_TEXT,
+                      f"paragraphs[{i}]")
         if not text.strip():
-            raise InvalidInputError(f"{at}document {doc.doc_id!r} paragraph {i} is empty")
+            raise bad(f"document {doc.doc_id!r} paragraph {i} is empty", Reason.INVALID_TEXT, f"paragraphs[{i}]")
         if "\x00" in text:
-            raise InvalidInputError(f"{at}document {doc.doc_id!r} paragraph {i} contains a NUL character")
+            raise bad(f"document {doc.doc_id!r} paragraph {i} contains a NUL character", Reason.INVALID_TEXT,
+                      f"paragraphs[{i}]")
     if doc.vectors is not None:
         if len(doc.vectors) != len(doc.paragraphs):
-            raise InvalidInputError(
-                f"{at}document {doc.doc_id!r} has {len(doc.paragraphs)} paragraphs but {len(doc.vectors)} vectors"
-            )
+            raise bad(f"document {doc.doc_id!r} has {len(doc.paragraphs)} paragraphs but {len(doc.vectors)} vectors",
+                      Reason.INVALID_VECTOR, "vectors")
         for i, vec in enumerate(doc.vectors):
             if not isinstance(vec, (list, tuple)) or not vec:
-                raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} is not a non-empty list of numbers")
+                raise bad(f"document {doc.doc_id!r} vector {i} is not a non-empty list of numbers", Reason.INVALID_VECTOR,
+                          f"vectors[{i}]")
             if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vec):
-                raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} has a non-numeric, NaN or inf value")
+                raise bad(f"document {doc.doc_id!r} vector {i} has a non-numeric, NaN or inf value", Reason.INVALID_VECTOR,
+                          f"vectors[{i}]")
             if len(vec) != len(doc.vectors[0]):
-                raise InvalidInputError(f"{at}document {doc.doc_id!r} vector {i} has {len(vec)} values, "
-                                        f"vector 0 has {len(doc.vectors[0])}")
+                raise bad(f"document {doc.doc_id!r} vector {i} has {len(vec)} values, vector 0 has {len(doc.vectors[0])}",
+                          Reason.INVALID_VECTOR, f"vectors[{i}]")
 
 
 def _document_from_json(obj: object) -> Document:

@@ -40,7 +40,7 @@ SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     """CREATE TABLE IF NOT EXISTS documents (
         doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, n_paragraphs INTEGER NOT NULL,
-        content_hash TEXT NOT NULL, updated_at REAL NOT NULL)""",
+        content_hash TEXT NOT NULL, updated_at REAL NOT NULL, generation INTEGER NOT NULL DEFAULT 0)""",
     """CREATE TABLE IF NOT EXISTS paragraphs (
         id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
         position INTEGER NOT NULL, text TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL,

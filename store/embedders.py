@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
-from nextpara.errors import FailedPreconditionError, InvalidInputError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason
 
 from .unit_vectors import unit_rows
 
@@ -116,10 +116,10 @@ class PrecomputedEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        raise FailedPreconditionError(
+        raise InvalidInputError(
             f"embedder {self.name!r} holds precomputed vectors and cannot embed text; "
-            "give vectors (or stored paragraph ids) instead, or configure a text embedder of the same name"
-        )
+            "give vectors (or stored paragraph ids) instead, or configure a text embedder of the same name",
+            reason=Reason.VECTORS_REQUIRED)
 
 
 def bundled_minilm_path() -> Path:

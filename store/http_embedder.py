@@ -24,7 +24,7 @@ import urllib.request
 from typing import Sequence
 
 import numpy as np
-from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason
 
 from .unit_vectors import unit_rows
 
@@ -34,6 +34,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 class EmbeddingServiceError(NextparaError):
     """The embeddings endpoint failed after all retries, or refused the request."""
+
+    reason = Reason.EMBEDDING_SERVICE_FAILED
 
 
 class OpenAIEmbedder:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import numpy as np
-from nextpara.errors import InvalidInputError
+from nextpara.errors import InvalidInputError, Reason
 from nextpara.progress import progress_bar
 
 from .corpus import CorpusReader, Document, validate_document
@@ -87,7 +87,8 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document]) -> list[np.ndarray
     if todo and isinstance(embedder, PrecomputedEmbedder):
         d = todo[0]
         raise InvalidInputError(f"{d.source or 'document'} ({d.doc_id!r}) has no vectors, and this store's embedder "
-                                f"{embedder.name!r} cannot embed text")
+                                f"{embedder.name!r} cannot embed text", reason=Reason.VECTORS_REQUIRED,
+                                field=f"{d.request_path}.vectors" if d.request_path else None)
     flat = embedder.embed([p for d in todo for p in d.paragraphs]) if todo else None
     out, start = [], 0
     for d in docs:

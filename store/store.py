@@ -23,17 +23,26 @@ import threading
 from typing import Iterable, Sequence
 
 import numpy as np
-from nextpara.errors import FailedPreconditionError, InvalidInputError, StorageFullError, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, StorageFullError, StoreMismatchError
 
 from .corpus import Document, validate_document
 from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
-from .tables import Checked, Paragraph, ParagraphTables, WriteResult, content_hash
+from .tables import (
+    Checked,
+    DocumentRow,
+    Paragraph,
+    ParagraphTables,
+    WriteResult,
+    add_generation_column,
+    content_hash,
+    has_generation_column,
+)
 from .unit_vectors import unit_rows
 from .vector_index import choose_index
 from .vector_table import VectorTable
 from .word_index import WordIndex, add_word_index, has_word_index
 
-__all__ = ["ParagraphStore", "Paragraph", "WriteResult", "open_store", "DB_FILE"]
+__all__ = ["ParagraphStore", "Paragraph", "DocumentRow", "WriteResult", "open_store", "DB_FILE"]
 log = logging.getLogger(__name__)
 
 
@@ -67,6 +76,8 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
                 + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
         elif dim is not None and dim != int(meta["dim"]):
             raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
+        if not readonly and not has_generation_column(db):
+            add_generation_column(db)
         if not readonly and not has_word_index(db):
             try:
                 add_word_index(db)
@@ -127,11 +138,12 @@ class ParagraphStore:
     def _check(self, doc: Document, vectors) -> Checked:
         validate_document(doc, where=doc.source)
         if vectors is None:
-            raise InvalidInputError(f"document {doc.doc_id!r} has no vectors")
+            raise InvalidInputError(f"document {doc.doc_id!r} has no vectors", reason=Reason.VECTORS_REQUIRED)
         if len(vectors) != len(doc.paragraphs):
             raise InvalidInputError(f"document {doc.doc_id!r}: expected {len(doc.paragraphs)} vectors for its "
-                                    f"paragraphs, got {len(vectors)}")
-        arr = unit_rows(vectors, self.dim, f"document {doc.doc_id!r} vectors", self.embedder_name)
+                                    f"paragraphs, got {len(vectors)}", reason=Reason.INVALID_VECTOR)
+        field = (lambda i: f"{doc.request_path}.vectors[{i}]") if doc.request_path else None
+        arr = unit_rows(vectors, self.dim, f"document {doc.doc_id!r} vectors", self.embedder_name, field=field)
         return Checked(doc, arr, content_hash(doc, arr if doc.vectors is not None else None))
 
     def unchanged(self, docs: Sequence[Document]) -> set[str]:
@@ -151,8 +163,9 @@ class ParagraphStore:
         checked = [self._check(doc, vecs) for doc, vecs in zip(docs, vectors)]
         doc_ids = [c.doc.doc_id for c in checked]
         if len(set(doc_ids)) != len(doc_ids):
-            twice = next(d for d in doc_ids if doc_ids.count(d) > 1)
-            raise InvalidInputError(f"document {twice!r} appears twice in one write")
+            again = next(i for i, d in enumerate(doc_ids) if d in doc_ids[:i])
+            raise InvalidInputError(f"document {doc_ids[again]!r} appears twice in one write", reason=Reason.DUPLICATE_DOC_ID,
+                                    field=f"{docs[again].request_path}.doc_id" if docs[again].request_path else None)
         with self._mutex:
             with self._disk_full_is_clear("adding documents"):
                 result, removed, added, vecs = self.tables.write_documents(checked)
@@ -211,6 +224,14 @@ class ParagraphStore:
     def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
         """(ids, doc_ids, positions, text_hashes) of every paragraph, ordered by (doc_id, position)."""
         return self.tables.paragraph_table()
+
+    def list_documents(self, after: str = "", limit: int = 100) -> list[DocumentRow]:
+        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (keyset paging)."""
+        return self.tables.list_documents(after, limit)
+
+    def get_document(self, doc_id: str) -> tuple[DocumentRow, list[Paragraph]]:
+        """A document and its paragraphs in order; NotFoundError if it is not stored."""
+        return self.tables.get_document(doc_id)
 
     def missing_ids(self, ids: Sequence[int]) -> set[int]:
         """The ids among ``ids`` that the store does not hold."""

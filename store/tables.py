@@ -1,7 +1,10 @@
 """ParagraphTables: the SQLite side of a store, the source of truth.
 
-``documents`` (doc_id, title, content hash), ``paragraphs`` (id, doc_id, position, text, sha256
-of the text, vector blob) and ``meta`` (embedder, dimension, index type, write generation). One
+``documents`` (doc_id, title, content hash, the write generation that last changed it),
+``paragraphs`` (id, doc_id, position, text, sha256 of the text, vector blob) and ``meta``
+(embedder, dimension, index type, write generation). A store made before documents had their
+generation gets the column on its first writable open (0 for the documents it holds); a
+read-only open of such a store reports 0. One
 write (add, upsert, delete) is one transaction that also bumps the generation: when it returns,
 it is acknowledged (``synchronous=FULL``, WAL). Paragraph ids are ``INTEGER PRIMARY KEY
 AUTOINCREMENT`` values: stable for the life of a paragraph, never reused, so the difference
@@ -14,6 +17,7 @@ connection (SQLite serialises its use across threads).
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ from nextpara.errors import NotFoundError
 from .corpus import Document, text_hash
 
 _CHUNK = 500  # parameters per IN (...) query, under SQLite's limit
+MAX_LISTED_BYTES = 480  # of unknown ids listed in a NotFoundError's metadata (a refusal's details must stay small)
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,25 @@ class Paragraph:
     position: int
     text: str
     text_hash: str
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    doc_id: str
+    title: str
+    paragraphs: int
+    generation: int  # the write generation that last changed it (0: before the store recorded it)
+
+
+def has_generation_column(db: sqlite3.Connection) -> bool:
+    return any(row[1] == "generation" for row in db.execute("PRAGMA table_info(documents)"))
+
+
+def add_generation_column(db: sqlite3.Connection) -> None:
+    """Give a store made before documents had their generation the column (0 for what it holds), in one transaction."""
+    with db:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("ALTER TABLE documents ADD COLUMN generation INTEGER NOT NULL DEFAULT 0")
 
 
 @dataclass
@@ -72,9 +96,19 @@ def select_in(db: sqlite3.Connection, query: str, values: Iterable) -> Iterable[
         yield from db.execute(f"{query} IN ({','.join('?' * len(chunk))})", chunk)
 
 
-def missing_message(what: str, missing: Sequence) -> str:
-    return (f"unknown {what}(s): {', '.join(map(str if what == 'paragraph id' else repr, missing[:10]))}"
-            + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
+def unknown_ids(what: str, missing: Sequence) -> NotFoundError:
+    """NOT_FOUND for ids the store does not hold (``what``: "paragraph id" or "doc_id"): the message names the first
+    ten (long doc_ids cut short); the metadata holds as many whole ids as fit in MAX_LISTED_BYTES (JSON) and the count."""
+    quote = str if what == "paragraph id" else (lambda d: repr(d) if len(d) <= 60 else repr(d[:57]) + "...")
+    listed: list = []
+    for value in missing:
+        if len(json.dumps([*listed, value], ensure_ascii=False).encode()) > MAX_LISTED_BYTES:
+            break
+        listed.append(value)
+    return NotFoundError(f"unknown {what}(s): {', '.join(map(quote, missing[:10]))}"
+                         + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""),
+                         metadata={"idKind": what.replace(" ", "_"), "missingCount": len(missing),
+                                   "missingIds": json.dumps(listed, ensure_ascii=False)})
 
 
 class ParagraphTables:
@@ -84,6 +118,7 @@ class ParagraphTables:
         self.embedder_spec: str = meta.get("embedder_spec", meta["embedder"])
         self.dim: int = int(meta["dim"])
         self.requested_index: str = meta["index"]
+        self._generation = "d.generation" if has_generation_column(db) else "0"  # of a document, in queries
 
     # ---- reads ------------------------------------------------------------------------
     @property
@@ -116,6 +151,23 @@ class ParagraphTables:
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(select_in(self.db, "SELECT doc_id, content_hash FROM documents WHERE doc_id", doc_ids))
 
+    def list_documents(self, after: str, limit: int) -> list[DocumentRow]:
+        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (one statement: one snapshot)."""
+        return [DocumentRow(*row) for row in self.db.execute(
+            f"SELECT d.doc_id, d.title, d.n_paragraphs, {self._generation} FROM documents d WHERE d.doc_id > ? "
+            "ORDER BY d.doc_id LIMIT ?", (after, limit))]
+
+    def get_document(self, doc_id: str) -> tuple[DocumentRow, list[Paragraph]]:
+        """A document and its paragraphs in order, read by one statement; NotFoundError if it is not stored."""
+        rows = self.db.execute(
+            f"SELECT d.title, d.n_paragraphs, {self._generation}, p.id, "
+            "p.position, p.text, p.text_hash FROM documents d JOIN paragraphs p ON p.doc_id = d.doc_id "
+            "WHERE d.doc_id = ? ORDER BY p.position", (doc_id,)).fetchall()
+        if not rows:
+            raise unknown_ids("doc_id", [doc_id])
+        title, n, generation = rows[0][:3]
+        return DocumentRow(doc_id, title, n, generation), [Paragraph(r[3], doc_id, r[4], r[5], r[6]) for r in rows]
+
     def find_paragraphs(self, ids: Iterable[int]) -> dict[int, Paragraph]:
         """The stored paragraphs among ``ids``, by id (each read once); unknown ids are left out."""
         return {row[0]: Paragraph(*row)
@@ -128,7 +180,7 @@ class ParagraphTables:
         found = self.find_paragraphs(ids)
         missing = [i for i in ids if i not in found]
         if missing:
-            raise NotFoundError(missing_message("paragraph id", missing))
+            raise unknown_ids("paragraph id", missing)
         return [found[i] for i in ids]
 
     def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
@@ -167,6 +219,7 @@ class ParagraphTables:
         now = time.time()
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
+            generation = self.generation + 1  # this write's, if it changes anything
             for c in checked:
                 doc = c.doc
                 if stored.get(doc.doc_id) == c.content_hash:
@@ -177,8 +230,9 @@ class ParagraphTables:
                     result.replaced += 1
                 else:
                     result.added += 1
-                self.db.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?)",
-                                (doc.doc_id, doc.title, len(doc.paragraphs), c.content_hash, now))
+                self.db.execute("INSERT INTO documents (doc_id, title, n_paragraphs, content_hash, updated_at, generation) "
+                                "VALUES (?, ?, ?, ?, ?, ?)",
+                                (doc.doc_id, doc.title, len(doc.paragraphs), c.content_hash, now, generation))
                 for position, (text, vec) in enumerate(zip(doc.paragraphs, c.vectors)):
                     cur = self.db.execute(
                         "INSERT INTO paragraphs (doc_id, position, text, text_hash, vector) VALUES (?, ?, ?, ?, ?)",
@@ -196,7 +250,7 @@ class ParagraphTables:
         any doc_id is unknown."""
         missing = self.missing_documents(doc_ids)
         if missing:
-            raise NotFoundError(missing_message("doc_id", missing))
+            raise unknown_ids("doc_id", missing)
         old_ids: list[int] = []
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")

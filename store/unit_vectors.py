@@ -9,32 +9,39 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-from nextpara.errors import InvalidInputError
+from nextpara.errors import InvalidInputError, Reason
 
 
 def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: str = "",
-              name: Callable[[int], str] | None = None) -> np.ndarray:
+              name: Callable[[int], str] | None = None, field: Callable[[int], str] | None = None) -> np.ndarray:
     """(n, dim) float32 unit vectors from ``rows`` (a 2-d array or a list of number sequences).
 
     Raises InvalidInputError naming the first bad row as ``name(i)`` (default ``"{where} row {i}"``)
-    and what is wrong with it; ``embedder`` names whose dimension ``dim`` is.
+    and what is wrong with it (reason DIMENSION_MISMATCH or INVALID_VECTOR, and ``field(i)`` as its field when
+    given); ``embedder`` names whose dimension ``dim`` is.
     """
     name = name or (lambda i: f"{where} row {i}")
+
+    def bad_row(i: int, problem: str, reason: Reason = Reason.INVALID_VECTOR, **metadata) -> InvalidInputError:
+        return InvalidInputError(f"{name(i)}: {problem}", reason=reason, field=field(i) if field else None,
+                                 metadata=metadata)
+
     arr = _matrix(rows, dim)
     if arr is None or (dim is not None and arr.shape[1] != dim):
         for i, row in enumerate(rows):  # say which row is wrong, and how
             if not is_vector(row) or _matrix([row], None) is None:
-                raise InvalidInputError(f"{name(i)}: a vector must be a list of numbers")
+                raise bad_row(i, "a vector must be a list of numbers")
             if dim is not None and len(row) != dim:
                 whose = f"this store's embedder {embedder} has" if embedder else "expected"
-                raise InvalidInputError(f"{name(i)}: vector of dimension {len(row)}, {whose} dimension {dim}")
-        raise InvalidInputError(f"{where}: expected a list of vectors, got {np.shape(rows)}")
+                raise bad_row(i, f"vector of dimension {len(row)}, {whose} dimension {dim}", Reason.DIMENSION_MISMATCH,
+                              expectedDim=dim, actualDim=len(row))
+        raise InvalidInputError(f"{where}: expected a list of vectors, got {np.shape(rows)}", reason=Reason.INVALID_VECTOR)
     bad = ~np.isfinite(arr).all(axis=1)
     if bad.any():
-        raise InvalidInputError(f"{name(int(np.argmax(bad)))}: vector has a NaN or infinite value")
+        raise bad_row(int(np.argmax(bad)), "vector has a NaN or infinite value")
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
     if (norms == 0).any():
-        raise InvalidInputError(f"{name(int(np.argmax(norms[:, 0] == 0)))}: vector is all zeros (the zero vector)")
+        raise bad_row(int(np.argmax(norms[:, 0] == 0)), "vector is all zeros (the zero vector)")
     return np.ascontiguousarray(arr / norms, dtype=np.float32)
 
 

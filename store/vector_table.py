@@ -16,11 +16,11 @@ import logging
 import time
 
 import numpy as np
-from nextpara.errors import NotFoundError, StoreMismatchError
+from nextpara.errors import StoreMismatchError
 
 from . import snapshot as snap
 from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
-from .tables import ParagraphTables, missing_message
+from .tables import ParagraphTables, unknown_ids
 from .vector_index import IndexChoice, VectorIndex, choose_index
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class VectorTable:
         """Vectors of ``ids`` (n, dim); NotFoundError naming unknown ids."""
         rows, ok = self.rows(ids)
         if not ok.all():
-            raise NotFoundError(missing_message("paragraph id", ids[~ok].tolist()))
+            raise unknown_ids("paragraph id", ids[~ok].tolist())
         return self.vectors[rows]
 
     def search(self, queries: np.ndarray, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -40,3 +40,4 @@ def test_a_server_whose_disk_fills_refuses_writes_and_keeps_serving(tmp_path):
     r = fault_injection.full_disk_server_run(tmp_path)
     assert r["ok"], r
     assert r["refused_code"] == "RESOURCE_EXHAUSTED" and "no space left" in r["refusal"] and r["acknowledged"] > 0
+    assert r["refused_reason"] == "STORAGE_FULL" and r["refused_committed"] == "0"  # details of the refusal

@@ -45,7 +45,7 @@ def test_cache_hits_cost_no_model_time(minilm, tmp_path):
     assert (again.hits, again.misses) == (3, 0)
     np.testing.assert_array_equal(second, first[:3][::-1])
     other = CachedEmbedder(PrecomputedEmbedder("other-model", dim=384), tmp_path / "cache.sqlite")
-    with pytest.raises(FailedPreconditionError, match="cannot embed text"):
+    with pytest.raises(InvalidInputError, match="cannot embed text"):
         other.embed(TEXTS[:1])  # the key includes the embedder: MiniLM's vectors are not reused
 
 

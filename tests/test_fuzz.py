@@ -64,3 +64,4 @@ def test_generated_requests_never_crash_the_server_or_change_the_store_when_refu
     assert result["n_failures"] == 0, result["failures"][:5]
     assert result["requests"] >= 600 and "INTERNAL" not in result["codes"] and "UNKNOWN" not in result["codes"]
     assert result["codes"].get("OK", 0) > 20 and result["codes"].get("INVALID_ARGUMENT", 0) > 100
+    assert {"ListDocuments", "GetDocument", "RerankStream", "DeleteDocuments"} <= set(result["by_rpc"])

@@ -75,7 +75,9 @@ def test_readme_commands_run(peps_path, tmp_path):
         code = readme_python().replace("127.0.0.1:50051", address)
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        assert "NOT_FOUND" in r.stdout
+        assert "NOT_FOUND" in r.stdout and "UNKNOWN_IDS [1000000000000]" in r.stdout
+        assert "DIMENSION_MISMATCH context[1].vector 384" in r.stdout
+        assert "\n2 FIELD_REQUIRED\n" in r.stdout  # RerankStream answered the bad request and went on
     finally:
         if server:
             server.stop()

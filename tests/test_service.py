@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -85,7 +86,6 @@ def test_every_rpc_from_the_async_client(server):
     (lambda c: c.predict_next([10**12]), NotFound, "unknown paragraph id"),
     (lambda c: c.predict_next([1], top_k=5000), InvalidArgument, "top_k must be an integer from 1 to 1000"),
     (lambda c: c.predict_next([1], top_k=0), InvalidArgument, "top_k must be an integer from 1 to 1000, got 0"),
-    (lambda c: list(c.rerank_many([([1], [2]), ([1], [])])), InvalidArgument, r"request 1 \('1'\): candidates is empty"),
     (lambda c: c.rerank([1], []), InvalidArgument, "candidates is empty"),
     (lambda c: c.get_paragraphs([]), InvalidArgument, "paragraph_ids is empty"),
     (lambda c: c.get_paragraphs([10**12]), NotFound, "unknown paragraph id"),
@@ -207,8 +207,14 @@ def test_generic_client_compiled_from_the_proto_alone(server, client, tmp_path):
     shutil.copytree(REPO / "proto" / "nextpara", src / "nextpara", ignore=shutil.ignore_patterns("*.py", "*.pyi", "__pycache__"))
     out = tmp_path / "out"
     out.mkdir()
-    assert protoc.main(["protoc", f"-I{src}", f"--python_out={out}", f"--grpc_python_out={out}",
-                        str(src / "nextpara/v1/nextpara.proto")]) == 0
+    sys.path.insert(0, str(REPO / "proto"))
+    try:  # it imports google/rpc/status.proto, which every gRPC toolchain has (here: googleapis-common-protos)
+        from generate import googleapis_root
+    finally:
+        sys.path.remove(str(REPO / "proto"))
+    well_known = Path(protoc.__file__).resolve().parent / "_proto"
+    assert protoc.main(["protoc", f"-I{src}", f"-I{well_known}", f"-I{googleapis_root()}", f"--python_out={out}",
+                        f"--grpc_python_out={out}", str(src / "nextpara/v1/nextpara.proto")]) == 0
     code = f"""
 import sys; sys.path.insert(0, {str(out)!r})
 import grpc
@@ -240,18 +246,24 @@ def test_auth_roles(server_store, tmp_path, caplog):
     s = LiveServer(private_copy(server_store, tmp_path), read_tokens="reader-token", write_tokens="writer-token").start()
     try:
         with Client(s.address) as anonymous:
-            with pytest.raises(Unauthenticated):
+            with pytest.raises(Unauthenticated) as err:
                 anonymous.info()
+            assert err.value.reason == "TOKEN_MISSING"
             assert anonymous.health() == "SERVING"  # health stays open for load balancers
         with Client(s.address, token="wrong-token-7f3a") as wrong:
-            with pytest.raises(Unauthenticated):
+            with pytest.raises(Unauthenticated) as err:
                 wrong.predict_next([1])
+            assert err.value.reason == "TOKEN_INVALID"
         with Client(s.address, token="reader-token") as reader:
             assert reader.info().paragraphs > 0 and reader.predict_next([1], top_k=1).predictions
-            with pytest.raises(PermissionDenied):
+            first = reader.list_documents(2).documents[0]  # listing is reading
+            assert reader.get_document(first.doc_id).document == first
+            with pytest.raises(PermissionDenied) as err:
                 reader.add_documents([{"doc_id": "x", "paragraphs": ["y"]}])
-            with pytest.raises(PermissionDenied):
+            assert (err.value.reason, err.value.metadata) == ("WRITE_ROLE_REQUIRED", {"method": "AddDocuments"})
+            with pytest.raises(PermissionDenied) as err:
                 reader.delete_documents(["x"])
+            assert err.value.reason == "WRITE_ROLE_REQUIRED"
         with Client(s.address, token="writer-token") as writer:
             assert writer.add_documents([{"doc_id": "auth-doc", "paragraphs": ["Written with a write token."]}]).documents_added == 1
             assert writer.delete_documents(["auth-doc"]).documents_deleted == 1
@@ -281,11 +293,11 @@ def test_health_through_startup_reload_and_shutdown(server_store, tmp_path):
                 release = threading.Event()
 
                 def slow_requests():  # an in-flight stream that outlives the shutdown signal
-                    yield pb.RerankRequest(request_id="a", context=[pb.ContextParagraph(paragraph_id=1)],
-                                           candidates=[pb.ContextParagraph(paragraph_id=2)])
+                    yield pb.RerankStreamRequest(request_id="a", context=[pb.ContextParagraph(paragraph_id=1)],
+                                                 candidates=[pb.ContextParagraph(paragraph_id=2)])
                     release.wait(30)
-                    yield pb.RerankRequest(request_id="b", context=[pb.ContextParagraph(paragraph_id=1)],
-                                           candidates=[pb.ContextParagraph(paragraph_id=3)])
+                    yield pb.RerankStreamRequest(request_id="b", context=[pb.ContextParagraph(paragraph_id=1)],
+                                                 candidates=[pb.ContextParagraph(paragraph_id=3)])
                 stream = pb_grpc.NextParagraphServiceStub(channel).RerankStream(slow_requests(), timeout=60)
                 assert next(stream).request_id == "a"
                 stopper = threading.Thread(target=s.stop)

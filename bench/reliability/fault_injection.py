@@ -218,14 +218,15 @@ def full_disk_server_child(mnt: Path) -> None:
     serve = server(data, "--snapshot-seconds", "0.5").start()
     docs = write_vector_corpus(mnt.parent / "disk-server-docs.jsonl", 2000, 5, DIM, seed=97, prefix="full")
     acked: set[str] = set()
-    out = {"refusal": "", "refused_code": None}
+    out = {"refusal": "", "refused_code": None, "refused_reason": None}
     try:
         with Client(serve.address, timeout=60) as c:
             for s in range(0, len(docs), 20):
                 try:
                     c.add_documents(docs[s:s + 20])
                 except ResourceExhausted as e:
-                    out.update(refusal=str(e)[:300], refused_code="RESOURCE_EXHAUSTED", refused_at=s)
+                    out.update(refusal=str(e)[:300], refused_code="RESOURCE_EXHAUSTED", refused_reason=e.reason,
+                               refused_committed=e.metadata.get("committedMessages"), refused_at=s)
                     break
                 except Exception as e:  # noqa: BLE001 - any other outcome is a failure to report
                     out.update(refusal=f"{type(e).__name__}: {str(e)[:300]}", refused_code=type(e).__name__, refused_at=s)
@@ -243,6 +244,7 @@ def full_disk_server_child(mnt: Path) -> None:
         serve.stop()
     out.update(server_exit_code=serve.returncode, acknowledged=len(acked), **check_store(data, acked))
     out["ok"] = (out["refused_code"] == "RESOURCE_EXHAUSTED" and "no space left" in out["refusal"]
+                 and out["refused_reason"] == "STORAGE_FULL" and out.get("refused_committed") is not None
                  and out["reads_while_full"] and out.get("write_after_freeing", False) and out["server_alive"]
                  and out["server_exit_code"] == 0 and out["loadable"] and out["index_agrees"] and out["words_agree"]
                  and out["getinfo_agrees"] and not out["partial"] and not out["lost"])

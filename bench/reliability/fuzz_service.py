@@ -5,21 +5,26 @@
 
 The data dir is copied first; the server runs on the copy as a separate process. hypothesis draws
 each request from strategies over the proto's messages: every RPC (PredictNext, Rerank,
-RerankStream, AddDocuments, DeleteDocuments, GetParagraphs, GetInfo, Reload) with field values
+RerankStream, AddDocuments, DeleteDocuments with and without allow_missing, GetParagraphs, ListDocuments,
+GetDocument, GetInfo, Reload) with field values
 that are valid, empty, huge, negative, out of range, NaN/inf, of the wrong dimension, duplicated
 or unknown; streams that the client abandons midway; and raw bytes that are not the message
 (random, or a valid request with bytes flipped, which also yields invalid UTF-8 in strings).
 
 For each request: the status must be one the service documents (OK, INVALID_ARGUMENT,
 NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, or CANCELLED for a stream the client
-abandoned), never INTERNAL or UNKNOWN; the server must stay up; and a rejected request must
-leave the store unchanged (GetInfo's documents, paragraphs and index version before == after).
+abandoned), never INTERNAL or UNKNOWN; every refusal, and every RerankStream item answered with an
+error, must carry a reason (google.rpc.ErrorInfo); the server must stay up; and a rejected request must
+leave the store unchanged (GetInfo's documents, paragraphs and index version before == after): an
+AddDocuments refused before it committed a message, and every RerankStream, too.
 Prints a table, writes bench/results/fuzz_service.{json,md}.
 """
 
 from __future__ import annotations
 
+import base64
 import collections
+import json
 import shutil
 import tempfile
 import time
@@ -63,17 +68,24 @@ def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
                         items, top_k, st.booleans(), st.booleans(), st.lists(doc_id, max_size=3))
     rerank = st.builds(lambda r, c, k, n: pb.RerankRequest(request_id=r, context=c, candidates=k, top_k=n),
                        st.text(max_size=10), items, st.lists(item, max_size=30), top_k)
+    token = st.one_of(st.just(""), st.text(max_size=30), doc_id.map(lambda d: base64.urlsafe_b64encode(
+        json.dumps({"v": 1, "after": d}).encode()).decode()))  # what ListDocuments hands out, after any doc_id
+    # a RerankStreamRequest has RerankRequest's fields and numbers
+    stream_item = rerank.map(lambda r: pb.RerankStreamRequest.FromString(r.SerializeToString()))
     raw = st.one_of(st.binary(max_size=200), st.tuples(predict, st.integers(0, 10**6), st.integers(1, 255)).map(
         lambda t: flip(t[0].SerializeToString(), t[1], t[2])))
     return st.one_of(
         st.tuples(st.just("PredictNext"), predict),
         st.tuples(st.just("Rerank"), rerank),
-        st.tuples(st.just("RerankStream"), st.tuples(st.lists(rerank, min_size=1, max_size=4), st.integers(0, 4))),
+        st.tuples(st.just("RerankStream"), st.tuples(st.lists(stream_item, min_size=1, max_size=4), st.integers(0, 4))),
         st.tuples(st.just("AddDocuments"), st.tuples(st.lists(st.builds(lambda ds: pb.AddDocumentsRequest(documents=ds),
                                                                         st.lists(document, max_size=3)),
                                                               min_size=0, max_size=3), st.integers(0, 3))),
-        st.tuples(st.just("DeleteDocuments"), st.builds(lambda ds: pb.DeleteDocumentsRequest(doc_ids=ds),
-                                                         st.lists(doc_id, max_size=4))),
+        st.tuples(st.just("DeleteDocuments"), st.builds(lambda ds, m: pb.DeleteDocumentsRequest(doc_ids=ds, allow_missing=m),
+                                                         st.lists(doc_id, max_size=4), st.booleans())),
+        st.tuples(st.just("ListDocuments"), st.builds(lambda n, t: pb.ListDocumentsRequest(page_size=n, page_token=t),
+                                                       top_k, token)),
+        st.tuples(st.just("GetDocument"), st.builds(lambda d: pb.GetDocumentRequest(doc_id=d), doc_id)),
         st.tuples(st.just("GetParagraphs"), st.builds(lambda ids, v: pb.GetParagraphsRequest(paragraph_ids=ids, include_vectors=v),
                                                        st.one_of(st.lists(para_id, max_size=20),
                                                                  st.lists(para_id, min_size=5000, max_size=20000)),
@@ -105,6 +117,7 @@ class Fuzzer:
         self.by_rpc: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         self.failures: list[str] = []
         self.requests = 0
+        self.item_refusals = 0  # RerankStream items answered with an error
         self.unsettled = False
 
     def state(self) -> tuple[int, int, int]:
@@ -129,14 +142,22 @@ class Fuzzer:
                 state, since = again, time.monotonic()
         return state
 
-    def send(self, rpc: str, request) -> tuple[grpc.StatusCode, str]:
+    def send(self, rpc: str, request) -> tuple[grpc.StatusCode, str, dict | None]:
+        """The call's code, message and, for a refusal, its ErrorInfo (reason and metadata; None without details). A
+        RerankStream item refused without a reason is a failure here."""
+        from nextpara.client.errors import from_rpc_error, from_status
+
         try:
             if rpc.startswith("raw:"):
                 self.channel.unary_unary(SERVICE + rpc[4:])(request, timeout=60)
             elif rpc == "RerankStream":
                 reqs, stop_after = request
                 responses = self.stub.RerankStream(iter(reqs), timeout=60)
-                for i, _ in enumerate(responses):
+                for i, response in enumerate(responses):
+                    if response.HasField("error"):
+                        self.item_refusals += 1
+                        if not from_status(response.error).reason:
+                            self.failures.append(f"RerankStream item refused without a reason: {response.error.message}")
                     if i + 1 >= stop_after > 0:
                         responses.cancel()  # the client abandons the stream midway
                         break
@@ -149,22 +170,29 @@ class Fuzzer:
             else:
                 getattr(self.stub, rpc)(request, timeout=60)
         except grpc.RpcError as e:
-            return e.code(), e.details() or ""
+            error = from_rpc_error(e)
+            return e.code(), e.details() or "", {"reason": error.reason, **error.metadata} if error.reason else None
         except grpc.FutureCancelledError:
-            return grpc.StatusCode.CANCELLED, ""
-        return grpc.StatusCode.OK, ""
+            return grpc.StatusCode.CANCELLED, "", None
+        return grpc.StatusCode.OK, "", None
 
     def call(self, rpc: str, request) -> None:
         before = self.state()
-        code, detail = self.send(rpc, request)
+        code, detail, info = self.send(rpc, request)
         self.requests += 1
         self.codes[code.name] += 1
         self.by_rpc[rpc.split(":")[0] if not rpc.startswith("raw:") else "raw bytes"][code.name] += 1
         where = f"{rpc} {str(request)[:300]!r}"
-        if code not in ALLOWED and not (code == grpc.StatusCode.CANCELLED and rpc in ("RerankStream", "AddDocuments")):
+        cancelled = code == grpc.StatusCode.CANCELLED and rpc in ("RerankStream", "AddDocuments")
+        if code not in ALLOWED and not cancelled:
             self.failures.append(f"{code.name} {detail[:200]} for {where}")
-        writes = ("AddDocuments", "RerankStream")
-        if code != grpc.StatusCode.OK and rpc not in writes and self.state() != before:
+        if code != grpc.StatusCode.OK and not cancelled and info is None:
+            self.failures.append(f"{code.name} without a reason: {detail[:200]} for {where}")
+        # a refused request changes nothing; a refused AddDocuments keeps only the messages it says it committed,
+        # so it is checked when it committed none; RerankStream only reads, whatever it answered
+        refused = code != grpc.StatusCode.OK and not cancelled and (
+            rpc != "AddDocuments" or (info or {}).get("committedMessages") == "0")
+        if (refused or rpc == "RerankStream") and self.state() != before:
             if self.unsettled:  # a cancelled AddDocuments may have committed meanwhile: settle, then ask again
                 self.unsettled = False
                 before = self.settled_state()
@@ -224,6 +252,7 @@ def run(data_dir: str, requests: int, seed: int = 0) -> dict:
         return {"requests": fuzzer.requests, "seconds": round(time.perf_counter() - started, 1), "server_alive": alive,
                 "server_exit_code": server.returncode, "codes": dict(fuzzer.codes),
                 "by_rpc": {k: dict(v) for k, v in sorted(fuzzer.by_rpc.items())}, "failures": fuzzer.failures[:50],
+                "rerank_stream_item_refusals": fuzzer.item_refusals,
                 "n_failures": len(fuzzer.failures)}
 
 

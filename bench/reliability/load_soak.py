@@ -100,7 +100,8 @@ async def writer_loop(client, stats: Stats, stop: asyncio.Event, run_id: str) ->
 async def overload(address: str, burst: int, ids: list[int]) -> dict:
     from nextpara.client import AsyncClient, ResourceExhausted
 
-    async with AsyncClient(address, timeout=120) as client:
+    # QUEUE_FULL is raised, not retried: the burst measures how fast the server refuses what it cannot take
+    async with AsyncClient(address, timeout=120, retry_queue_full=False) as client:
         async def one():
             t0 = time.perf_counter()
             try:

@@ -1,22 +1,88 @@
-"""The errors of every part of nextpara, one hierarchy under :class:`NextparaError`.
+"""The errors of every part of nextpara, one hierarchy under :class:`NextparaError`, and the reasons they carry.
 
-The store, the model, batch jobs and the command line raise these; the server maps each class to
-one gRPC status code (``nextpara.server.status``); the client's exceptions
-(``nextpara.client.errors``) derive from :class:`NextparaError` too. Pure Python: importing it
-costs nothing, so the client may.
+The store, the model, batch jobs and the command line raise these; the server answers each with the gRPC status code
+of its :class:`Reason` (``nextpara.server.status``) and sends the reason, the field at fault and the error's metadata
+as google.rpc.Status details; the client's exceptions (``nextpara.client.errors``) derive from
+:class:`NextparaError` too and carry the same attributes. Pure Python: importing it costs nothing, so the client may.
 """
+
+from __future__ import annotations
+
+import enum
+from typing import Mapping
+
+DOMAIN = "nextpara"  # google.rpc.ErrorInfo.domain of every reason below
+
+
+class Reason(str, enum.Enum):
+    """Why a request was refused: the stable ``google.rpc.ErrorInfo.reason`` the service sends. The one list; the
+    table in proto/nextpara/v1/nextpara.proto documents each, and server/status.py gives each its status code."""
+
+    # INVALID_ARGUMENT
+    MALFORMED_REQUEST = "MALFORMED_REQUEST"  # the bytes are not a valid request message
+    FIELD_REQUIRED = "FIELD_REQUIRED"  # a required field is empty or unset
+    OUT_OF_RANGE = "OUT_OF_RANGE"  # a number or length outside its allowed range
+    DIMENSION_MISMATCH = "DIMENSION_MISMATCH"  # a vector whose length is not the store's dimension
+    INVALID_VECTOR = "INVALID_VECTOR"  # NaN, infinite or zero vectors; vectors that do not match the paragraphs
+    INVALID_TEXT = "INVALID_TEXT"  # a blank text, or one with a NUL character
+    DUPLICATE_DOC_ID = "DUPLICATE_DOC_ID"  # a doc_id twice in one AddDocuments message
+    VECTORS_REQUIRED = "VECTORS_REQUIRED"  # a text given to a store whose embedder cannot embed text
+    INVALID_PAGE_TOKEN = "INVALID_PAGE_TOKEN"  # a page_token this service did not hand out
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"  # other bad input (no known request gets it: each has a reason above)
+    # NOT_FOUND
+    UNKNOWN_IDS = "UNKNOWN_IDS"  # paragraph ids or doc_ids that are not stored
+    # FAILED_PRECONDITION
+    NO_MODEL = "NO_MODEL"  # no model can serve (none of the store's own, and the general model does not fit it)
+    MODEL_UNREADABLE = "MODEL_UNREADABLE"  # the data directory's model file is not a nextpara checkpoint
+    EMBEDDER_MISMATCH = "EMBEDDER_MISMATCH"  # the model was trained on another embedder or dimension than the store
+    NO_WORD_INDEX = "NO_WORD_INDEX"  # the model takes word candidates and the (read-only) store has no word index
+    READ_ONLY_REPLICA = "READ_ONLY_REPLICA"  # a write sent to a --read-only replica
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"  # another state that forbids the call (none known: see above)
+    # RESOURCE_EXHAUSTED
+    QUEUE_FULL = "QUEUE_FULL"  # the server's call queue is full: retry after RetryInfo.retry_delay
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"  # a request (or the response it asks for) over the message size limit
+    STORAGE_FULL = "STORAGE_FULL"  # the data directory's disk is full: the write was not stored
+    # UNAVAILABLE
+    EMBEDDING_SERVICE_FAILED = "EMBEDDING_SERVICE_FAILED"  # the store's remote embeddings endpoint failed
+    # UNAUTHENTICATED, PERMISSION_DENIED
+    TOKEN_MISSING = "TOKEN_MISSING"  # auth is on and no bearer token was sent
+    TOKEN_INVALID = "TOKEN_INVALID"  # the bearer token is not one of the server's
+    WRITE_ROLE_REQUIRED = "WRITE_ROLE_REQUIRED"  # a read token calling a write method
+    # INTERNAL
+    INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug in the server, logged there
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class NextparaError(Exception):
-    """Base class of every error nextpara raises on purpose."""
+    """Base class of every error nextpara raises on purpose.
+
+    ``reason`` (a :class:`Reason`; each class has a default) says why for programs; ``field`` names the input at
+    fault as a path into the request (``context[2].vector``, ``documents[0].doc_id``) when there is one; ``metadata``
+    holds facts about it as strings (the expected and actual dimension, the unknown ids...)."""
+
+    reason: Reason | None = None
+
+    def __init__(self, *args, reason: Reason | None = None, field: str | None = None,
+                 metadata: Mapping[str, object] | None = None):
+        super().__init__(*args)
+        if reason is not None:
+            self.reason = reason
+        self.field = field
+        self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
 
 
 class InvalidInputError(NextparaError, ValueError):
     """The caller's input is malformed: the message says what and where."""
 
+    reason = Reason.INVALID_ARGUMENT
+
 
 class NotFoundError(NextparaError, KeyError):
     """Ids or documents that the store does not hold."""
+
+    reason = Reason.UNKNOWN_IDS
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
@@ -24,6 +90,8 @@ class NotFoundError(NextparaError, KeyError):
 
 class FailedPreconditionError(NextparaError):
     """The store or model is not in a state that allows the operation (not built, wrong embedder...)."""
+
+    reason = Reason.FAILED_PRECONDITION
 
 
 class StoreMismatchError(FailedPreconditionError):
@@ -35,16 +103,29 @@ class StoreLockedError(FailedPreconditionError):
 
 
 class CorpusFormatError(InvalidInputError):
-    """A corpus file that cannot be read; carries the file and line."""
+    """A corpus file that cannot be read; carries the file, the line and what is wrong with it (``problem``)."""
 
-    def __init__(self, path: str, line: int, reason: str):
-        super().__init__(f"{path}:{line}: {reason}")
-        self.path, self.line, self.reason = path, line, reason
+    def __init__(self, path: str, line: int, problem: str):
+        super().__init__(f"{path}:{line}: {problem}")
+        self.path, self.line, self.problem = path, line, problem
 
 
 class StorageFullError(NextparaError):
     """The data directory's file system is full: the write was not stored, earlier ones are intact."""
 
+    reason = Reason.STORAGE_FULL
+
 
 class OverloadedError(NextparaError):
-    """The server's request queue is full: retry shortly."""
+    """The server's request queue is full: retry after ``retry_delay`` seconds."""
+
+    reason = Reason.QUEUE_FULL
+
+    def __init__(self, *args, retry_delay: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retry_delay = retry_delay
+
+
+class AuthError(NextparaError):
+    """A call without a valid token (TOKEN_MISSING, TOKEN_INVALID) or whose token's role may not make it
+    (WRITE_ROLE_REQUIRED)."""

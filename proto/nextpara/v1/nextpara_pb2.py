@@ -22,59 +22,74 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1anextpara/v1/nextpara.proto\x12\x0bnextpara.v1\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"i\n\x10\x43ontextParagraph\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x16\n\x0cparagraph_id\x18\x02 \x01(\x03H\x00\x12%\n\x06vector\x18\x03 \x01(\x0b\x32\x13.nextpara.v1.VectorH\x00\x42\x06\n\x04kind\"\x9a\x01\n\x12PredictNextRequest\x12.\n\x07\x63ontext\x18\x01 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x11\n\tomit_text\x18\x03 \x01(\x08\x12\x19\n\x11include_attention\x18\x04 \x01(\x08\x12\x17\n\x0f\x65xclude_doc_ids\x18\x05 \x03(\t\"z\n\nPrediction\x12\x14\n\x0cparagraph_id\x18\x01 \x01(\x03\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x02\x12\x17\n\x0fretrieval_score\x18\x06 \x01(\x02\" \n\rAttentionHead\x12\x0f\n\x07weights\x18\x01 \x03(\x02\"\xcf\x01\n\x13PredictNextResponse\x12,\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x17.nextpara.v1.Prediction\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x15\n\rindex_version\x18\x03 \x01(\x03\x12\x14\n\x0c\x63ontext_used\x18\x04 \x01(\r\x12\x17\n\x0f\x63ontext_dropped\x18\x05 \x01(\r\x12-\n\tattention\x18\x06 \x03(\x0b\x32\x1a.nextpara.v1.AttentionHead\"\x95\x01\n\rRerankRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x07\x63ontext\x18\x02 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\x31\n\ncandidates\x18\x03 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\r\n\x05top_k\x18\x04 \x01(\r\"\x8a\x01\n\x0eRerankResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x03(\r\x12\x0e\n\x06scores\x18\x03 \x03(\x02\x12\x15\n\rmodel_version\x18\x04 \x01(\t\x12\x15\n\rindex_version\x18\x05 \x01(\x03\x12\x17\n\x0f\x63ontext_dropped\x18\x06 \x01(\r\"c\n\x08\x44ocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x12\n\nparagraphs\x18\x03 \x03(\t\x12$\n\x07vectors\x18\x04 \x03(\x0b\x32\x13.nextpara.v1.Vector\"?\n\x13\x41\x64\x64\x44ocumentsRequest\x12(\n\tdocuments\x18\x01 \x03(\x0b\x32\x15.nextpara.v1.Document\"\x9b\x01\n\x14\x41\x64\x64\x44ocumentsResponse\x12\x17\n\x0f\x64ocuments_added\x18\x01 \x01(\r\x12\x1a\n\x12\x64ocuments_replaced\x18\x02 \x01(\r\x12\x1b\n\x13\x64ocuments_unchanged\x18\x03 \x01(\r\x12\x1a\n\x12paragraphs_written\x18\x04 \x01(\r\x12\x15\n\rindex_version\x18\x05 \x01(\x03\"@\n\x16\x44\x65leteDocumentsRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\x12\x15\n\rallow_missing\x18\x02 \x01(\x08\"\x80\x01\n\x17\x44\x65leteDocumentsResponse\x12\x19\n\x11\x64ocuments_deleted\x18\x01 \x01(\r\x12\x1a\n\x12paragraphs_deleted\x18\x02 \x01(\r\x12\x15\n\rindex_version\x18\x03 \x01(\x03\x12\x17\n\x0fmissing_doc_ids\x18\x04 \x03(\t\"F\n\x14GetParagraphsRequest\x12\x15\n\rparagraph_ids\x18\x01 \x03(\x03\x12\x17\n\x0finclude_vectors\x18\x02 \x01(\x08\"v\n\tParagraph\x12\x14\n\x0cparagraph_id\x18\x01 \x01(\x03\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12#\n\x06vector\x18\x05 \x01(\x0b\x32\x13.nextpara.v1.Vector\"C\n\x15GetParagraphsResponse\x12*\n\nparagraphs\x18\x01 \x03(\x0b\x32\x16.nextpara.v1.Paragraph\"\x10\n\x0eGetInfoRequest\"\x9f\x02\n\x0fGetInfoResponse\x12\x10\n\x08\x65mbedder\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x11\n\tdocuments\x18\x03 \x01(\x04\x12\x12\n\nparagraphs\x18\x04 \x01(\x04\x12\x12\n\nindex_type\x18\x05 \x01(\t\x12\x15\n\rindex_factory\x18\x06 \x01(\t\x12\x15\n\rmodel_version\x18\x07 \x01(\t\x12\x15\n\rindex_version\x18\x08 \x01(\x03\x12\x13\n\x0bmax_context\x18\t \x01(\r\x12\x19\n\x11max_message_bytes\x18\n \x01(\x04\x12\x16\n\x0eserver_version\x18\x0b \x01(\t\x12%\n\x05model\x18\x0c \x01(\x0b\x32\x16.nextpara.v1.ModelInfo\"\xc1\x01\n\tModelInfo\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0cstarted_from\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x32\n\nvalidation\x18\x05 \x01(\x0b\x32\x1e.nextpara.v1.ValidationFigures\x12\x39\n\x11\x63osine_validation\x18\x06 \x01(\x0b\x32\x1e.nextpara.v1.ValidationFigures\"\xae\x01\n\x11ValidationFigures\x12\x11\n\tmrr_at_10\x18\x01 \x01(\x01\x12\x15\n\rmrr_at_10_low\x18\x02 \x01(\x01\x12\x16\n\x0emrr_at_10_high\x18\x03 \x01(\x01\x12\x13\n\x0brecall_at_1\x18\x04 \x01(\x01\x12\x17\n\x0frecall_at_1_low\x18\x05 \x01(\x01\x12\x18\n\x10recall_at_1_high\x18\x06 \x01(\x01\x12\x0f\n\x07queries\x18\x07 \x01(\r\"\x0f\n\rReloadRequest\">\n\x0eReloadResponse\x12\x15\n\rmodel_version\x18\x01 \x01(\t\x12\x15\n\rindex_version\x18\x02 \x01(\x03\x32\x8e\x05\n\x14NextParagraphService\x12P\n\x0bPredictNext\x12\x1f.nextpara.v1.PredictNextRequest\x1a .nextpara.v1.PredictNextResponse\x12\x41\n\x06Rerank\x12\x1a.nextpara.v1.RerankRequest\x1a\x1b.nextpara.v1.RerankResponse\x12K\n\x0cRerankStream\x12\x1a.nextpara.v1.RerankRequest\x1a\x1b.nextpara.v1.RerankResponse(\x01\x30\x01\x12U\n\x0c\x41\x64\x64\x44ocuments\x12 .nextpara.v1.AddDocumentsRequest\x1a!.nextpara.v1.AddDocumentsResponse(\x01\x12\\\n\x0f\x44\x65leteDocuments\x12#.nextpara.v1.DeleteDocumentsRequest\x1a$.nextpara.v1.DeleteDocumentsResponse\x12V\n\rGetParagraphs\x12!.nextpara.v1.GetParagraphsRequest\x1a\".nextpara.v1.GetParagraphsResponse\x12\x44\n\x07GetInfo\x12\x1b.nextpara.v1.GetInfoRequest\x1a\x1c.nextpara.v1.GetInfoResponse\x12\x41\n\x06Reload\x12\x1a.nextpara.v1.ReloadRequest\x1a\x1b.nextpara.v1.ReloadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1anextpara/v1/nextpara.proto\x12\x0bnextpara.v1\x1a\x17google/rpc/status.proto\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"i\n\x10\x43ontextParagraph\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x16\n\x0cparagraph_id\x18\x02 \x01(\x03H\x00\x12%\n\x06vector\x18\x03 \x01(\x0b\x32\x13.nextpara.v1.VectorH\x00\x42\x06\n\x04kind\"\x9a\x01\n\x12PredictNextRequest\x12.\n\x07\x63ontext\x18\x01 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x11\n\tomit_text\x18\x03 \x01(\x08\x12\x19\n\x11include_attention\x18\x04 \x01(\x08\x12\x17\n\x0f\x65xclude_doc_ids\x18\x05 \x03(\t\"z\n\nPrediction\x12\x14\n\x0cparagraph_id\x18\x01 \x01(\x03\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x02\x12\x17\n\x0fretrieval_score\x18\x06 \x01(\x02\" \n\rAttentionHead\x12\x0f\n\x07weights\x18\x01 \x03(\x02\"\xcf\x01\n\x13PredictNextResponse\x12,\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x17.nextpara.v1.Prediction\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x15\n\rindex_version\x18\x03 \x01(\x03\x12\x14\n\x0c\x63ontext_used\x18\x04 \x01(\r\x12\x17\n\x0f\x63ontext_dropped\x18\x05 \x01(\r\x12-\n\tattention\x18\x06 \x03(\x0b\x32\x1a.nextpara.v1.AttentionHead\"\x95\x01\n\rRerankRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x07\x63ontext\x18\x02 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\x31\n\ncandidates\x18\x03 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\r\n\x05top_k\x18\x04 \x01(\r\"\x8a\x01\n\x0eRerankResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x03(\r\x12\x0e\n\x06scores\x18\x03 \x03(\x02\x12\x15\n\rmodel_version\x18\x04 \x01(\t\x12\x15\n\rindex_version\x18\x05 \x01(\x03\x12\x17\n\x0f\x63ontext_dropped\x18\x06 \x01(\r\"\x9b\x01\n\x13RerankStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x07\x63ontext\x18\x02 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\x31\n\ncandidates\x18\x03 \x03(\x0b\x32\x1d.nextpara.v1.ContextParagraph\x12\r\n\x05top_k\x18\x04 \x01(\r\"\x89\x01\n\x14RerankStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.nextpara.v1.RerankResponseH\x00\x12#\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome\"c\n\x08\x44ocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x12\n\nparagraphs\x18\x03 \x03(\t\x12$\n\x07vectors\x18\x04 \x03(\x0b\x32\x13.nextpara.v1.Vector\"?\n\x13\x41\x64\x64\x44ocumentsRequest\x12(\n\tdocuments\x18\x01 \x03(\x0b\x32\x15.nextpara.v1.Document\"\x9b\x01\n\x14\x41\x64\x64\x44ocumentsResponse\x12\x17\n\x0f\x64ocuments_added\x18\x01 \x01(\r\x12\x1a\n\x12\x64ocuments_replaced\x18\x02 \x01(\r\x12\x1b\n\x13\x64ocuments_unchanged\x18\x03 \x01(\r\x12\x1a\n\x12paragraphs_written\x18\x04 \x01(\r\x12\x15\n\rindex_version\x18\x05 \x01(\x03\"@\n\x16\x44\x65leteDocumentsRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\x12\x15\n\rallow_missing\x18\x02 \x01(\x08\"\x80\x01\n\x17\x44\x65leteDocumentsResponse\x12\x19\n\x11\x64ocuments_deleted\x18\x01 \x01(\r\x12\x1a\n\x12paragraphs_deleted\x18\x02 \x01(\r\x12\x15\n\rindex_version\x18\x03 \x01(\x03\x12\x17\n\x0fmissing_doc_ids\x18\x04 \x03(\t\"F\n\x14GetParagraphsRequest\x12\x15\n\rparagraph_ids\x18\x01 \x03(\x03\x12\x17\n\x0finclude_vectors\x18\x02 \x01(\x08\"v\n\tParagraph\x12\x14\n\x0cparagraph_id\x18\x01 \x01(\x03\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12#\n\x06vector\x18\x05 \x01(\x0b\x32\x13.nextpara.v1.Vector\"C\n\x15GetParagraphsResponse\x12*\n\nparagraphs\x18\x01 \x03(\x0b\x32\x16.nextpara.v1.Paragraph\"=\n\x14ListDocumentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"X\n\x0f\x44ocumentSummary\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x12\n\nparagraphs\x18\x03 \x01(\r\x12\x12\n\ngeneration\x18\x04 \x01(\x03\"x\n\x15ListDocumentsResponse\x12/\n\tdocuments\x18\x01 \x03(\x0b\x32\x1c.nextpara.v1.DocumentSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x15\n\rindex_version\x18\x03 \x01(\x03\"$\n\x12GetDocumentRequest\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\"\x88\x01\n\x13GetDocumentResponse\x12.\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1c.nextpara.v1.DocumentSummary\x12*\n\nparagraphs\x18\x02 \x03(\x0b\x32\x16.nextpara.v1.Paragraph\x12\x15\n\rindex_version\x18\x03 \x01(\x03\"\x10\n\x0eGetInfoRequest\"\x9f\x02\n\x0fGetInfoResponse\x12\x10\n\x08\x65mbedder\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x11\n\tdocuments\x18\x03 \x01(\x04\x12\x12\n\nparagraphs\x18\x04 \x01(\x04\x12\x12\n\nindex_type\x18\x05 \x01(\t\x12\x15\n\rindex_factory\x18\x06 \x01(\t\x12\x15\n\rmodel_version\x18\x07 \x01(\t\x12\x15\n\rindex_version\x18\x08 \x01(\x03\x12\x13\n\x0bmax_context\x18\t \x01(\r\x12\x19\n\x11max_message_bytes\x18\n \x01(\x04\x12\x16\n\x0eserver_version\x18\x0b \x01(\t\x12%\n\x05model\x18\x0c \x01(\x0b\x32\x16.nextpara.v1.ModelInfo\"\xc1\x01\n\tModelInfo\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0cstarted_from\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x32\n\nvalidation\x18\x05 \x01(\x0b\x32\x1e.nextpara.v1.ValidationFigures\x12\x39\n\x11\x63osine_validation\x18\x06 \x01(\x0b\x32\x1e.nextpara.v1.ValidationFigures\"\xae\x01\n\x11ValidationFigures\x12\x11\n\tmrr_at_10\x18\x01 \x01(\x01\x12\x15\n\rmrr_at_10_low\x18\x02 \x01(\x01\x12\x16\n\x0emrr_at_10_high\x18\x03 \x01(\x01\x12\x13\n\x0brecall_at_1\x18\x04 \x01(\x01\x12\x17\n\x0frecall_at_1_low\x18\x05 \x01(\x01\x12\x18\n\x10recall_at_1_high\x18\x06 \x01(\x01\x12\x0f\n\x07queries\x18\x07 \x01(\r\"\x0f\n\rReloadRequest\">\n\x0eReloadResponse\x12\x15\n\rmodel_version\x18\x01 \x01(\t\x12\x15\n\rindex_version\x18\x02 \x01(\x03\x32\xc4\x06\n\x14NextParagraphService\x12P\n\x0bPredictNext\x12\x1f.nextpara.v1.PredictNextRequest\x1a .nextpara.v1.PredictNextResponse\x12\x41\n\x06Rerank\x12\x1a.nextpara.v1.RerankRequest\x1a\x1b.nextpara.v1.RerankResponse\x12W\n\x0cRerankStream\x12 .nextpara.v1.RerankStreamRequest\x1a!.nextpara.v1.RerankStreamResponse(\x01\x30\x01\x12U\n\x0c\x41\x64\x64\x44ocuments\x12 .nextpara.v1.AddDocumentsRequest\x1a!.nextpara.v1.AddDocumentsResponse(\x01\x12\\\n\x0f\x44\x65leteDocuments\x12#.nextpara.v1.DeleteDocumentsRequest\x1a$.nextpara.v1.DeleteDocumentsResponse\x12V\n\rGetParagraphs\x12!.nextpara.v1.GetParagraphsRequest\x1a\".nextpara.v1.GetParagraphsResponse\x12V\n\rListDocuments\x12!.nextpara.v1.ListDocumentsRequest\x1a\".nextpara.v1.ListDocumentsResponse\x12P\n\x0bGetDocument\x12\x1f.nextpara.v1.GetDocumentRequest\x1a .nextpara.v1.GetDocumentResponse\x12\x44\n\x07GetInfo\x12\x1b.nextpara.v1.GetInfoRequest\x1a\x1c.nextpara.v1.GetInfoResponse\x12\x41\n\x06Reload\x12\x1a.nextpara.v1.ReloadRequest\x1a\x1b.nextpara.v1.ReloadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'nextpara.v1.nextpara_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VECTOR']._serialized_start=43
-  _globals['_VECTOR']._serialized_end=67
-  _globals['_CONTEXTPARAGRAPH']._serialized_start=69
-  _globals['_CONTEXTPARAGRAPH']._serialized_end=174
-  _globals['_PREDICTNEXTREQUEST']._serialized_start=177
-  _globals['_PREDICTNEXTREQUEST']._serialized_end=331
-  _globals['_PREDICTION']._serialized_start=333
-  _globals['_PREDICTION']._serialized_end=455
-  _globals['_ATTENTIONHEAD']._serialized_start=457
-  _globals['_ATTENTIONHEAD']._serialized_end=489
-  _globals['_PREDICTNEXTRESPONSE']._serialized_start=492
-  _globals['_PREDICTNEXTRESPONSE']._serialized_end=699
-  _globals['_RERANKREQUEST']._serialized_start=702
-  _globals['_RERANKREQUEST']._serialized_end=851
-  _globals['_RERANKRESPONSE']._serialized_start=854
-  _globals['_RERANKRESPONSE']._serialized_end=992
-  _globals['_DOCUMENT']._serialized_start=994
-  _globals['_DOCUMENT']._serialized_end=1093
-  _globals['_ADDDOCUMENTSREQUEST']._serialized_start=1095
-  _globals['_ADDDOCUMENTSREQUEST']._serialized_end=1158
-  _globals['_ADDDOCUMENTSRESPONSE']._serialized_start=1161
-  _globals['_ADDDOCUMENTSRESPONSE']._serialized_end=1316
-  _globals['_DELETEDOCUMENTSREQUEST']._serialized_start=1318
-  _globals['_DELETEDOCUMENTSREQUEST']._serialized_end=1382
-  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_start=1385
-  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_end=1513
-  _globals['_GETPARAGRAPHSREQUEST']._serialized_start=1515
-  _globals['_GETPARAGRAPHSREQUEST']._serialized_end=1585
-  _globals['_PARAGRAPH']._serialized_start=1587
-  _globals['_PARAGRAPH']._serialized_end=1705
-  _globals['_GETPARAGRAPHSRESPONSE']._serialized_start=1707
-  _globals['_GETPARAGRAPHSRESPONSE']._serialized_end=1774
-  _globals['_GETINFOREQUEST']._serialized_start=1776
-  _globals['_GETINFOREQUEST']._serialized_end=1792
-  _globals['_GETINFORESPONSE']._serialized_start=1795
-  _globals['_GETINFORESPONSE']._serialized_end=2082
-  _globals['_MODELINFO']._serialized_start=2085
-  _globals['_MODELINFO']._serialized_end=2278
-  _globals['_VALIDATIONFIGURES']._serialized_start=2281
-  _globals['_VALIDATIONFIGURES']._serialized_end=2455
-  _globals['_RELOADREQUEST']._serialized_start=2457
-  _globals['_RELOADREQUEST']._serialized_end=2472
-  _globals['_RELOADRESPONSE']._serialized_start=2474
-  _globals['_RELOADRESPONSE']._serialized_end=2536
-  _globals['_NEXTPARAGRAPHSERVICE']._serialized_start=2539
-  _globals['_NEXTPARAGRAPHSERVICE']._serialized_end=3193
+  _globals['_VECTOR']._serialized_start=68
+  _globals['_VECTOR']._serialized_end=92
+  _globals['_CONTEXTPARAGRAPH']._serialized_start=94
+  _globals['_CONTEXTPARAGRAPH']._serialized_end=199
+  _globals['_PREDICTNEXTREQUEST']._serialized_start=202
+  _globals['_PREDICTNEXTREQUEST']._serialized_end=356
+  _globals['_PREDICTION']._serialized_start=358
+  _globals['_PREDICTION']._serialized_end=480
+  _globals['_ATTENTIONHEAD']._serialized_start=482
+  _globals['_ATTENTIONHEAD']._serialized_end=514
+  _globals['_PREDICTNEXTRESPONSE']._serialized_start=517
+  _globals['_PREDICTNEXTRESPONSE']._serialized_end=724
+  _globals['_RERANKREQUEST']._serialized_start=727
+  _globals['_RERANKREQUEST']._serialized_end=876
+  _globals['_RERANKRESPONSE']._serialized_start=879
+  _globals['_RERANKRESPONSE']._serialized_end=1017
+  _globals['_RERANKSTREAMREQUEST']._serialized_start=1020
+  _globals['_RERANKSTREAMREQUEST']._serialized_end=1175
+  _globals['_RERANKSTREAMRESPONSE']._serialized_start=1178
+  _globals['_RERANKSTREAMRESPONSE']._serialized_end=1315
+  _globals['_DOCUMENT']._serialized_start=1317
+  _globals['_DOCUMENT']._serialized_end=1416
+  _globals['_ADDDOCUMENTSREQUEST']._serialized_start=1418
+  _globals['_ADDDOCUMENTSREQUEST']._serialized_end=1481
+  _globals['_ADDDOCUMENTSRESPONSE']._serialized_start=1484
+  _globals['_ADDDOCUMENTSRESPONSE']._serialized_end=1639
+  _globals['_DELETEDOCUMENTSREQUEST']._serialized_start=1641
+  _globals['_DELETEDOCUMENTSREQUEST']._serialized_end=1705
+  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_start=1708
+  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_end=1836
+  _globals['_GETPARAGRAPHSREQUEST']._serialized_start=1838
+  _globals['_GETPARAGRAPHSREQUEST']._serialized_end=1908
+  _globals['_PARAGRAPH']._serialized_start=1910
+  _globals['_PARAGRAPH']._serialized_end=2028
+  _globals['_GETPARAGRAPHSRESPONSE']._serialized_start=2030
+  _globals['_GETPARAGRAPHSRESPONSE']._serialized_end=2097
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=2099
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=2160
+  _globals['_DOCUMENTSUMMARY']._serialized_start=2162
+  _globals['_DOCUMENTSUMMARY']._serialized_end=2250
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=2252
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=2372
+  _globals['_GETDOCUMENTREQUEST']._serialized_start=2374
+  _globals['_GETDOCUMENTREQUEST']._serialized_end=2410
+  _globals['_GETDOCUMENTRESPONSE']._serialized_start=2413
+  _globals['_GETDOCUMENTRESPONSE']._serialized_end=2549
+  _globals['_GETINFOREQUEST']._serialized_start=2551
+  _globals['_GETINFOREQUEST']._serialized_end=2567
+  _globals['_GETINFORESPONSE']._serialized_start=2570
+  _globals['_GETINFORESPONSE']._serialized_end=2857
+  _globals['_MODELINFO']._serialized_start=2860
+  _globals['_MODELINFO']._serialized_end=3053
+  _globals['_VALIDATIONFIGURES']._serialized_start=3056
+  _globals['_VALIDATIONFIGURES']._serialized_end=3230
+  _globals['_RELOADREQUEST']._serialized_start=3232
+  _globals['_RELOADREQUEST']._serialized_end=3247
+  _globals['_RELOADRESPONSE']._serialized_start=3249
+  _globals['_RELOADRESPONSE']._serialized_end=3311
+  _globals['_NEXTPARAGRAPHSERVICE']._serialized_start=3314
+  _globals['_NEXTPARAGRAPHSERVICE']._serialized_end=4150
 # @@protoc_insertion_point(module_scope)

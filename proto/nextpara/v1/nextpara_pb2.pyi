@@ -1,3 +1,4 @@
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -102,6 +103,28 @@ class RerankResponse(_message.Message):
     context_dropped: int
     def __init__(self, request_id: _Optional[str] = ..., order: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., context_dropped: _Optional[int] = ...) -> None: ...
 
+class RerankStreamRequest(_message.Message):
+    __slots__ = ("request_id", "context", "candidates", "top_k")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
+    candidates: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
+    top_k: int
+    def __init__(self, request_id: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., candidates: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class RerankStreamResponse(_message.Message):
+    __slots__ = ("request_id", "result", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    result: RerankResponse
+    error: _status_pb2.Status
+    def __init__(self, request_id: _Optional[str] = ..., result: _Optional[_Union[RerankResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
+
 class Document(_message.Message):
     __slots__ = ("doc_id", "title", "paragraphs", "vectors")
     DOC_ID_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +204,52 @@ class GetParagraphsResponse(_message.Message):
     PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
     paragraphs: _containers.RepeatedCompositeFieldContainer[Paragraph]
     def __init__(self, paragraphs: _Optional[_Iterable[_Union[Paragraph, _Mapping]]] = ...) -> None: ...
+
+class ListDocumentsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class DocumentSummary(_message.Message):
+    __slots__ = ("doc_id", "title", "paragraphs", "generation")
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    title: str
+    paragraphs: int
+    generation: int
+    def __init__(self, doc_id: _Optional[str] = ..., title: _Optional[str] = ..., paragraphs: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class ListDocumentsResponse(_message.Message):
+    __slots__ = ("documents", "next_page_token", "index_version")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    documents: _containers.RepeatedCompositeFieldContainer[DocumentSummary]
+    next_page_token: str
+    index_version: int
+    def __init__(self, documents: _Optional[_Iterable[_Union[DocumentSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., index_version: _Optional[int] = ...) -> None: ...
+
+class GetDocumentRequest(_message.Message):
+    __slots__ = ("doc_id",)
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    def __init__(self, doc_id: _Optional[str] = ...) -> None: ...
+
+class GetDocumentResponse(_message.Message):
+    __slots__ = ("document", "paragraphs", "index_version")
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    document: DocumentSummary
+    paragraphs: _containers.RepeatedCompositeFieldContainer[Paragraph]
+    index_version: int
+    def __init__(self, document: _Optional[_Union[DocumentSummary, _Mapping]] = ..., paragraphs: _Optional[_Iterable[_Union[Paragraph, _Mapping]]] = ..., index_version: _Optional[int] = ...) -> None: ...
 
 class GetInfoRequest(_message.Message):
     __slots__ = ()

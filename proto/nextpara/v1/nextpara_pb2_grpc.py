@@ -26,7 +26,60 @@ if _version_not_supported:
 
 
 class NextParagraphServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. A refused call ends with a grpc status code and a google.rpc.Status in its trailers
+    (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
+    below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
+    `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
+    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
+    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
+
+    reason                    code                 when; metadata
+    MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
+    FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
+    paragraph_ids, a ContextParagraph's kind, a document's doc_id or
+    paragraphs)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
+    per paragraph or not of one length
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
+    VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
+    cannot embed text (precomputed:NAME)
+    INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
+    UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
+    "doc_id"), missingCount, missingIds (JSON, the first that fit)
+    NO_MODEL                  FAILED_PRECONDITION  no model can serve: the store has none of its own and the
+    general model is for another embedder (GetInfo.model.reason);
+    run `nextpara train`, then Reload
+    MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
+    in use stays)
+    EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
+    store's; modelEmbedder, storeEmbedder or modelDim, storeDim
+    NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
+    index yet
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
+    key variable is not set
+    QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
+    items): retry after RetryInfo.retry_delay; queueLimit
+    MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
+    (GetInfo.max_message_bytes): do not retry as is; limitBytes,
+    actualBytes, message ("request" or "response"). A request over 4x the
+    limit is cut off by the transport itself, without details
+    STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
+    ones are kept; reads go on
+    EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
+    WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
+    Reload); method
+    INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
+    DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
+    from the transport and carry no details.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -46,8 +99,8 @@ class NextParagraphServiceStub:
                 _registered_method=True)
         self.RerankStream = channel.stream_stream(
                 '/nextpara.v1.NextParagraphService/RerankStream',
-                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankRequest.SerializeToString,
-                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankResponse.FromString,
+                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamRequest.SerializeToString,
+                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamResponse.FromString,
                 _registered_method=True)
         self.AddDocuments = channel.stream_unary(
                 '/nextpara.v1.NextParagraphService/AddDocuments',
@@ -64,6 +117,16 @@ class NextParagraphServiceStub:
                 request_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsRequest.SerializeToString,
                 response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsResponse.FromString,
                 _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/nextpara.v1.NextParagraphService/ListDocuments',
+                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
+        self.GetDocument = channel.unary_unary(
+                '/nextpara.v1.NextParagraphService/GetDocument',
+                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentResponse.FromString,
+                _registered_method=True)
         self.GetInfo = channel.unary_unary(
                 '/nextpara.v1.NextParagraphService/GetInfo',
                 request_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetInfoRequest.SerializeToString,
@@ -77,7 +140,60 @@ class NextParagraphServiceStub:
 
 
 class NextParagraphServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. A refused call ends with a grpc status code and a google.rpc.Status in its trailers
+    (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
+    below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
+    `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
+    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
+    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
+
+    reason                    code                 when; metadata
+    MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
+    FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
+    paragraph_ids, a ContextParagraph's kind, a document's doc_id or
+    paragraphs)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
+    per paragraph or not of one length
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
+    VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
+    cannot embed text (precomputed:NAME)
+    INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
+    UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
+    "doc_id"), missingCount, missingIds (JSON, the first that fit)
+    NO_MODEL                  FAILED_PRECONDITION  no model can serve: the store has none of its own and the
+    general model is for another embedder (GetInfo.model.reason);
+    run `nextpara train`, then Reload
+    MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
+    in use stays)
+    EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
+    store's; modelEmbedder, storeEmbedder or modelDim, storeDim
+    NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
+    index yet
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
+    key variable is not set
+    QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
+    items): retry after RetryInfo.retry_delay; queueLimit
+    MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
+    (GetInfo.max_message_bytes): do not retry as is; limitBytes,
+    actualBytes, message ("request" or "response"). A request over 4x the
+    limit is cut off by the transport itself, without details
+    STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
+    ones are kept; reads go on
+    EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
+    WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
+    Reload); method
+    INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
+    DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
+    from the transport and carry no details.
+    """
 
     def PredictNext(self, request, context):
         """The top_k most likely next paragraphs for a context: retrieve candidates, rerank them.
@@ -94,8 +210,10 @@ class NextParagraphServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RerankStream(self, request_iterator, context):
-        """Many Rerank requests on one stream (batch jobs); responses come in request order,
-        each carrying its request's request_id. The first bad request ends the stream with its error.
+        """Many reranks on one stream (batch jobs): one response per request, in request order, each with its
+        request's request_id and either its result or its error (a google.rpc.Status with the details above:
+        the reason, the field within that request, and the item's index as `itemIndex`). A refused request,
+        even one that is not a valid message, does not end the stream; the others are answered.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,7 +222,7 @@ class NextParagraphServiceServicer:
     def AddDocuments(self, request_iterator, context):
         """Upsert documents by doc_id. Each streamed message is committed as a whole once it is
         read and validated: a stream that fails midway keeps every message acknowledged before
-        the failure (counted in the error's message) and nothing of the failing one.
+        the failure (the error's committedMessages) and nothing of the failing one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,6 +239,23 @@ class NextParagraphServiceServicer:
 
     def GetParagraphs(self, request, context):
         """Stored paragraphs by id. Unknown ids: NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDocuments(self, request, context):
+        """The stored documents, a page at a time, in doc_id order. A page token stays valid while the store is
+        written: the next page starts after the last doc_id of the previous one, so no document is listed twice,
+        and every document stored for the whole paging is listed once (one added or deleted meanwhile may or may
+        not be).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDocument(self, request, context):
+        """One stored document and its paragraphs in order. Unknown doc_id: NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,8 +290,8 @@ def add_NextParagraphServiceServicer_to_server(servicer, server):
             ),
             'RerankStream': grpc.stream_stream_rpc_method_handler(
                     servicer.RerankStream,
-                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankRequest.FromString,
-                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankResponse.SerializeToString,
+                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamRequest.FromString,
+                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.RerankStreamResponse.SerializeToString,
             ),
             'AddDocuments': grpc.stream_unary_rpc_method_handler(
                     servicer.AddDocuments,
@@ -172,6 +307,16 @@ def add_NextParagraphServiceServicer_to_server(servicer, server):
                     servicer.GetParagraphs,
                     request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsRequest.FromString,
                     response_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsResponse.SerializeToString,
+            ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'GetDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocument,
+                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentRequest.FromString,
+                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.GetDocumentResponse.SerializeToString,
             ),
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
@@ -192,7 +337,60 @@ def add_NextParagraphServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class NextParagraphService:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. A refused call ends with a grpc status code and a google.rpc.Status in its trailers
+    (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
+    below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
+    `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
+    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
+    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
+
+    reason                    code                 when; metadata
+    MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
+    FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
+    paragraph_ids, a ContextParagraph's kind, a document's doc_id or
+    paragraphs)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
+    per paragraph or not of one length
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
+    VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
+    cannot embed text (precomputed:NAME)
+    INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
+    UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
+    "doc_id"), missingCount, missingIds (JSON, the first that fit)
+    NO_MODEL                  FAILED_PRECONDITION  no model can serve: the store has none of its own and the
+    general model is for another embedder (GetInfo.model.reason);
+    run `nextpara train`, then Reload
+    MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
+    in use stays)
+    EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
+    store's; modelEmbedder, storeEmbedder or modelDim, storeDim
+    NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
+    index yet
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
+    key variable is not set
+    QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
+    items): retry after RetryInfo.retry_delay; queueLimit
+    MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
+    (GetInfo.max_message_bytes): do not retry as is; limitBytes,
+    actualBytes, message ("request" or "response"). A request over 4x the
+    limit is cut off by the transport itself, without details
+    STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
+    ones are kept; reads go on
+    EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
+    WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
+    Reload); method
+    INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
+    DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
+    from the transport and carry no details.
+    """
 
     @staticmethod
     def PredictNext(request,
@@ -263,8 +461,8 @@ class NextParagraphService:
             request_iterator,
             target,
             '/nextpara.v1.NextParagraphService/RerankStream',
-            nextpara_dot_v1_dot_nextpara__pb2.RerankRequest.SerializeToString,
-            nextpara_dot_v1_dot_nextpara__pb2.RerankResponse.FromString,
+            nextpara_dot_v1_dot_nextpara__pb2.RerankStreamRequest.SerializeToString,
+            nextpara_dot_v1_dot_nextpara__pb2.RerankStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -346,6 +544,60 @@ class NextParagraphService:
             '/nextpara.v1.NextParagraphService/GetParagraphs',
             nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsRequest.SerializeToString,
             nextpara_dot_v1_dot_nextpara__pb2.GetParagraphsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nextpara.v1.NextParagraphService/ListDocuments',
+            nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsRequest.SerializeToString,
+            nextpara_dot_v1_dot_nextpara__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nextpara.v1.NextParagraphService/GetDocument',
+            nextpara_dot_v1_dot_nextpara__pb2.GetDocumentRequest.SerializeToString,
+            nextpara_dot_v1_dot_nextpara__pb2.GetDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
