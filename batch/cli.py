@@ -7,7 +7,7 @@ import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from nextpara.client.cli import add_connection
+    from nextpara.client.cli import add_connection, add_json
 
     p = sub.add_parser(
         "rerank-batch", help="rerank (or predict for) every row of a JSON Lines / Parquet file; resumable",
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--in-flight", type=int, default=32, help="service: calls unanswered at once (default 32)")
     p.add_argument("--ray-actors", type=int, default=None, help="Ray: actors (default: the cluster's CPUs / --ray-cpus)")
     p.add_argument("--ray-cpus", type=float, default=1, help="Ray: CPUs per actor, also its torch threads (default 1)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON document")
+    add_json(p)
     add_connection(p, address=False)
     p.set_defaults(func=cmd_rerank_batch)
 
