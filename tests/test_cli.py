@@ -261,3 +261,27 @@ def test_train_and_eval_json(trained_store, tmp_path):
     result = json.loads(r.stdout)
     assert result["config"]["queries"] <= 40 and result["config"]["context_length"] == 4
     assert {"B1", "head", "full"} <= set(result["methods"])
+
+
+def test_ctrl_c_exits_130(server, client):
+    """`add -` waiting on a stdin that stays open, interrupted: status 130, and nothing half-sent is stored."""
+    import os
+    import signal
+    import time
+
+    before = client.info().index_version
+    proc = subprocess.Popen([sys.executable, "-m", "nextpara", "add", "-", "--address", server.address],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ})
+    try:
+        proc.stdin.write(json.dumps({"doc_id": "never-ended", "paragraphs": ["Waiting for more."]}) + "\n")
+        proc.stdin.flush()
+        time.sleep(3)  # the client is up and streaming; the stdin is still open
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err, err
+    assert client.info().index_version == before
