@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from nextpara.store.cli import add_data_dir
+from nextpara.store.cli import add_data_dir, add_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="serve the new model even if it does not beat, on the validation split, the model it replaces "
                         "and cosine to the last paragraph")
+    add_json(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("info", help="describe a store and the model that serves it: embedder, counts, index, disk use, "
@@ -52,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", default=None, metavar="DIR", help="write recall@k and attention heatmap PNGs here")
     p.add_argument("--model", default=None, metavar="PATH|general",
                    help="evaluate this checkpoint, or the general model, instead of the one that serves the store")
+    add_json(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -68,6 +70,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         model_cfg["lexical"] = False
     outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)
     meta = outcome.meta
+    if args.json:  # model: the new model's metadata (None when nothing could be trained); served: it now serves
+        import json
+
+        print(json.dumps({"trained": meta is not None, "served": outcome.served, "line": outcome.line, "model": meta},
+                         indent=2, default=str))
+        return 0
     if meta is not None:
         v = meta["metrics"]["validation"]
         print(f"trained model {meta['model_version']} {meta['started_from']} in {meta['training']['seconds']}s: "
@@ -83,6 +91,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result = run_evaluation(args.data_dir, n_queries=args.queries, context_length=args.context_length,
                             output=args.output, plot_dir=args.plot, latency_queries=args.latency_queries, seed=args.seed,
                             model=args.model)
+    if args.json:  # the document --output writes
+        import json
+
+        print(json.dumps(result, indent=2))
+        return 0
     c = result["config"]
     print(f"{c['queries']} test queries, L={c['context_length']}, {c['paragraphs']} paragraphs indexed, "
           f"model {c['model_version']} ({c['model_source']})\n")

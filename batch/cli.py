@@ -7,7 +7,7 @@ import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from nextpara.client.cli import add_connection
+    from nextpara.client.cli import add_connection, add_json
 
     p = sub.add_parser(
         "rerank-batch", help="rerank (or predict for) every row of a JSON Lines / Parquet file; resumable",
@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--in-flight", type=int, default=32, help="service: calls unanswered at once (default 32)")
     p.add_argument("--ray-actors", type=int, default=None, help="Ray: actors (default: the cluster's CPUs / --ray-cpus)")
     p.add_argument("--ray-cpus", type=float, default=1, help="Ray: CPUs per actor, also its torch threads (default 1)")
+    add_json(p)
     add_connection(p, address=False)
     p.set_defaults(func=cmd_rerank_batch)
 
@@ -93,5 +94,11 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         return 130
     finally:
         engine.close()
+    if args.json:
+        import json
+        from dataclasses import asdict
+
+        print(json.dumps({**asdict(summary), "rows_per_second": summary.rows_per_second}, indent=2))
+        return 0
     print(summary.line())
     return 0

@@ -31,10 +31,14 @@ from .types import (
 
 
 class AsyncClient:
+    """As :class:`nextpara.client.Client`, awaitable, with the same arguments (``options``: grpc channel options,
+    ``(key, value)`` pairs passed to its grpc.aio channel after the client's own, which they override per key)."""
+
     def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
-                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True):
-        self._channel = _channel.open_channel(grpc.aio, address, tls, root_certificates, max_message_bytes)
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True,
+                 options: Sequence[tuple[str, object]] = ()):
+        self._channel = _channel.open_channel(grpc.aio, address, tls, root_certificates, max_message_bytes, options)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load

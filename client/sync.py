@@ -41,10 +41,22 @@ from .types import (
 
 
 class Client:
+    """A connection to a nextpara server at ``address`` (host:port).
+
+    ``timeout``: the default deadline of each call, in seconds (each method also takes ``timeout=``). ``token``: a
+    bearer token sent with every call. ``tls`` / ``root_certificates`` (PEM bytes or a file path; implies TLS): verify
+    the server against these roots, or the system's. ``max_message_bytes``: the largest message sent or received
+    (AddDocuments is chunked under it). ``retry_queue_full=False`` raises QUEUE_FULL at once instead of retrying it.
+    ``options``: grpc channel options, ``(key, value)`` pairs such as ``("grpc.keepalive_time_ms", 30000)`` or
+    ``("grpc.primary_user_agent", "my-app/1.0")``, passed to the channel after the client's own (message limits,
+    retries), which they override where a key is in both.
+    """
+
     def __init__(self, address: str = _channel.DEFAULT_ADDRESS, *, timeout: float = _channel.DEFAULT_TIMEOUT,
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
-                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True):
-        self._channel = _channel.open_channel(grpc, address, tls, root_certificates, max_message_bytes)
+                 max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True,
+                 options: Sequence[tuple[str, object]] = ()):
+        self._channel = _channel.open_channel(grpc, address, tls, root_certificates, max_message_bytes, options)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load

@@ -6,12 +6,17 @@ Only argparse is imported at module level; each command imports what it needs wh
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None,
                         help="store directory (default: $NEXTPARA_DATA_DIR or ~/.local/share/nextpara)")
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON document")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,12 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-bad", action="store_true", help="skip malformed documents and report how many")
     p.add_argument("--batch-paragraphs", type=int, default=1024, help="paragraphs per embedded, committed batch")
     p.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
+    add_json(p)
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("search", help="plain nearest neighbours of a text (for debugging)")
     p.add_argument("text")
     add_data_dir(p)
     p.add_argument("-k", type=int, default=5, help="how many neighbours (default 5)")
+    add_json(p)
     p.set_defaults(func=cmd_search)
 
 
@@ -49,6 +56,11 @@ def cmd_build(args: argparse.Namespace) -> int:
                    if args.embedder.startswith("openai:") else None)
     for reason in report.skipped_reasons:
         print(f"skipped: {reason}", file=sys.stderr)
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps({**asdict(report), "paragraphs_per_second": report.paragraphs_per_second}, indent=2))
+        return 0
     print(f"built {report.data_dir}: {report.documents_read} documents read"
           f" ({report.documents_added} added, {report.documents_replaced} replaced, {report.documents_unchanged} unchanged,"
           f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
@@ -65,7 +77,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
         scores, ids = store.search(embedder.embed([args.text]), args.k)
         hits = [(s, i) for s, i in zip(scores[0], ids[0]) if i >= 0]
-        for (score, pid), para in zip(hits, store.get_paragraphs([i for _, i in hits])):
+        paragraphs = store.get_paragraphs([i for _, i in hits])
+        if args.json:
+            print(json.dumps({"text": args.text, "data_dir": str(store.data_dir), "results": [
+                {"score": float(score), "paragraph_id": int(pid), "doc_id": para.doc_id, "position": para.position,
+                 "text": para.text} for (score, pid), para in zip(hits, paragraphs)]}, indent=2))
+            return 0
+        for (score, pid), para in zip(hits, paragraphs):
             text = para.text if len(para.text) <= 160 else para.text[:157] + "..."
             print(f"{score:.3f}  #{pid}  {para.doc_id}[{para.position}]  {text}")
     return 0

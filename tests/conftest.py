@@ -60,12 +60,13 @@ def unit_vectors(n: int, dim: int, seed: int = 0, clusters: int = 0) -> np.ndarr
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 600):
-    """Run ``python -m nextpara ARGS`` as a user would; returns the CompletedProcess."""
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600, stdin: str | None = None):
+    """Run ``python -m nextpara ARGS`` as a user would (``stdin``: text piped to it); returns the CompletedProcess."""
     import subprocess
 
     return subprocess.run([sys.executable, "-m", "nextpara", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, input=stdin,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="session")

@@ -29,8 +29,15 @@ def test_build_info_search_text_corpus(tmp_path):
     r = run_cli("search", "how long should I knead bread dough", "--data-dir", str(data), "-k", "2")
     assert r.returncode == 0, r.stderr
     assert "cooking.md[1]" in r.stdout.splitlines()[0]
+    hits = json.loads(run_cli("search", "how long should I knead bread dough", "--data-dir", str(data), "-k", "2",
+                              "--json").stdout)["results"]
+    assert [(h["doc_id"], h["position"]) for h in hits][0] == ("cooking.md", 1) and len(hits) == 2
+    assert hits[0]["text"].startswith("Knead the dough") and hits[0]["score"] >= hits[1]["score"]
     r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data))  # a second run reuses everything
     assert "2 unchanged" in r.stdout and "0 embedded" in r.stdout
+    report = json.loads(run_cli("build", "--corpus", str(corpus), "--data-dir", str(data), "--json").stdout)
+    assert (report["documents_read"], report["documents_unchanged"], report["paragraphs_embedded"]) == (2, 2, 0)
+    assert report["data_dir"] == str(data.resolve()) and report["skipped_reasons"] == []
 
 
 def test_malformed_corpus_line_and_skip_bad(tmp_path):
@@ -108,7 +115,173 @@ def test_client_only_install(tmp_path):
     assert r.stdout.strip() == "ok", r.stderr
     r = subprocess.run([str(venv / "bin" / "nextpara"), "status", "--address", "127.0.0.1:9", "--timeout", "1"],
                        capture_output=True, text=True, cwd=tmp_path)
-    assert r.returncode == 2 and "UNAVAILABLE" in r.stderr
+    assert r.returncode == 1 and "UNAVAILABLE" in r.stderr
     r = subprocess.run([str(venv / "bin" / "nextpara"), "build", "--data-dir", str(tmp_path / "d")],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and "pip install 'nextpara[server]'" in r.stderr
+
+
+# ---- the client commands for scripts: --json, stdin, --id, exit status, $NEXTPARA_TIMEOUT -------------------------
+
+def cli(server, *args, **kw):
+    return run_cli(*args, "--address", server.address, timeout=120, **kw)
+
+
+def cli_json(server, *args, **kw):
+    r = cli(server, *args, "--json", **kw)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_status_json(server, client):
+    status = cli_json(server, "status")
+    info = client.info()
+    assert status["health"] == "SERVING"
+    assert (status["documents"], status["paragraphs"], status["dim"]) == (info.documents, info.paragraphs, info.dim)
+    assert status["index_version"] == info.index_version and status["model"]["version"] == info.model.version
+
+
+def test_add_from_stdin_json_then_delete_json(server, client):
+    docs = [{"doc_id": f"stdin-{i}", "title": f"Piped {i}", "paragraphs": [f"Piped paragraph {i}.", "And its second."]}
+            for i in range(2)]
+    added = cli_json(server, "add", "-", stdin="".join(json.dumps(d) + "\n" for d in docs))
+    assert (added["documents_added"], added["paragraphs_written"]) == (2, 4)
+    stored = client.get_document("stdin-1")
+    assert stored.document.title == "Piped 1" and [p.text for p in stored.paragraphs] == docs[1]["paragraphs"]
+    assert added["index_version"] == client.info().index_version
+    deleted = cli_json(server, "delete", "stdin-0", "stdin-1", "stdin-gone", "--allow-missing")
+    assert (deleted["documents_deleted"], deleted["paragraphs_deleted"], deleted["missing_doc_ids"]) == (2, 4, ["stdin-gone"])
+
+
+def test_add_from_stdin_with_a_bad_line_names_it(server, client):
+    before = client.info().index_version
+    r = cli(server, "add", "-", stdin=json.dumps({"doc_id": "stdin-ok", "paragraphs": ["Fine."]}) + "\nnot json\n")
+    assert r.returncode == 2 and "<stdin>:2: not valid JSON" in r.stderr, r.stderr
+    assert client.info().index_version == before  # the good line was in the unsent message
+
+
+def stored_ids(client, n=2):
+    doc = client.get_document(client.list_documents(page_size=1).documents[0].doc_id)
+    return [p.paragraph_id for p in doc.paragraphs[:n]]
+
+
+def ranked(result: dict) -> list[int]:
+    return [p["paragraph_id"] for p in result["predictions"]]
+
+
+def test_predict_ids_texts_and_stdin(server, client):
+    a, b = stored_ids(client)
+    r = cli_json(server, "predict", "--id", str(a), "--id", str(b), "-k", "4")
+    assert ranked(r) == [p.paragraph_id for p in client.predict_next([a, b], top_k=4).predictions]
+    assert r["context_used"] == 2 and r["model_version"]
+    r = cli_json(server, "predict", "--id", str(a), "A text after the stored paragraph.", "-k", "4")  # in order given
+    assert ranked(r) == [p.paragraph_id for p in client.predict_next([a, "A text after the stored paragraph."],
+                                                                     top_k=4).predictions]
+    piped = ["The first piped paragraph.", "The second one, newest."]
+    r = cli_json(server, "predict", "-", "-k", "3", stdin="\n".join(piped) + "\n\n")
+    assert r["context_used"] == 2
+    assert ranked(r) == [p.paragraph_id for p in client.predict_next(piped, top_k=3).predictions]
+
+
+def test_predict_an_all_digit_text_is_a_text(server, client):
+    r = cli_json(server, "predict", "999999999", "-k", "2")  # no such id: taken as one, it would be NOT_FOUND
+    assert r["context_used"] == 1 and len(r["predictions"]) == 2
+    assert ranked(r) == [p.paragraph_id for p in client.predict_next(["999999999"], top_k=2).predictions]
+    r = cli(server, "predict", "--id", "999999999")
+    assert r.returncode == 1 and "NOT_FOUND" in r.stderr and "999999999" in r.stderr, r.stderr
+
+
+def test_exit_status_service_error_1_usage_error_2(server, tmp_path):
+    r = cli(server, "delete", "never-stored")
+    assert r.returncode == 1 and "NOT_FOUND" in r.stderr  # the service refused
+    r = run_cli("status", "--address", "127.0.0.1:9", "--timeout", "2")
+    assert r.returncode == 1 and "UNAVAILABLE" in r.stderr  # no service there
+    for args, said in [(("predict", "text", "-k", "many"), "invalid int value"),  # a bad flag
+                       (("predict", "--id", "seven"), "invalid int value"),
+                       (("predict",), "no context"),  # nothing to ask
+                       (("add", str(tmp_path / "absent.jsonl")), "cannot read"),  # a bad input file
+                       (("status", "--timeout", "-1"), "not a positive number of seconds")]:
+        r = cli(server, *args)
+        assert r.returncode == 2 and said in r.stderr, (args, r.stderr)
+
+
+def test_nextpara_timeout_is_the_default_timeout(server):
+    tiny = {"NEXTPARA_TIMEOUT": "0.0001"}
+    r = cli(server, "predict", "A paragraph.", env=tiny)
+    assert r.returncode == 1 and "DEADLINE_EXCEEDED" in r.stderr, r.stderr
+    r = cli(server, "predict", "A paragraph.", "--timeout", "60", env=tiny)  # the flag wins
+    assert r.returncode == 0, r.stderr
+    r = cli(server, "status", env={"NEXTPARA_TIMEOUT": "soon"})
+    assert r.returncode == 2 and "$NEXTPARA_TIMEOUT" in r.stderr
+
+
+def test_rerank_batch_json_summary(server, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "a", "context": ["A paragraph."]}) + "\n"
+                    + json.dumps({"id": "b", "context": ["Another."], "candidates": ["x", "y"]}) + "\n"
+                    + json.dumps({"id": "c", "context": []}) + "\n")
+    summary = cli_json(server, "rerank-batch", str(rows), str(tmp_path / "out.jsonl"))
+    assert (summary["rows"], summary["errors"], summary["skipped"]) == (3, 1, 0)
+    assert summary["output"] == str(tmp_path / "out.jsonl") and summary["model_version"]
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 3
+
+
+def test_client_channel_options(server):
+    import asyncio
+
+    from nextpara.client import AsyncClient, Client, ResourceExhausted
+
+    option = [("grpc.max_receive_message_length", 64)]  # smaller than GetInfo's answer: the option reached the channel
+    with Client(server.address, timeout=30) as c:
+        assert c.info().documents > 0
+    with Client(server.address, timeout=30, options=option) as c:
+        with pytest.raises(ResourceExhausted):
+            c.info()
+
+    async def go():
+        async with AsyncClient(server.address, timeout=30, options=option) as c:
+            await c.info()
+    with pytest.raises(ResourceExhausted):
+        asyncio.run(go())
+
+
+def test_train_and_eval_json(trained_store, tmp_path):
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(trained_store, store, ignore=shutil.ignore_patterns("write.lock"))
+    r = run_cli("-q", "train", "--data-dir", str(store), "--phase1-epochs", "1", "--phase2-epochs", "1",
+                "--val-queries", "50", "--n-candidates", "20", "--d-model", "32", "--layers", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    trained = json.loads(r.stdout)
+    assert trained["trained"] is True and isinstance(trained["served"], bool) and trained["line"]
+    assert trained["model"]["model_version"] and "validation" in trained["model"]["metrics"]
+    r = run_cli("-q", "eval", "--data-dir", str(store), "--queries", "40", "--latency-queries", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["config"]["queries"] <= 40 and result["config"]["context_length"] == 4
+    assert {"B1", "head", "full"} <= set(result["methods"])
+
+
+def test_ctrl_c_exits_130(server, client):
+    """`add -` waiting on a stdin that stays open, interrupted: status 130, and nothing half-sent is stored."""
+    import os
+    import signal
+    import time
+
+    before = client.info().index_version
+    proc = subprocess.Popen([sys.executable, "-m", "nextpara", "add", "-", "--address", server.address],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ})
+    try:
+        proc.stdin.write(json.dumps({"doc_id": "never-ended", "paragraphs": ["Waiting for more."]}) + "\n")
+        proc.stdin.flush()
+        time.sleep(3)  # the client is up and streaming; the stdin is still open
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err, err
+    assert client.info().index_version == before

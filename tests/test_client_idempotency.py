@@ -62,7 +62,7 @@ def test_cli_delete_allow_missing(server, client):
     assert r.returncode == 0, r.stderr
     assert "1 documents (1 paragraphs) deleted" in r.stdout and "not stored: idem-cli-gone" in r.stdout
     r = run_cli("delete", "idem-cli", "--address", server.address, timeout=60)
-    assert r.returncode == 2 and "NOT_FOUND" in r.stderr and "'idem-cli'" in r.stderr
+    assert r.returncode == 1 and "NOT_FOUND" in r.stderr and "'idem-cli'" in r.stderr
 
 
 # ---- which calls are retried --------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def test_serve_and_the_client_commands(server_store, tmp_path):
     try:
         r = run_cli("status", "--address", address)
         assert r.returncode == 0 and "health        SERVING" in r.stdout, r.stderr
-        r = run_cli("predict", "--address", address, "--explain", "-k", "3", "1", "2", "Some text of my own.")
+        r = run_cli("predict", "--address", address, "--explain", "-k", "3", "--id", "1", "--id", "2", "Some text of my own.")
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith("1. ") and "head 0:" in r.stdout and "3 context paragraphs used" in r.stdout
         corpus = tmp_path / "add.jsonl"
@@ -39,7 +39,7 @@ def test_serve_and_the_client_commands(server_store, tmp_path):
         r = run_cli("delete", "cli-doc", "--address", address)
         assert r.returncode == 0 and "1 documents (2 paragraphs) deleted" in r.stdout
         r = run_cli("delete", "cli-doc", "--address", address)
-        assert r.returncode == 2 and "NOT_FOUND" in r.stderr
+        assert r.returncode == 1 and "NOT_FOUND" in r.stderr  # the service's refusal: exit status 1
     finally:
         code, err = stop_serve(server)
     assert code == 0 and "shutting down" in err and "stopped" in err

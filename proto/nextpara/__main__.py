@@ -1,6 +1,9 @@
 """The ``nextpara`` command: one entry point whose subcommands live with the layer they drive.
 
-``python -m nextpara`` and the ``nextpara`` console script both run :func:`main`.
+``python -m nextpara`` and the ``nextpara`` console script both run :func:`main`. Exit status: 0 success; 1 a
+service error (the server refused or failed the call: the client's ServiceError, or a grpc.RpcError; also ``status``
+of a server that is not SERVING); 2 a usage error (bad flags, a bad input file, any other NextparaError raised here);
+130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except NextparaError as e:
-        print(f"nextpara {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        committed = getattr(e, "documents_committed", None)  # add: an error that ended the stream (client/_upload.py)
+        print(f"nextpara {args.command}: error: {e}"
+              + ("" if committed is None else f"; {committed} document(s) before it were committed"), file=sys.stderr)
+        return 1 if is_service_error(e) else 2
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] in HEAVY:
             print(f"nextpara {args.command}: needs {e.name}, which the client-only install lacks: "
@@ -54,6 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"nextpara {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        if not is_service_error(e):
+            raise
+        from nextpara.client.errors import from_rpc_error
+
+        print(f"nextpara {args.command}: error: {from_rpc_error(e)}", file=sys.stderr)
+        return 1
+
+
+def is_service_error(e: BaseException) -> bool:
+    """Whether ``e`` is the service's answer (exit 1) rather than the user's or this process's fault (exit 2)."""
+    grpc = sys.modules.get("grpc")  # only a command that loaded grpc can have had a service error
+    if grpc is None:
+        return False
+    from nextpara.client.errors import ServiceError
+
+    return isinstance(e, (ServiceError, grpc.RpcError))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""What the client commands read: ``add``'s JSON Lines documents and ``predict``'s context, from files, arguments or
+stdin (``-``). Bad input raises a NextparaError naming where it is (exit status 2)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+STDIN = "-"
+
+
+def read_jsonl(path: str):
+    """The documents of a JSON Lines file (``-``: stdin), read as they are asked for; a bad line raises
+    CorpusFormatError (FILE:LINE: reason, FILE ``<stdin>`` for stdin). The file is opened here, before the stream
+    starts."""
+    from nextpara.errors import CorpusFormatError, InvalidInputError
+
+    if path == STDIN:
+        f, name = sys.stdin.buffer, "<stdin>"
+    else:
+        name = path
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise InvalidInputError(f"cannot read {path}: {e.strerror}") from e
+
+    def documents():
+        with f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                    doc = parse_document(line) if line.strip() else None
+                except UnicodeDecodeError as e:
+                    raise CorpusFormatError(name, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})") from e
+                except ValueError as e:
+                    raise CorpusFormatError(name, lineno, str(e)) from e
+                if doc is not None:
+                    yield doc
+    return documents()
+
+
+def parse_document(line: str) -> dict:
+    """One JSON Lines line -> a document for Client.add_documents; ValueError saying what is wrong with it (its
+    shape: the server checks the rest, e.g. vector dimensions)."""
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e.msg} at column {e.colno})") from e
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a document: a JSON {type(doc).__name__}, not an object")
+    doc_id, paragraphs, title, vectors = doc.get("doc_id"), doc.get("paragraphs"), doc.get("title"), doc.get("vectors")
+    title = "" if title is None else title
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
+    if not isinstance(paragraphs, list) or not paragraphs:
+        raise ValueError(f"document {doc_id!r}: paragraphs must be a non-empty list, got {paragraphs!r:.40}")
+    for i, text in enumerate(paragraphs):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"document {doc_id!r}: paragraph {i} is not a non-empty string")
+    if not isinstance(title, str):
+        raise ValueError(f"document {doc_id!r}: title must be a string, got {type(title).__name__}")
+    if vectors is not None:
+        if not isinstance(vectors, list) or len(vectors) != len(paragraphs):
+            raise ValueError(f"document {doc_id!r}: vectors must be a list of one vector per paragraph ({len(paragraphs)})")
+        for i, v in enumerate(vectors):
+            if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                raise ValueError(f"document {doc_id!r}: vector {i} is not a list of numbers")
+    return {"doc_id": doc_id, "title": title, "paragraphs": paragraphs, "vectors": vectors}
+
+
+def read_context(items: list) -> list:
+    """``predict``'s context, oldest first, from its TEXT arguments and ``--id`` ids in the order given: a text is a
+    text whatever it holds (digits too), an id an int; ``-`` stands for stdin's non-blank lines, one paragraph each
+    (read once)."""
+    from nextpara.errors import InvalidInputError
+
+    if sum(item == STDIN for item in items) > 1:
+        raise InvalidInputError("'-' (the context from stdin) can be given once")
+    context = []
+    for item in items:
+        if item == STDIN:
+            try:
+                lines = sys.stdin.buffer.read().decode("utf-8").splitlines()
+            except UnicodeDecodeError as e:
+                raise InvalidInputError(f"<stdin>: not valid UTF-8 ({e.reason} at byte {e.start})") from e
+            context += [line.strip() for line in lines if line.strip()]
+        else:
+            context.append(item)
+    if not context:
+        raise InvalidInputError("no context: give paragraphs as TEXT arguments, '-' to read them from stdin, or --id")
+    return context
