@@ -107,17 +107,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 
-def _figure(f: dict, metric: str = "mrr@10") -> str:
-    lo, hi = f[f"{metric}_ci"]
-    return f"{f[metric]:.3f} [{lo:.3f}, {hi:.3f}]"
-
-
 def cmd_info(args: argparse.Namespace) -> int:
     import json
 
     from nextpara.store.store import open_store
 
     from .general import describe_served
+    from .guard import fmt
 
     with open_store(args.data_dir, readonly=True) as store:
         info = {**store.info(), "model": describe_served(store)}
@@ -134,8 +130,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             " (no model of its own: `nextpara train` trains one)" if model["source"] == "general" else "")
     if "validation" in model:
         v = model["validation"]
-        serves += (f"\nvalidation    MRR@10 {_figure(v['model'])}, Recall@1 {_figure(v['model'], 'recall@1')}; "
-                   f"B1 (cosine to the last paragraph) {_figure(v['B1'])}, {_figure(v['B1'], 'recall@1')}")
+        serves += (f"\nvalidation    MRR@10 {fmt(v['model'])}, Recall@1 {fmt(v['model'], 'recall@1')}; "
+                   f"B1 (cosine to the last paragraph) {fmt(v['B1'])}, {fmt(v['B1'], 'recall@1')}")
     print(f"data dir      {info['data_dir']}\n"
           f"embedder      {info['embedder']} (dim {info['dim']})\n"
           f"documents     {info['documents']}\n"

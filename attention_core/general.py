@@ -59,16 +59,23 @@ def fit_store_lexicon(model: NextParagraphModel, store: ParagraphStore) -> None:
         model.lexicon_idf.copy_(torch.from_numpy(lexical.Lexicon.fit(texts).idf))
 
 
+def fits(meta: dict, store: ParagraphStore) -> str:
+    """Empty if a checkpoint's embedder is the store's, else why not (the general model's message)."""
+    emb = meta.get("embedder", {})
+    if (emb.get("name"), emb.get("dim")) == (store.embedder_name, store.dim):
+        return ""
+    return (f"the general model is for {emb.get('name')} ({emb.get('dim')}-d), the store uses {store.embedder_name} "
+            f"({store.dim}-d)")
+
+
 def general_for_store(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
     """The general model ready to serve ``store`` (IDF from its texts); StoreMismatchError if the store's
     embedder is not the one the general model was trained for."""
     model, meta = load_general()
-    emb = meta.get("embedder", {})
-    if (emb.get("name"), emb.get("dim")) != (store.embedder_name, store.dim):
-        raise StoreMismatchError(
-            f"no trained model in {store.data_dir}, and the general model is for {emb.get('name')} ({emb.get('dim')}-d) "
-            f"while the store uses {store.embedder_name} ({store.dim}-d): run `nextpara train --data-dir "
-            f"{store.data_dir}`", reason=Reason.NO_MODEL)
+    mismatch = fits(meta, store)
+    if mismatch:
+        raise StoreMismatchError(f"no trained model in {store.data_dir}, and {mismatch}: run `nextpara train "
+                                 f"--data-dir {store.data_dir}`", reason=Reason.NO_MODEL)
     fit_store_lexicon(model, store)
     return model, meta
 
@@ -115,10 +122,9 @@ def describe_served(store: ParagraphStore) -> dict:
         meta = read_checkpoint_meta(GENERAL_CHECKPOINT)
     except FailedPreconditionError as e:
         return {"source": "none", "reason": str(e)}
-    emb = meta.get("embedder", {})
-    if (emb.get("name"), emb.get("dim")) != (store.embedder_name, store.dim):
-        return {"source": "none", "reason": f"no trained model, and the general model is for {emb.get('name')} "
-                                            f"({emb.get('dim')}-d): run `nextpara train`"}
+    mismatch = fits(meta, store)
+    if mismatch:
+        return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
     out = {"source": "general", "model_version": meta["model_version"]}
     report = read_report(store.data_dir)  # the last `nextpara train` kept the general model: its figures here
     if report and "replaced" in report["figures"] and report["replaced"].startswith("the general model"):

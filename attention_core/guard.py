@@ -4,9 +4,10 @@ Training does not always pay: on a small corpus a trained reranker can score bel
 last paragraph (B1), or below the general model (general.py). So after training, the new model, the
 model it would replace (the store's previous one, else the general model) and B1 are run on the
 store's validation split, by the serving code path (evaluation.py with ``split="validation"``, L = 4,
-contexts as their stored vectors and texts), with 95% bootstrap intervals. The new model becomes the
-served one only if its MRR@10 is above both; otherwise training says so in one plain line and keeps
-the better model (``--force`` overrides). The comparison is written to ``TRAIN_REPORT`` in the data dir,
+contexts as their stored vectors and texts), with 95% bootstrap intervals. Of the models that can
+serve, the better one does: the new model is saved only if its MRR@10 is above the replaced model's
+(``--force`` overrides), and one plain line says what serves and how it compares with B1, which is
+not a model and cannot serve but is the floor a reranker has to clear. The comparison is written to ``TRAIN_REPORT`` in the data dir,
 where ``nextpara info`` reads it.
 
 Early stopping and the word-weight boost were chosen on the same validation split (a different
@@ -56,33 +57,33 @@ def validation_figures(store, seq, models: dict[str, NextParagraphModel], n_quer
     return out
 
 
-def _fmt(f: dict) -> str:
-    lo, hi = f[f"{METRIC}_ci"]
-    return f"{f[METRIC]:.3f} [{lo:.3f}, {hi:.3f}]"
+def fmt(f: dict, metric: str = METRIC) -> str:
+    """A figure with its 95% interval: ``0.158 [0.144, 0.172]``."""
+    lo, hi = f[f"{metric}_ci"]
+    return f"{f[metric]:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
-    """Serve the new model iff its validation MRR@10 is above B1's and the replaced model's (or ``force``)."""
+    """Serve the new model iff its validation MRR@10 is above the replaced model's (or there is none, or ``force``):
+    of the models that can serve, the better one serves. B1 cannot serve (it is not a model), so where it scores at
+    least as well as the model that serves, the line says so plainly."""
     new, b1, old = figures["new"], figures["B1"], figures.get("replaced")
-    rivals = {"B1 (cosine to the last paragraph)": b1, **({replaced: old} if old else {})}
-    beaten = [name for name, f in rivals.items() if new[METRIC] <= f[METRIC]]
-    against = " and ".join(f"{name} {_fmt(f)}" for name, f in rivals.items())
-    if not beaten:
-        overlap = any(new[f"{METRIC}_ci"][0] <= f[f"{METRIC}_ci"][1] for f in rivals.values())
-        line = (f"serving the new model: validation MRR@10 {_fmt(new)} against {against}"
-                + (" (the intervals overlap: the gain may be noise)" if overlap else ""))
-        return Verdict(True, line, figures, replaced)
-    if force:
-        return Verdict(True, f"serving the new model because of --force, though its validation MRR@10 {_fmt(new)} is "
-                             f"not above {' nor '.join(beaten)} ({against})", figures, replaced)
-    if not old:  # nothing else can serve this store (no general model for its embedder): the new model is the better
-        return Verdict(True, f"serving the new model, the only one for this store, though its validation MRR@10 "
-                             f"{_fmt(new)} is not above {against}", figures, replaced)
-    line = (f"kept {replaced}: the new model's validation MRR@10 {_fmt(new)} is not above {' nor '.join(beaten)} "
-            f"({against}); `nextpara train --force` serves it anyway")
-    if old[METRIC] <= b1[METRIC]:
-        line += f"; plain cosine (B1) scores at least as well as {replaced} on this store"
-    return Verdict(False, line, figures, replaced)
+    cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
+    against = f"{replaced} {fmt(old)} and {cosine}" if old else cosine
+    if old and new[METRIC] <= old[METRIC] and not force:
+        line = (f"kept {replaced}: the new model's validation MRR@10 {fmt(new)} is not above it ({against}); the new "
+                "model was not saved (`nextpara train --force` trains again and serves the result whatever it scores)")
+        if old[METRIC] <= b1[METRIC]:
+            line += f"; plain cosine (B1) scores at least as well as {replaced} on this store"
+        return Verdict(False, line, figures, replaced)
+    why = ("because of --force" if old and new[METRIC] <= old[METRIC] else
+           "the only model for this store" if not old else "")
+    line = f"serving the new model{f' ({why})' if why else ''}: validation MRR@10 {fmt(new)} against {against}"
+    if new[METRIC] <= b1[METRIC]:
+        line += "; plain cosine (B1) scores at least as well on this store"
+    elif old and new[f"{METRIC}_ci"][0] <= old[f"{METRIC}_ci"][1]:
+        line += " (the intervals overlap: the gain may be noise)"
+    return Verdict(True, line, figures, replaced)
 
 
 def write_report(data_dir: Path, verdict: Verdict, model_version: str, extra: dict | None = None) -> None:

@@ -19,7 +19,7 @@ from nextpara.errors import FailedPreconditionError, StoreMismatchError
 from nextpara.store.store import open_store
 
 from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
-from .general import general_for_store, load_general
+from .general import fits, general_for_store, load_general
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel, RerankerConfig
 from .sequences import ParagraphSequences
@@ -52,10 +52,9 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool) -> tupl
         general, meta = load_general()
     except FailedPreconditionError as e:
         return None, f"from scratch: {e}"
-    emb = meta.get("embedder", {})
-    if (emb.get("name"), emb.get("dim")) != (store.embedder_name, store.dim):
-        return None, f"from scratch: the general model is for {emb.get('name')} ({emb.get('dim')}-d), this store uses " \
-                     f"{store.embedder_name} ({store.dim}-d)"
+    mismatch = fits(meta, store)
+    if mismatch:
+        return None, f"from scratch: {mismatch}"
     differ = {k: v for k, v in asdict(model_cfg).items() if getattr(general.cfg, k) != v and k != "dropout"}
     if differ:
         return None, f"from scratch: the general model's configuration differs in {differ}"
@@ -68,10 +67,10 @@ def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
     if own.exists():
         try:
             model, meta = load_checkpoint(own, store.embedder_name, store.dim)
-        except (FailedPreconditionError, StoreMismatchError) as e:  # it cannot serve this store: nothing to keep
-            log.warning("the model in %s cannot serve it and will be replaced: %s", store.data_dir, e)
-            return None, ""
-        return model, f"the previous model {meta['model_version']}"
+        except (FailedPreconditionError, StoreMismatchError) as e:  # it cannot serve this store: the general
+            log.warning("the model in %s cannot serve it and will be replaced: %s", store.data_dir, e)  # model can
+        else:
+            return model, f"the previous model {meta['model_version']}"
     try:
         model, meta = general_for_store(store)
     except (FailedPreconditionError, StoreMismatchError):

@@ -14,7 +14,8 @@ A server whose call queue is full answers RESOURCE_EXHAUSTED with reason QUEUE_F
 clients retry such a call after that delay, for the same methods (a replay of them is harmless, and the refused call
 did nothing), within the same attempts and deadline. Other RESOURCE_EXHAUSTED reasons (a message too large, a full
 disk) are not retried: waiting does not help them. A streamed request (AddDocuments) is never replayed by the clients:
-its iterator is spent.
+its iterator is spent; nor is a RerankStream item refused with QUEUE_FULL: it comes back as that item's error (with
+its RetryInfo delay), for the caller to send again.
 
 The health check is safe to replay too but is not retried: it is a probe, whose caller wants the state
 now (retried against a stopped server, ``nextpara status --timeout 1`` ended as DEADLINE_EXCEEDED

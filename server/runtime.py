@@ -68,7 +68,7 @@ class Runtime:
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
-        self._no_model = ""  # why no model serves, when none does
+        self._no_model: FailedPreconditionError | None = None  # why no model serves, when none does
         self._model_info: dict = {"source": "none", "reason": "not loaded yet"}
         self.embedder = None
         self._write_lock = asyncio.Lock()
@@ -93,12 +93,12 @@ class Runtime:
         except FailedPreconditionError as e:
             if (self.data_dir / CHECKPOINT).exists():  # the store's own model file is unusable: say so (start-up
                 raise  # fails, a Reload is refused with the reason) rather than serve something else
-            self._no_model = str(e)
+            self._no_model = e
             log.warning("no model serves %s: PredictNext and Rerank answer FAILED_PRECONDITION until `nextpara "
                         "train` and a reload (%s)", self.data_dir, e)
         else:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
-            self.predictor, self._no_model = predictor, ""
+            self.predictor, self._no_model = predictor, None
         self._model_info = describe_served(self.store)  # what was just loaded (or why nothing was)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
 
@@ -170,8 +170,10 @@ class Runtime:
     # ---- reads ------------------------------------------------------------------------
     def _require_model(self) -> Predictor:
         if self.predictor is None:
-            raise FailedPreconditionError(self._no_model or f"no model serves {self.data_dir}: run `nextpara train`, "
-                                          "then reload", reason=Reason.NO_MODEL)
+            if self._no_model is not None:  # its own reason: NO_MODEL, or MODEL_UNREADABLE for a damaged general model
+                raise FailedPreconditionError(str(self._no_model), reason=self._no_model.reason)
+            raise FailedPreconditionError(f"no model serves {self.data_dir}: run `nextpara train`, then reload",
+                                          reason=Reason.NO_MODEL)
         return self.predictor
 
     def _run_batch(self, key, payloads: list):
@@ -204,16 +206,14 @@ class Runtime:
     async def list_documents(self, after: str, page_size: int) -> tuple[list[DocumentRow], bool, int]:
         """A page of documents after the doc_id ``after``, whether more follow, and the generation it was read at."""
         store = self.store
-        generation = store.generation
-        rows = await self.run(store.list_documents, after, page_size + 1)
+        rows, generation = await self.run(lambda: (store.list_documents(after, page_size + 1), store.generation))
         return rows[:page_size], len(rows) > page_size, generation
 
     async def get_document(self, doc_id: str) -> tuple[DocumentRow, list, int]:
         if not doc_id:
             raise InvalidInputError("doc_id is empty", reason=Reason.FIELD_REQUIRED, field="doc_id")
         store = self.store
-        generation = store.generation
-        return (*await self.run(store.get_document, doc_id), generation)
+        return await self.run(lambda: (*store.get_document(doc_id), store.generation))
 
     async def info(self) -> ServiceInfo:
         store = await self.run(self.store.info)

@@ -1,4 +1,4 @@
-"""Idempotency (issue 15, item 5), end to end against a real server on 127.0.0.1: DeleteDocuments' allow_missing,
+"""Idempotency, end to end against a real server on 127.0.0.1: DeleteDocuments' allow_missing,
 which calls the clients retry, and AddDocuments streams that fail on the caller's side."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""ListDocuments and GetDocument (issue 15, item 3): a real server on 127.0.0.1 over a real store; paging while
+"""ListDocuments and GetDocument: a real server on 127.0.0.1 over a real store; paging while
 another thread writes; a store from before documents recorded their generation."""
 
 import shutil

@@ -1,4 +1,4 @@
-"""Rich errors (issue 15, item 1): every reason of the proto's error table provoked over gRPC against real servers on
+"""Rich errors: every reason of the proto's error table provoked over gRPC against real servers on
 127.0.0.1, and its details (reason, metadata, field violations, retry delay) read back through the clients.
 
 Not provoked here: INVALID_ARGUMENT and FAILED_PRECONDITION as reasons are catch-alls that no known request gets

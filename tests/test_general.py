@@ -93,19 +93,47 @@ def test_training_that_cannot_beat_cosine_keeps_the_better_model(tmp_path):
     first = train(store, SMALL_MODEL, TINY, quiet=True, force=True)  # a previous model of the store's own
     assert first.served
     before = hashlib.sha256((store / CHECKPOINT).read_bytes()).hexdigest()
-    figures = first.meta["metrics"]["guard"]
-    assert figures["B1"]["mrr@10"] > 0.95  # the corpus does what it says: cosine is (nearly) always right
+    assert first.meta["metrics"]["guard"]["B1"]["mrr@10"] > 0.95  # the corpus does what it says: cosine is (nearly) always right
     out = subprocess.run([sys.executable, "-m", "nextpara", "--quiet", "train", "--data-dir", str(store),
                           "--phase1-epochs", "1", "--phase2-epochs", "1", "--batch-size", "32", "--val-queries", "50",
                           "--n-candidates", "20", "--d-model", "32", "--layers", "1", "--seed", "1"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
-    assert last.startswith("kept the previous model") and "B1" in last and "--force" in last, out.stdout
-    assert hashlib.sha256((store / CHECKPOINT).read_bytes()).hexdigest() == before  # the served model is unchanged
     report = json.loads((store / TRAIN_REPORT).read_text())
-    assert report["serve_new"] is False and report["line"] == last
+    assert report["line"] == last and "plain cosine (B1) scores at least as well" in last, out.stdout
     assert report["figures"]["new"]["mrr@10"] <= report["figures"]["B1"]["mrr@10"]
+    unchanged = hashlib.sha256((store / CHECKPOINT).read_bytes()).hexdigest() == before
+    if report["figures"]["new"]["mrr@10"] <= report["figures"]["replaced"]["mrr@10"]:  # the better model stays
+        assert not report["serve_new"] and unchanged and last.startswith("kept the previous model"), last
+    else:
+        assert report["serve_new"] and not unchanged and last.startswith("serving the new model"), last
+
+
+def figures(mrr: float) -> dict:
+    return {"mrr@10": mrr, "mrr@10_ci": [mrr - 0.02, mrr + 0.02]}
+
+
+@pytest.mark.parametrize("new, old, b1, force, serve, says", [
+    (0.22, 0.20, 0.10, False, True, ["serving the new model: ", "(the intervals overlap"]),  # better than both
+    (0.40, 0.20, 0.10, False, True, ["serving the new model: "]),  # clear of the old one: no overlap note
+    (0.25, 0.20, 0.26, False, True, ["serving the new model: ", "plain cosine (B1) scores at least as well"]),
+    (0.20, 0.25, 0.10, False, False, ["kept the general model g1: ", "is not above it", "--force"]),
+    (0.20, 0.20, 0.10, False, False, ["kept the general model g1: "]),  # a tie keeps what serves
+    (0.10, 0.15, 0.20, False, False, ["kept the general model g1: ", "scores at least as well as the general model g1"]),
+    (0.20, 0.25, 0.10, True, True, ["serving the new model (because of --force)"]),
+    (0.10, None, 0.20, False, True, ["serving the new model (the only model for this store)", "plain cosine"]),
+])
+def test_the_guard_serves_the_better_model_and_says_how_it_compares_with_cosine(new, old, b1, force, serve, says):
+    from nextpara.attention_core.guard import decide
+
+    table = {"new": figures(new), "B1": figures(b1), **({"replaced": figures(old)} if old is not None else {})}
+    verdict = decide(table, "the general model g1" if old is not None else "", force)
+    assert verdict.serve_new == serve
+    for words in says:
+        assert words in verdict.line, (words, verdict.line)
+    if new > b1:
+        assert "plain cosine" not in verdict.line
 
 
 def test_training_starts_from_the_general_model(untrained_store, tmp_path):

@@ -1,4 +1,4 @@
-"""RerankStream with its own messages (issue 15, item 4): every request is answered in order with its result or its
+"""RerankStream with its own messages: every request is answered in order with its result or its
 error, and a bad request does not end the stream. A real server on 127.0.0.1 and both clients."""
 
 import asyncio

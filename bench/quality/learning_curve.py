@@ -8,8 +8,10 @@ are trained on it, from the general model (attention_core/general.py: `nextpara 
 scratch (`--from-scratch`), with the default configuration, and saved whatever the guard would say. Every
 model, the general model itself and B1 are then evaluated on the *full* store's test split (the protocol of
 docs/evaluation.md at L = 4: the same queries and the same index for every row, only the training text
-changes; contexts are given as their stored vectors and texts, not embedded again). The general model shipped with the package saw these corpora's training documents; its row is
-the start a user gets, not a zero-shot figure (that is bench/results/general_model.md).
+changes; contexts are given as their stored vectors and texts, not embedded again). The general model shipped
+with the package saw these corpora's training documents, so its row, and the fine-tuned rows that start from
+it, are the start a user of one of these corpora gets, not what a new corpus gets (for that, put a model that
+train_general.py --leave-out made in place of the shipped one first; zero-shot figures: general_model.md).
 Records: bench/results/learning_curve.{json,md}, and learning_curve.png (needs matplotlib).
 """
 
@@ -153,7 +155,7 @@ def main() -> int:
     p = argument_parser(__doc__, __file__)
     p.add_argument("--store", action="append", required=True, metavar="NAME=DIR", help="a full built store of a corpus")
     p.add_argument("--sizes", default="2000,5000,10000,20000", help="training paragraphs per slice")
-    p.add_argument("--work", default="/tmp/nextpara-learning-curve", help="slice stores go here (reused if present)")
+    p.add_argument("--work", default="/tmp/nextpara-learning-curve", help="slice stores go here (must not hold them yet)")
     args = p.parse_args()
     import logging
 

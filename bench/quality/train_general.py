@@ -146,9 +146,13 @@ def main() -> int:
     stores = dict(s.split("=", 1) for s in args.store)
     if args.leave_out and args.leave_out not in stores:
         raise SystemExit(f"--leave-out {args.leave_out}: not one of the --store names {sorted(stores)}")
+    if args.leave_out and args.install:
+        raise SystemExit("--install ships the model trained on every corpus: not with --leave-out")
     train_on = {n: Path(d) for n, d in stores.items() if n != args.leave_out}
     variant = f"without {args.leave_out}" if args.leave_out else "all (shipped)"
     work = Path(args.work)
+    if (work / "store").exists():
+        raise SystemExit(f"{work / 'store'} exists: give an empty --work (the mixture is built there from the --store dirs)")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     corpus_of = mixture_store(work / "store", train_on)

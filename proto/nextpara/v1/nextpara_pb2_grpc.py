@@ -30,8 +30,9 @@ class NextParagraphServiceStub:
     (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
     below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
     `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
-    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
-    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    should retry after a delay. A refusal by the service's methods carries `indexVersion` in its metadata (the
+    store's write generation when it was refused; not an auth refusal, nor a request refused as it was read:
+    MALFORMED_REQUEST, MESSAGE_TOO_LARGE); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
     `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
 
     reason                    code                 when; metadata
@@ -144,8 +145,9 @@ class NextParagraphServiceServicer:
     (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
     below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
     `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
-    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
-    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    should retry after a delay. A refusal by the service's methods carries `indexVersion` in its metadata (the
+    store's write generation when it was refused; not an auth refusal, nor a request refused as it was read:
+    MALFORMED_REQUEST, MESSAGE_TOO_LARGE); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
     `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
 
     reason                    code                 when; metadata
@@ -341,8 +343,9 @@ class NextParagraphService:
     (grpc-status-details-bin) whose details hold a google.rpc.ErrorInfo (domain "nextpara", a stable `reason`
     below, and `metadata`), a google.rpc.BadRequest naming the request field at fault as a path (e.g.
     `context[2].vector`, `documents[0].doc_id`) when there is one, and a google.rpc.RetryInfo when the caller
-    should retry after a delay. Every refusal's metadata has `indexVersion` (the store's write generation when it
-    was refused); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
+    should retry after a delay. A refusal by the service's methods carries `indexVersion` in its metadata (the
+    store's write generation when it was refused; not an auth refusal, nor a request refused as it was read:
+    MALFORMED_REQUEST, MESSAGE_TOO_LARGE); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
     `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
 
     reason                    code                 when; metadata
