@@ -263,6 +263,27 @@ def test_train_and_eval_json(trained_store, tmp_path):
     assert {"B1", "head", "full"} <= set(result["methods"])
 
 
+def connected(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds an established TCP connection to ``port`` on 127.0.0.1 (from /proc)."""
+    import os
+
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                cols = line.split()
+                if cols[3] == "01" and int(cols[2].rsplit(":", 1)[1], 16) == port and cols[9] in inodes:
+                    return True
+    return False
+
+
 def test_ctrl_c_exits_130(server, client):
     """`add -` waiting on a stdin that stays open, interrupted: status 130, and nothing half-sent is stored."""
     import os
@@ -276,10 +297,13 @@ def test_ctrl_c_exits_130(server, client):
     try:
         proc.stdin.write(json.dumps({"doc_id": "never-ended", "paragraphs": ["Waiting for more."]}) + "\n")
         proc.stdin.flush()
-        time.sleep(3)  # the client is up and streaming; the stdin is still open
-        assert proc.poll() is None, proc.stderr.read()
+        deadline = time.monotonic() + 120  # the client is up and streaming (its connection to the server is open),
+        while not connected(proc.pid, server.port):  # however slow the machine; the stdin is still open
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)  # stdin stays open: only the interrupt can end it
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -17,7 +17,6 @@ from nextpara.client import (
     AsyncClient,
     Client,
     DeadlineExceeded,
-    FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -280,12 +279,13 @@ def test_health_through_startup_reload_and_shutdown(server_store, tmp_path):
     s = LiveServer(store).start()
     try:
         with Client(s.address) as c:
-            assert c.health() == "NOT_SERVING"  # index loaded, but no model yet
-            with pytest.raises(FailedPrecondition, match="no trained model"):
-                c.predict_next([1])
+            # no model of its own: the general model serves (a store no model fits stays NOT_SERVING: test_errors.py)
+            assert c.health() == "SERVING" and c.info().model.source == "general"
+            assert c.predict_next([1]).model_version == c.info().model.version
             shutil.copyfile(server_store / "model.safetensors", store / "model.safetensors")
             model_version, _ = c.reload()
-            assert model_version and c.health() == "SERVING"
+            assert model_version == c.info().model.version and c.info().model.source == "trained"
+            assert c.health() == "SERVING"
             with grpc.insecure_channel(s.address) as channel:
                 watch = health_pb2_grpc.HealthStub(channel).Watch(
                     health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService"), timeout=60)

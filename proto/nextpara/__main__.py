@@ -58,7 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except KeyboardInterrupt:
         print(f"nextpara {args.command}: interrupted", file=sys.stderr)
-        return 130
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # grpc's own threads may still be inside the interrupted call (an AddDocuments stream waiting on stdin): a
+        # normal interpreter exit then aborts in grpc's teardown (SIGABRT) instead of exiting 130
+        import os
+
+        os._exit(130)
     except Exception as e:
         if not is_service_error(e):
             raise
