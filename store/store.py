@@ -226,12 +226,15 @@ class ParagraphStore:
         return self.tables.paragraph_table()
 
     def list_documents(self, after: str = "", limit: int = 100) -> list[DocumentRow]:
-        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (keyset paging)."""
-        return self.tables.list_documents(after, limit)
+        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (keyset paging). Under the
+        store's lock: the connection is shared, and a read during a write's transaction would see it half done."""
+        with self._mutex:
+            return self.tables.list_documents(after, limit)
 
     def get_document(self, doc_id: str) -> tuple[DocumentRow, list[Paragraph]]:
-        """A document and its paragraphs in order; NotFoundError if it is not stored."""
-        return self.tables.get_document(doc_id)
+        """A document and its paragraphs in order; NotFoundError if it is not stored (under the lock, as above)."""
+        with self._mutex:
+            return self.tables.get_document(doc_id)
 
     def missing_ids(self, ids: Sequence[int]) -> set[int]:
         """The ids among ``ids`` that the store does not hold."""
