@@ -66,7 +66,7 @@ def first_run(server_process) -> int:
                                 start_timeout=900).start()  # require_model: the general model must serve it
         seconds = round(time.perf_counter() - t0, 1)
         server.stop()
-        served = [line for line in server.log.splitlines() if "SERVING" in line][-1].strip()
+        served = next(line for line in server.log.splitlines() if "SERVING on" in line).strip()
     record = {**stamp(__file__), "seconds_to_serving": seconds, "serving_line": served}
     md = (f"# `nextpara serve` on first use: empty default store and cache to SERVING\n\n`{record['command']}` on "
           f"{record['date']}, {record['machine']}: the built-in corpus read, embedded and indexed, then served by "
