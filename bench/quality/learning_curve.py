@@ -35,13 +35,12 @@ def slice_store(full: Path, dest: Path, size: int, seed: int = 0) -> int:
     """Training documents (seeded, up to ``size`` paragraphs) and every validation document of ``full``, copied
     with their vectors into ``dest``; returns the training paragraphs taken."""
     from nextpara.attention_core.sequences import split_of
-    from nextpara.store.corpus import Document
     from nextpara.store.store import open_store
 
+    from bench.quality.train_general import copy_documents, document_spans
+
     with open_store(full, readonly=True) as src:
-        ids, doc_ids, _, _ = src.paragraph_table()
-        bounds = [0] + [r for r in range(1, len(ids)) if doc_ids[r] != doc_ids[r - 1]] + [len(ids)]
-        spans = {doc_ids[a]: (a, b) for a, b in zip(bounds, bounds[1:])}
+        ids, spans = document_spans(src)
         train = [d for d in spans if split_of(d) == "train"]
         picked, taken = [], 0
         for i in np.random.default_rng(seed).permutation(len(train)):
@@ -53,18 +52,8 @@ def slice_store(full: Path, dest: Path, size: int, seed: int = 0) -> int:
             if taken >= size:
                 break
         keep = picked + [d for d in spans if split_of(d) == "validation"]
-        rows = np.concatenate([np.arange(*spans[d]) for d in keep])
-        texts = [p.text for p in src.get_paragraphs([int(i) for i in ids[rows]])]
-        vectors = src.vectors(ids[rows])
         with open_store(dest, embedder_name=src.embedder_name, dim=src.dim, embedder_spec=src.embedder_spec) as out:
-            at, docs, vecs = 0, [], []
-            for d in keep:
-                n = spans[d][1] - spans[d][0]
-                docs.append(Document(d, texts[at:at + n]))
-                vecs.append(vectors[at:at + n])
-                at += n
-            for s in range(0, len(docs), 200):
-                out.add_documents(docs[s:s + 200], vecs[s:s + 200])
+            copy_documents(src, out, ids, spans, keep)
             out.snapshot()
     return taken
 

@@ -37,9 +37,32 @@ NAME = "general_model"
 GENERAL_PY = Path(__file__).resolve().parents[2] / "attention_core" / "general.py"
 
 
+def document_spans(src) -> tuple[np.ndarray, dict[str, tuple[int, int]]]:
+    """A store's paragraph ids (in doc_id, position order) and each document's (start, end) rows among them."""
+    ids, doc_ids, _, _ = src.paragraph_table()
+    bounds = [0] + [r for r in range(1, len(ids)) if doc_ids[r] != doc_ids[r - 1]] + [len(ids)]
+    return ids, {doc_ids[a]: (a, b) for a, b in zip(bounds, bounds[1:])}
+
+
+def copy_documents(src, dest, ids: np.ndarray, spans: dict[str, tuple[int, int]], keep: list[str]) -> None:
+    """Copy the documents ``keep`` of store ``src`` (texts and vectors, nothing embedded again) into store ``dest``."""
+    from nextpara.store.corpus import Document
+
+    rows = np.concatenate([np.arange(*spans[d]) for d in keep]) if keep else np.zeros(0, np.int64)
+    texts = [p.text for p in src.get_paragraphs([int(i) for i in ids[rows]])]
+    vectors = src.vectors(ids[rows])
+    at, docs, vecs = 0, [], []
+    for d in keep:
+        n = spans[d][1] - spans[d][0]
+        docs.append(Document(d, texts[at:at + n]))
+        vecs.append(vectors[at:at + n])
+        at += n
+    for s in range(0, len(docs), 200):
+        dest.add_documents(docs[s:s + 200], vecs[s:s + 200])
+
+
 def mixture_store(work: Path, stores: dict[str, Path]):
     """Copy every paragraph (text, vector) of ``stores`` into one store in ``work``; returns doc_id -> corpus."""
-    from nextpara.store.corpus import Document
     from nextpara.store.store import open_store
 
     corpus_of: dict[str, str] = {}
@@ -48,20 +71,13 @@ def mixture_store(work: Path, stores: dict[str, Path]):
         with open_store(path, readonly=True) as src:
             if dest is None:
                 dest = open_store(work, embedder_name=src.embedder_name, dim=src.dim, embedder_spec=src.embedder_spec)
-            ids, doc_ids, _, _ = src.paragraph_table()
-            texts = [p.text for p in src.get_paragraphs([int(i) for i in ids])]
-            vectors = src.vectors(ids)
-            bounds = [0] + [r for r in range(1, len(ids)) if doc_ids[r] != doc_ids[r - 1]] + [len(ids)]
-            docs, vecs = [], []
-            for a, b in zip(bounds, bounds[1:]):
-                if doc_ids[a] in corpus_of and corpus_of[doc_ids[a]] != name:
-                    raise SystemExit(f"doc_id {doc_ids[a]!r} is in both {corpus_of[doc_ids[a]]} and {name}")
-                corpus_of[doc_ids[a]] = name
-                docs.append(Document(doc_ids[a], texts[a:b]))
-                vecs.append(vectors[a:b])
-            for s in range(0, len(docs), 200):
-                dest.add_documents(docs[s:s + 200], vecs[s:s + 200])
-            print(f"{name}: {len(docs)} documents, {len(ids)} paragraphs from {path}", flush=True)
+            ids, spans = document_spans(src)
+            for doc in spans:
+                if corpus_of.get(doc, name) != name:
+                    raise SystemExit(f"doc_id {doc!r} is in both {corpus_of[doc]} and {name}")
+                corpus_of[doc] = name
+            copy_documents(src, dest, ids, spans, list(spans))
+            print(f"{name}: {len(spans)} documents, {len(ids)} paragraphs from {path}", flush=True)
     dest.snapshot()
     dest.close()
     return corpus_of
