@@ -115,6 +115,9 @@ class Runtime:
         the thread, so the lock waits for it before the next one may start; the cancellation is raised after."""
         async with self._write_lock:
             work = asyncio.ensure_future(self.run(fn, *args))
+            running = self.metrics.writes_running.labels(fn.__name__.strip("_"))
+            running.inc()
+            work.add_done_callback(lambda _: running.dec())
             try:
                 return await asyncio.shield(work)
             except asyncio.CancelledError:

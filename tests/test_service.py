@@ -2,10 +2,12 @@
 
 import asyncio
 import logging
+import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -141,24 +143,40 @@ def test_a_stream_that_fails_midway_keeps_the_committed_messages(server, client)
     client.delete_documents(["stream-a"])
 
 
+def writes_running(server, kind: str) -> float:
+    """The server's count of store writes of ``kind`` whose thread is still running (its metrics page)."""
+    page = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
+    found = re.search(rf'^nextpara_writes_running{{kind="{kind}"}} (\S+)$', page, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:g} s for {what}"
+        time.sleep(0.02)
+
+
 def test_a_cancelled_write_holds_the_write_lock_until_its_thread_is_done(server, client):
     """A client that cancels an AddDocuments cannot stop the thread embedding its message; the next write
-    must wait for that thread (it used to start at once and the store changed after it had answered)."""
+    must wait for that thread (it used to start at once and the store changed after it had answered).
+    Timing-free: the cancel comes once the server's write thread is running, and the check once it is done."""
     texts = [f"Paragraph {i} of a long message, written so that embedding it takes a while." for i in range(300)]
     request = pb.AddDocumentsRequest(documents=[pb.Document(doc_id="cancelled-write", paragraphs=texts)])
     before = client.info()
     with grpc.insecure_channel(server.address) as channel:
         call = pb_grpc.NextParagraphServiceStub(channel).AddDocuments.future(iter([request]), timeout=60)
-        threading.Event().wait(0.5)  # the server has the message and is embedding it
+        wait_until(lambda: writes_running(server, "write") == 1, "the write's thread to start")
         call.cancel()
     with pytest.raises(NotFound):
         client.delete_documents(["no-such-doc"])  # a write: it must wait for the cancelled one
     settled = client.info()
-    threading.Event().wait(1.0)
-    assert client.info().index_version == settled.index_version
-    assert settled.paragraphs in (before.paragraphs, before.paragraphs + 300)  # all of the message or none
-    if settled.paragraphs != before.paragraphs:
-        client.delete_documents(["cancelled-write"])
+    wait_until(lambda: writes_running(server, "write") + writes_running(server, "delete") == 0,
+               "the write threads to finish")
+    after = client.info()
+    assert after.index_version == settled.index_version  # nothing changed once the next write had answered
+    assert after.paragraphs == before.paragraphs + 300  # the thread had started: the whole message committed
+    client.delete_documents(["cancelled-write"])
 
 
 def test_deadline_shorter_than_the_work(client):

@@ -1,11 +1,12 @@
-"""Training experiments on a built PEPs store, judged on the validation split only.
+"""Training experiments on a built store (PEPs unless ``--corpus`` says otherwise), judged on the validation split only.
 
-    python -m bench.quality.experiments --data-dir /tmp/peps-bench [--keep DIR] NAME [NAME ...]
+    python -m bench.quality.experiments --data-dir /tmp/peps-bench [--corpus NAME] [--keep DIR] NAME [NAME ...]
 
-Each named variant trains from scratch into a scratch copy of the store's model file and
+Each named variant trains into a scratch copy of the store's model file, from scratch, or from the
+shipped general model for the ``ft_`` variants (fine-tuning schedules), and
 records its validation metrics (the pipeline's MRR@10 / Recall@1 / stage-1 recall on 1,000
 validation queries) and training time in bench/results/experiments.json, one entry per variant
-(a rerun replaces that variant's entry), with their table in bench/results/experiments.md; the
+(a rerun replaces that variant's entry; on another corpus than PEPs the entry is ``CORPUS:NAME``), with their table in bench/results/experiments.md; the
 test split is left for `nextpara eval` on the chosen default (docs/evaluation.md). Negative
 results stay in the record.
 """
@@ -40,16 +41,22 @@ VARIANTS = {
     "d128": ({"d_model": 128}, {}),
     "p2lr3e-4": ({}, {"phase2_lr": 3e-4}),  # from here on the default width is 128
     "p2lr3e-4_x8": ({}, {"phase2_lr": 3e-4, "phase2_epochs": 8, "patience": 3}),
+    # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
+    "ft_default": ({}, {}),
+    "ft_lr3e-4": ({}, {"lr": 3e-4}),
+    "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "phase1_epochs": 2}),
+    "ft_p1x2_lr1e-4": ({}, {"lr": 1e-4, "phase1_epochs": 2}),
 }
 
 
 def markdown(record: dict) -> str:
-    lines = ["# Training experiments (PEPs, validation split, 1,000 queries)", "",
-             "One row per variant, in the order first run; changes are from the default of the day.", "",
+    lines = ["# Training experiments (validation split, 1,000 queries)", "",
+             "One row per variant, in the order first run; changes are from the default of the day. PEPs unless the",
+             "name says `CORPUS:`; `ft_` variants start from the general model, the others from scratch.", "",
              "| variant | changes | date | training s | stage-1 recall | R@1 | MRR@10 |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in record.items():
-        model_cfg, train_cfg = VARIANTS.get(name, (r["model_config"], {}))
+        model_cfg, train_cfg = VARIANTS.get(name.split(":")[-1], (r["model_config"], {}))
         changes = r.get("note") or ", ".join(f"{k} {v}" for k, v in {**model_cfg, **train_cfg}.items()) or "none"
         v = r["validation"]
         lines.append(f"| `{name}` | {changes} | {r.get('date', '')} | {r['seconds']} | {v['stage1_recall']:.3f} | "
@@ -60,6 +67,7 @@ def markdown(record: dict) -> str:
 def main() -> int:
     parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--corpus", default="peps", help="the store's corpus, for the record's names (default peps)")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each variant's model to DIR/NAME.safetensors")
     parser.add_argument("names", nargs="+", choices=sorted(VARIANTS))
     args = parser.parse_args()
@@ -82,15 +90,16 @@ def main() -> int:
                     (scratch / f.name).symlink_to(f.resolve())
             t0 = time.perf_counter()
             cfg = TrainConfig(**train_cfg)
-            # variants are compared from scratch, as every earlier entry was; saved whatever the guard says
-            meta = train(scratch, model_cfg, cfg, quiet=True, from_scratch=True, force=True).meta
+            # saved whatever the guard says: the variant's own validation figures are the record
+            meta = train(scratch, model_cfg, cfg, quiet=True, from_scratch=not name.startswith("ft_"), force=True).meta
             seconds = round(time.perf_counter() - t0, 1)
             if args.keep:
                 Path(args.keep).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(scratch / "model.safetensors", Path(args.keep) / f"{name}.safetensors")
         v = meta["metrics"]["validation"]
-        record[name] = {"model_config": model_cfg, "train_config": asdict(cfg), "seconds": seconds,
-                        "validation": v, "history": meta["training"]["history"],
+        key = name if args.corpus == "peps" else f"{args.corpus}:{name}"
+        record[key] = {"model_config": model_cfg, "train_config": asdict(cfg), "seconds": seconds,
+                        "validation": v, "history": meta["training"]["history"], "started_from": meta["started_from"],
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         save(NAME, record, markdown(record))  # after each variant: a long run keeps what it finished
     return 0
