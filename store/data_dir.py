@@ -3,7 +3,7 @@
 Layout::
 
     paragraphs.sqlite        documents, paragraphs and their vectors (WAL mode): the truth
-    snapshots/g<N>/          index.faiss, ids.npy, vectors.npy as of write generation N (snapshot.py)
+    snapshots/g<N>/          ids.npy, vectors.npy, index.faiss (not for flat) as of write generation N (snapshot.py)
     manifest.json            format version, embedder, index, counts, current snapshot
     write.lock               held (flock) by the one process that writes
     model.safetensors        the trained reranker, if any (nextpara.attention_core.checkpoint)

@@ -214,7 +214,9 @@ class ParagraphStore:
             counts = {"embedder": {"name": self.embedder_name, "spec": self.embedder_spec, "dim": self.dim},
                       "counts": {"documents": self.count_documents(), "paragraphs": self.count_paragraphs()}}
             with self._disk_full_is_clear("writing the index snapshot", snapshot=True):
-                return self.vector_table.save(self.data_dir, generation, counts)
+                name = self.vector_table.save(self.data_dir, generation, counts)
+            self.tables.shrink_log()
+            return name
 
     # ---- reads ------------------------------------------------------------------------
     def get_paragraphs(self, ids: Sequence[int]) -> list[Paragraph]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from nextpara.errors import NotFoundError
 from .corpus import Document, text_hash
 
 _CHUNK = 500  # parameters per IN (...) query, under SQLite's limit
+log = logging.getLogger(__name__)
 MAX_LISTED_BYTES = 480  # of unknown ids listed in a NotFoundError's metadata (a refusal's details must stay small)
 
 
@@ -202,6 +204,19 @@ class ParagraphTables:
         return out
 
     # ---- writes: each one transaction -------------------------------------------------
+    def shrink_log(self) -> None:
+        """Checkpoint the write-ahead log into the database and truncate it, as far as readers allow without
+        waiting for them (busy timeout 0: a reader holding an old snapshot leaves the log for the next time).
+        Called after a snapshot, so that an idle store's log takes no disk."""
+        timeout = self.db.execute("PRAGMA busy_timeout").fetchone()[0]
+        try:
+            self.db.execute("PRAGMA busy_timeout = 0")
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.OperationalError as e:  # a full disk, say: the log keeps the writes, nothing is lost
+            log.warning("the write-ahead log was not checkpointed: %s", e)
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {int(timeout)}")
+
     def _drop(self, doc_id: str) -> list[int]:
         """Delete a document and its paragraphs (inside the caller's transaction); their ids."""
         old = [r[0] for r in self.db.execute("SELECT id FROM paragraphs WHERE doc_id = ?", (doc_id,))]

@@ -162,12 +162,18 @@ class VectorIndex:
             ids = np.pad(ids, ((0, 0), (0, k - k_eff)), constant_values=-1)
         return scores, ids
 
-    def serialize(self) -> np.ndarray:
-        return faiss.serialize_index(self.index)
+    @property
+    def is_flat(self) -> bool:
+        """An exact index that holds nothing but the vectors and their ids: rebuilt from them, never saved."""
+        return isinstance(self._inner, faiss.IndexFlat) and isinstance(faiss.downcast_index(self.index), faiss.IndexIDMap)
+
+    def write(self, path) -> None:
+        """Write the index file (FAISS writes it from its own memory: no copy of it in Python)."""
+        faiss.write_index(self.index, str(path))
 
     @classmethod
     def read(cls, path, choice: IndexChoice, dim: int) -> "VectorIndex":
-        """Read an index file written by :meth:`serialize` (FAISS reads it straight from the file)."""
+        """Read an index file written by :meth:`write` (FAISS reads it straight from the file)."""
         index = faiss.read_index(str(path))
         if index.d != dim:
             raise InvalidInputError(f"index file has dimension {index.d}, the store expects {dim}")

@@ -3,7 +3,8 @@
 Loading takes the newest snapshot the manifest names and replays whatever SQLite holds beyond
 it (ids are never reused, so the ids SQLite has and the snapshot lacks were added since, and the
 reverse were removed). After that the table mirrors each committed write (:meth:`apply`) and is
-saved as an atomic snapshot (snapshot.py) by :meth:`save`. Ids are kept sorted, so an id's row
+saved as an atomic snapshot (snapshot.py) by :meth:`save` (a flat index as its vectors only: it is
+built from them on load). Ids are kept sorted, so an id's row
 is a binary search. The snapshot's vectors stay memory-mapped until a write replaces the array
 (never written in place).
 
@@ -43,9 +44,15 @@ class VectorTable:
         if manifest and manifest.get("snapshot"):
             try:  # a crafted snapshot cannot run code (see read_snapshot); it is then ignored
                 index_path, s_ids, s_vectors = snap.read_snapshot(data_dir.path, manifest["snapshot"])
-                s_index = VectorIndex.read(index_path, choice, dim)
                 if s_vectors.dtype != np.float32 or s_vectors.shape[1:] != (dim,) or s_ids.dtype.kind != "i":
                     raise StoreMismatchError(f"arrays of {s_vectors.dtype} {s_vectors.shape} and {s_ids.dtype}")
+                if index_path is not None:
+                    s_index = VectorIndex.read(index_path, choice, dim)
+                else:  # a flat index is saved as its vectors
+                    s_index = VectorIndex(choice, dim)
+                    if not s_index.is_flat:
+                        raise StoreMismatchError(f"no {snap.INDEX_FILE} in the snapshot of a {choice.factory} index")
+                    s_index.add(s_vectors, s_ids)
                 table.index, table.ids, table.vectors = s_index, s_ids, s_vectors
                 table.snapshot_name, table.snapshot_generation = manifest["snapshot"], int(manifest["generation"])
             except (OSError, ValueError, RuntimeError, EOFError, StoreMismatchError) as e:
@@ -112,7 +119,8 @@ class VectorTable:
 
     def save(self, data_dir: DataDir, generation: int, counts: dict) -> str:
         """Write snapshot ``generation`` and point the manifest at it."""
-        name = snap.write_snapshot(data_dir.path, generation, self.index.serialize().tobytes(), self.ids, self.vectors)
+        name = snap.write_snapshot(data_dir.path, generation, None if self.index.is_flat else self.index.write,
+                                   self.ids, self.vectors)
         manifest = {
             "format_version": FORMAT_VERSION,
             **counts,

@@ -179,6 +179,34 @@ def test_writes_after_snapshot_survive_without_one(tmp_path):
         assert 1 not in reopened.search(vecs[0][0], 27)[1][0]
 
 
+@pytest.mark.parametrize("index", ["flat", "hnsw"])
+def test_a_snapshot_keeps_each_vector_once_and_the_log_is_truncated(tmp_path, index):
+    """A flat snapshot is its vectors (no index.faiss: the index is built from them on load); HNSW keeps its graph
+    file. Either loads with the same answers, and a snapshot leaves SQLite's write-ahead log empty."""
+    import faiss
+
+    docs, vecs = make_docs(8, 4)
+    queries = np.stack([v[1] for v in vecs])
+    with new_store(tmp_path, index=index) as store:
+        store.add_documents(docs, vecs)
+        store.delete_documents(["d3"])
+        before = store.search(queries, 5)
+        name = store.snapshot()
+        assert (tmp_path / "paragraphs.sqlite-wal").stat().st_size == 0
+    assert (tmp_path / name / "index.faiss").exists() == (index != "flat")
+    with open_store(tmp_path, readonly=True) as store:
+        assert store.snapshot_name == name and store.count_paragraphs() == 28
+        after = store.search(queries, 5)
+        np.testing.assert_array_equal(after[1], before[1])
+        np.testing.assert_allclose(after[0], before[0], rtol=1e-5)
+        if index == "flat":  # a store written before this change has the flat index's file too: it is read
+            faiss.write_index(store.index.index, str(tmp_path / name / "index.faiss"))
+    if index == "flat":
+        with open_store(tmp_path, readonly=True) as store:
+            assert store.snapshot_name == name and store.index.ntotal == 28
+            np.testing.assert_array_equal(store.search(queries, 5)[1], before[1])
+
+
 class _Payload:
     """Unpickling this would create a marker file: the proof that code ran."""
 
@@ -189,10 +217,12 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-@pytest.mark.parametrize("target", ["vectors.npy", "ids.npy", "index.faiss"])
-def test_a_crafted_or_corrupt_snapshot_is_refused_and_rebuilt_from_sqlite(tmp_path, target):
+@pytest.mark.parametrize("target,index", [("vectors.npy", "flat"), ("ids.npy", "flat"), ("vectors.npy", "hnsw"),
+                                          ("index.faiss", "hnsw"), ("index.faiss", "flat")])
+def test_a_crafted_or_corrupt_snapshot_is_refused_and_rebuilt_from_sqlite(tmp_path, target, index):
+    """A flat snapshot has no index.faiss (its vectors are the index): a file of that name put there is read, and refused."""
     docs, vecs = make_docs(6, 3)
-    with new_store(tmp_path / "store") as store:
+    with new_store(tmp_path / "store", index=index) as store:
         store.add_documents(docs, vecs)
         store.snapshot()
         name = json.loads((tmp_path / "store" / "manifest.json").read_text())["snapshot"]
