@@ -39,11 +39,18 @@ def stamp(script: str) -> dict:
     date and the machine, for a record."""
     import os
     import shlex
+    import subprocess
     import sys
     import time
 
+    try:  # the code that ran: the commit, and whether the tree had changes beyond it
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=BENCH, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
     return {"command": " ".join(["python", "-m", module_name(script), *map(shlex.quote, sys.argv[1:])]),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{os.cpu_count()} cores"}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{os.cpu_count()} cores",
+            **({"commit": commit} if commit else {})}
 
 
 def argument_parser(doc: str, script: str):

@@ -3,8 +3,8 @@
     python -m bench.quality.train_general --work DIR --store peps=DIR --store narrative=DIR \\
         --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--install] [--eval]
 
-Each ``--store`` is a built MiniLM store of one corpus (``nextpara build ../shared/corpora/peps.jsonl
---data-dir DIR``; ``nextpara build builtin`` for the built-in docs). Their paragraphs and vectors are
+Each ``--store`` is a built MiniLM store of one corpus (``nextpara build --corpus ../shared/corpora/peps.jsonl
+--data-dir DIR``; ``nextpara build --data-dir DIR`` for the built-in docs). Their paragraphs and vectors are
 copied, without embedding anything again, into one mixture store in ``--work`` (doc_ids keep the
 split rule of docs/evaluation.md: a document's split is the same in the mixture as in its own store).
 Training reads only the mixture's training split, at most ``--per-corpus-queries`` queries of each
