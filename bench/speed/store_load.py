@@ -5,7 +5,8 @@
 
 The vectors come from bench/speed/index_scale.py's generator, given to the store as precomputed
 vectors through the same ``add_documents`` path a build uses (documents of 10 paragraphs, short
-texts), then one snapshot. Measured: build (write) time, snapshot time, disk bytes per paragraph
+texts), then one snapshot. Measured: build (write) time, snapshot time and the snapshot's peak resident
+memory (above the process's before it: the index it builds, and no copy of it on the way to its file), disk bytes per paragraph
 (``nextpara info``'s figure), and the time and resident memory of opening the store read-only
 (what ``nextpara serve`` does first): the snapshot's vectors are memory-mapped, the FAISS index
 read from its file, and the ids checked against SQLite. Opened three times; the page cache is
@@ -40,11 +41,28 @@ def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
                 vecs.append(vectors[s:s + k])
             store.add_documents(docs, vecs)
         write_s = time.perf_counter() - t0
+        before = reset_peak_rss()
         t1 = time.perf_counter()
-        store.snapshot()
+        name = store.snapshot()
         snapshot_s = time.perf_counter() - t1
+        peak = peak_rss_bytes() - before
         info = store.info()
-    return {"write_seconds": round(write_s, 1), "snapshot_seconds": round(snapshot_s, 1), "info": info}
+        files = {p.name: p.stat().st_size for p in (data / name).iterdir()}
+    return {"write_seconds": round(write_s, 1), "snapshot_seconds": round(snapshot_s, 1),
+            "snapshot_peak_rss_added_mb": round(peak / 2**20, 1),
+            "snapshot_files_mb": {k: round(v / 2**20, 1) for k, v in files.items()}, "info": info}
+
+
+def reset_peak_rss() -> int:
+    """Reset this process's peak resident size to its current one (Linux: /proc/self/clear_refs) and return it."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return rss_bytes()
+
+
+def peak_rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
 
 def open_times(data: Path, repeats: int) -> list[dict]:
@@ -87,6 +105,8 @@ def main() -> int:
           "| measurement | value |\n| --- | --- |\n"
           f"| write (add_documents, 1,000 documents of 10 paragraphs per transaction) | {built['write_seconds']} s |\n"
           f"| snapshot (index build + files) | {built['snapshot_seconds']} s |\n"
+          f"| snapshot's peak resident memory above the store's before it | {built['snapshot_peak_rss_added_mb']:,} MB "
+          f"(files written, MB: {', '.join(f'{k} {v:,}' for k, v in sorted(built['snapshot_files_mb'].items()))}) |\n"
           f"| disk per paragraph | {record['bytes_per_paragraph']:,.0f} bytes |\n"
           + "".join(f"| open read-only, run {i + 1} | {o['open_seconds']} s, +{o['rss_added_mb']} MB resident |\n"
                     for i, o in enumerate(opens)))
