@@ -170,7 +170,8 @@ class RerankPipeline:
 
     @torch.no_grad()
     def retrieve(self, contexts: list[np.ndarray], exclude: list[set[int]], context_texts: list[list[str | None]],
-                 need_weights: bool = False, observe=lambda stage, seconds: None, keep: int | None = None) -> list[Scored]:
+                 need_weights: bool = False, observe=lambda stage, seconds: None, keep: int | None = None,
+                 allow: np.ndarray | None = None) -> list[Scored]:
         """The serving path, for many queries at once: per chunk of SCORE_BATCH queries, the context is encoded
         once (its query vector searches, its states score), each source searched once for all queries, every
         candidate row read once, word features computed once, and one model call scores them all.
@@ -178,7 +179,8 @@ class RerankPipeline:
         A model that reads words gets every candidate's word row from the lexicon's cache (a stored paragraph's
         text is read and tokenised once per process); the rows of each query's first ``keep`` + ANSWER_SLACK (all if
         None) are read for the answer, and ``Scored.paragraphs`` holds the first ``keep`` of them. A candidate whose row has gone (a read-only replica whose writer
-        deleted it since the replica loaded its index) is dropped. ``observe(stage, seconds)`` gets the time of each
+        deleted it since the replica loaded its index) is dropped. ``allow``: the only ids any query may retrieve (a
+        retrieval filter's, resolved by the store; None: any). ``observe(stage, seconds)`` gets the time of each
         stage of each chunk: STAGES, in that order."""
         out: list[Scored] = []
         for s in range(0, len(contexts), SCORE_BATCH):
@@ -189,7 +191,7 @@ class RerankPipeline:
             q = query.numpy()
             lap("encode")
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
-                                      self.n_candidates, texts, self.model.cfg.word_candidates)
+                                      self.n_candidates, texts, self.model.cfg.word_candidates, allow)
             lap("search")
             lex, read = None, {}
 

@@ -5,7 +5,9 @@ Four calls, two operations: ``predict_next(context, top_k)`` retrieves from the 
 ``rerank_batch`` do the same for many at once, as one batch all the way down. Items are texts,
 stored paragraph ids or raw vectors, resolved by items.py, which also says what a context excludes.
 A context longer than the model reads keeps its most recent paragraphs; the result says how many
-were dropped. Errors name the item: ``context[2]: unknown paragraph id 99``.
+were dropped. Errors name the item: ``context[2]: unknown paragraph id 99``. A retrieval takes a
+``RetrievalFilter`` (nextpara.store.filters): the store resolves which paragraphs it allows, the search looks only
+among them, and its min_score and max_per_document apply to the reranked list.
 
 A request reads each stored row at most once: the context's ids (vectors from memory, texts with one
 SQLite query), the rows of candidates whose word rows the process has not cached yet (their text
@@ -22,6 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 from nextpara.errors import InvalidInputError, NextparaError, Reason
 from nextpara.store.embedders import Embedder, embedder_for_store
+from nextpara.store.filters import RetrievalFilter
 from nextpara.store.store import ParagraphStore, open_store
 
 from .general import served_model
@@ -123,9 +126,9 @@ class Predictor:
 
     # ---- the API ----------------------------------------------------------------------
     def predict_next(self, context: Sequence[Item], top_k: int = 10, include_attention: bool = False,
-                     exclude_doc_ids: Sequence[str] = ()) -> PredictionResult:
-        """The ``top_k`` stored paragraphs most likely to follow ``context``."""
-        return self.predict_next_batch([context], top_k, include_attention, exclude_doc_ids)[0]
+                     exclude_doc_ids: Sequence[str] = (), filter: RetrievalFilter | None = None) -> PredictionResult:
+        """The ``top_k`` stored paragraphs most likely to follow ``context`` (among those ``filter`` allows)."""
+        return self.predict_next_batch([context], top_k, include_attention, exclude_doc_ids, filter=filter)[0]
 
     def rerank(self, context: Sequence[Item], candidates: Sequence[Item]) -> RerankResult:
         """``candidates`` ordered by how likely each is to follow ``context``."""
@@ -133,10 +136,12 @@ class Predictor:
 
     def predict_next_batch(self, contexts: Sequence[Sequence[Item]], top_k: int | Sequence[int] = 10,
                            include_attention: bool = False, exclude_doc_ids: Sequence[str] = (),
-                           return_errors: bool = False) -> list:
+                           return_errors: bool = False, filter: RetrievalFilter | None = None) -> list:
         """predict_next for many contexts: one resolution, one FAISS search per source, one read of the candidate
         rows, one model call. ``top_k`` is one number or one per context. With ``return_errors`` a context with a
-        bad item gets its error (a NextparaError) in its place and the others are answered; otherwise it raises."""
+        bad item gets its error (a NextparaError) in its place and the others are answered; otherwise it raises.
+        ``filter`` (one for all the contexts) restricts what is retrieved and limits what is kept; ``exclude_doc_ids``
+        adds to its deny-list."""
         top_ks = list(top_k) if isinstance(top_k, (list, tuple, np.ndarray)) else [top_k] * len(contexts)
         if len(top_ks) != len(contexts):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(top_ks)} top_k values")
@@ -146,17 +151,24 @@ class Predictor:
         ok = [i for i, r in enumerate(resolved) if isinstance(r, ResolvedItems)]
         if not ok:
             return resolved
-        excluded_docs = set(self.store.ids_of_documents(exclude_doc_ids).tolist()) if exclude_doc_ids else set()
+        f = filter or RetrievalFilter()
+        allowed = self.store.resolve_filter(f, exclude_doc_ids)
+        denied = set(allowed.deny.tolist()) if allowed.allow is None else set()  # else taken out of allow already
         index_version = self.store.generation
-        scored = self.pipeline.retrieve([resolved[i].vectors for i in ok], [resolved[i].exclude | excluded_docs for i in ok],
+        scored = self.pipeline.retrieve([resolved[i].vectors for i in ok], [resolved[i].exclude | denied for i in ok],
                                         [resolved[i].texts for i in ok], include_attention, self.observe,
-                                        keep=max(top_ks[i] for i in ok))
+                                        keep=None if f.max_per_document else max(top_ks[i] for i in ok),
+                                        allow=allowed.allow)
         out = list(resolved)
         for i, s in zip(ok, scored):
             r, k = resolved[i], top_ks[i]
-            preds = [Prediction(p.id, p.doc_id, p.position, p.text, float(sc), float(rs))
-                     for p, sc, rs in zip(s.paragraphs[:k], s.scores, s.retrieval_scores)]
-            attention = s.attention[:, -len(r.vectors):].tolist() if include_attention and s.attention is not None else None
+            shown = s.paragraphs
+            kept = (f.select([p.doc_id for p in shown], s.scores[:len(shown)], k) if f.limits
+                    else range(min(k, len(shown))))
+            preds = [Prediction(shown[j].id, shown[j].doc_id, shown[j].position, shown[j].text, float(s.scores[j]),
+                                float(s.retrieval_scores[j])) for j in kept]
+            attention = (s.attention[:, -len(r.vectors):].tolist() if include_attention and s.attention is not None and preds
+                         else None)
             out[i] = PredictionResult(preds, self.model_version, index_version, len(r.vectors), r.dropped, attention)
         return out
 

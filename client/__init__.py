@@ -28,6 +28,7 @@ from .types import (
     Document,
     DocumentPage,
     DocumentSummary,
+    Filter,
     Info,
     ModelInfo,
     Paragraph,
@@ -42,4 +43,4 @@ __all__ = ["Client", "AsyncClient", "NextparaError", "ServiceError", "InvalidArg
            "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
            "Reason", "FieldViolation",
            "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info",
-           "DocumentPage", "DocumentSummary", "StoredDocument", "ModelInfo", "ValidationFigures"]
+           "DocumentPage", "DocumentSummary", "StoredDocument", "Filter", "ModelInfo", "ValidationFigures"]

@@ -15,6 +15,7 @@ from .types import (
     Document,
     DocumentPage,
     DocumentSummary,
+    Filter,
     Info,
     ModelInfo,
     Paragraph,
@@ -46,9 +47,22 @@ def paragraphs(items: Sequence[ContextItem], field: str) -> list[pb.ContextParag
     return [paragraph_message(item, f"{field}[{i}]") for i, item in enumerate(items)]
 
 
-def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text) -> pb.PredictNextRequest:
+def filter_message(f: Filter | Mapping | None) -> pb.RetrievalFilter | None:
+    """A Filter (or a mapping of its fields) as the message; None for None."""
+    if f is None:
+        return None
+    if isinstance(f, Mapping):
+        f = Filter(**f)
+    for name in ("doc_ids", "exclude_doc_ids"):
+        if isinstance(getattr(f, name), str):
+            raise TypeError(f"filter.{name} must be a list of doc_ids, not a single string")
+    return pb.RetrievalFilter(doc_ids=list(f.doc_ids), exclude_doc_ids=list(f.exclude_doc_ids), labels=dict(f.labels),
+                              min_score=f.min_score, max_per_document=f.max_per_document)
+
+
+def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter=None) -> pb.PredictNextRequest:
     return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=top_k, include_attention=include_attention,
-                                 exclude_doc_ids=list(exclude_doc_ids), omit_text=omit_text)
+                                 exclude_doc_ids=list(exclude_doc_ids), omit_text=omit_text, filter=filter_message(filter))
 
 
 def predict_result(r: pb.PredictNextResponse) -> PredictResult:
@@ -91,9 +105,10 @@ def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> Rer
 def document_message(doc: Document | Mapping) -> pb.Document:
     if isinstance(doc, Mapping):
         doc = Document(doc_id=doc["doc_id"], paragraphs=list(doc["paragraphs"]), title=doc.get("title", ""),
-                       vectors=doc.get("vectors"))
+                       vectors=doc.get("vectors"), labels=doc.get("labels") or {})
     vectors = [pb.Vector(values=[float(x) for x in v]) for v in (doc.vectors or [])]
-    return pb.Document(doc_id=doc.doc_id, title=doc.title, paragraphs=list(doc.paragraphs), vectors=vectors)
+    return pb.Document(doc_id=doc.doc_id, title=doc.title, paragraphs=list(doc.paragraphs), vectors=vectors,
+                       labels=dict(doc.labels or {}))
 
 
 def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Iterator[pb.AddDocumentsRequest]:
@@ -135,7 +150,7 @@ def _figures(f: pb.ValidationFigures) -> ValidationFigures:
 
 
 def summary_result(d: pb.DocumentSummary) -> DocumentSummary:
-    return DocumentSummary(d.doc_id, d.title, d.paragraphs, d.generation)
+    return DocumentSummary(d.doc_id, d.title, d.paragraphs, d.generation, dict(d.labels))
 
 
 def page_result(r: pb.ListDocumentsResponse) -> DocumentPage:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Iterable, Sequence
+from typing import AsyncIterator, Iterable, Mapping, Sequence
 
 import grpc
 from nextpara.v1 import nextpara_pb2 as pb
@@ -22,6 +22,7 @@ from .types import (
     DeleteResult,
     Document,
     DocumentPage,
+    Filter,
     Info,
     Paragraph,
     PredictResult,
@@ -60,8 +61,10 @@ class AsyncClient:
 
     async def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
                            exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
-                           timeout: float | None = None) -> PredictResult:
-        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text)
+                           filter: Filter | Mapping | None = None, timeout: float | None = None) -> PredictResult:
+        """The top_k stored paragraphs most likely to follow ``context`` (texts, stored ids or vectors, oldest first);
+        ``filter``: which paragraphs may be returned and how many are kept (a Filter, or a dict of its fields)."""
+        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter)
         return _convert.predict_result(await self._call("PredictNext", request, timeout))
 
     async def rerank(self, context: Sequence[ContextItem], candidates: Sequence[ContextItem], *, top_k: int = 0,
@@ -109,11 +112,10 @@ class AsyncClient:
         request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
         return _convert.paragraphs_result(await self._call("GetParagraphs", request, timeout))
 
-    async def list_documents(self, page_size: int = 0, page_token: str = "", *,
-                       timeout: float | None = None) -> DocumentPage:
-        """One page of the stored documents in doc_id order (``page_size`` 0: the server's default of 100, at most
-        1000); pass ``next_page_token`` back for the next page. Tokens stay valid while the store is written."""
-        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token)
+    async def list_documents(self, page_size: int = 0, page_token: str = "", *, labels: Mapping[str, str] | None = None,
+                             timeout: float | None = None) -> DocumentPage:
+        """As Client.list_documents: one page in doc_id order; ``labels``: only documents carrying every one of them."""
+        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token, labels=dict(labels or {}))
         return _convert.page_result(await self._call("ListDocuments", request, timeout))
 
     async def get_document(self, doc_id: str, *, timeout: float | None = None) -> StoredDocument:

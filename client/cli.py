@@ -68,6 +68,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a stored paragraph in the context, by its id (repeatable; placed in the order given)")
     p.add_argument("-k", "--top-k", type=int, default=5)
     p.add_argument("--explain", action="store_true", help="show the attention weights over the context")
+    f = p.add_argument_group("filter", "which stored paragraphs may be predicted (searched among those alone, so -k "
+                                       "is filled from them)")
+    f.add_argument("--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
+                   help="only documents carrying this label (repeatable: all must match)")
+    f.add_argument("--only-doc", action="append", default=[], metavar="DOC_ID",
+                   help="only paragraphs of this document (repeatable)")
+    f.add_argument("--exclude-doc", action="append", default=[], metavar="DOC_ID",
+                   help="never paragraphs of this document (repeatable)")
+    f.add_argument("--min-score", type=float, default=None, metavar="S", help="only predictions scoring at least S")
+    f.add_argument("--max-per-document", type=int, default=0, metavar="N",
+                   help="at most N predictions from one document, its best")
     add_json(p)
     add_connection(p)
     p.set_defaults(func=cmd_predict)
@@ -76,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Streams the file's documents as it reads it. A bad line stops it at once with "
                                    "FILE:LINE: reason and the number of documents committed before it (documents are "
                                    "upserted by doc_id, so running it again after the fix is safe).")
-    p.add_argument("corpus", help="JSONL, one {\"doc_id\", \"title\", \"paragraphs\"[, \"vectors\"]} per line; "
+    p.add_argument("corpus", help="JSONL, one {\"doc_id\", \"title\", \"paragraphs\"[, \"vectors\", \"labels\"]} per line; "
                                   "'-' reads it from stdin")
     add_json(p)
     add_connection(p)
@@ -97,12 +108,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_status)
 
 
+def _label(text: str) -> tuple[str, str]:
+    from .cli_input import label_pair
+
+    try:
+        return label_pair(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def predict_filter(args):
+    """The Filter of ``predict``'s filter flags; None when none is given."""
+    from .types import Filter
+
+    if not (args.label or args.only_doc or args.exclude_doc or args.min_score is not None or args.max_per_document):
+        return None
+    return Filter(doc_ids=args.only_doc, exclude_doc_ids=args.exclude_doc, labels=dict(args.label),
+                  min_score=args.min_score, max_per_document=args.max_per_document)
+
+
 def cmd_predict(args) -> int:
     from .cli_input import read_context
 
     context = read_context(getattr(args, "context", None) or [])
     with client_from(args) as c:
-        r = c.predict_next(context, top_k=args.top_k, include_attention=args.explain)
+        r = c.predict_next(context, top_k=args.top_k, include_attention=args.explain, filter=predict_filter(args))
     if args.json:
         print_json(r)
         return 0

@@ -49,6 +49,7 @@ def parse_document(line: str) -> dict:
     if not isinstance(doc, dict):
         raise ValueError(f"not a document: a JSON {type(doc).__name__}, not an object")
     doc_id, paragraphs, title, vectors = doc.get("doc_id"), doc.get("paragraphs"), doc.get("title"), doc.get("vectors")
+    labels = doc.get("labels")
     title = "" if title is None else title
     if not isinstance(doc_id, str) or not doc_id.strip():
         raise ValueError(f"doc_id must be a non-empty string, got {doc_id!r}")
@@ -65,7 +66,17 @@ def parse_document(line: str) -> dict:
         for i, v in enumerate(vectors):
             if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
                 raise ValueError(f"document {doc_id!r}: vector {i} is not a list of numbers")
-    return {"doc_id": doc_id, "title": title, "paragraphs": paragraphs, "vectors": vectors}
+    if labels is not None and (not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values())):
+        raise ValueError(f"document {doc_id!r}: labels must be an object of strings, got {json.dumps(labels)[:60]}")
+    return {"doc_id": doc_id, "title": title, "paragraphs": paragraphs, "vectors": vectors, "labels": labels or {}}
+
+
+def label_pair(text: str) -> tuple[str, str]:
+    """A ``--label KEY=VALUE`` argument (argparse turns its ValueError into a usage error)."""
+    key, eq, value = text.partition("=")
+    if not eq or not key or not value:
+        raise ValueError(f"{text!r} is not KEY=VALUE")
+    return key, value
 
 
 def read_context(items: list) -> list:

@@ -1,12 +1,25 @@
-"""Result types of the client: plain dataclasses, never generated protobuf classes."""
+"""Request and result types of the client: plain dataclasses, never generated protobuf classes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Mapping, Sequence, Union
 
 # A context or candidate paragraph: a text, a stored paragraph id, or a vector of floats.
 ContextItem = Union[str, int, Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What predict_next may return: the server checks it (InvalidArgument naming ``filter.<field>``). The document
+    conditions apply inside its search, so top_k is filled from the paragraphs that pass; the limits apply to the
+    reranked list. Doc_ids that are not stored match nothing."""
+
+    doc_ids: Sequence[str] = ()  # only paragraphs of these documents (empty: any)
+    exclude_doc_ids: Sequence[str] = ()  # never paragraphs of these documents
+    labels: Mapping[str, str] = field(default_factory=dict)  # only documents carrying every one, e.g. {"tenant": "acme"}
+    min_score: float | None = None  # only predictions whose score is at least this
+    max_per_document: int = 0  # at most this many predictions from one document, its best (0: no limit)
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,7 @@ class DocumentSummary:
     title: str
     paragraphs: int  # how many
     generation: int  # the write generation that last changed it (0: before the store recorded it)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,7 @@ class Document:
     paragraphs: list[str]
     title: str = ""
     vectors: list[Sequence[float]] | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # e.g. {"tenant": "acme"}; re-adding a document replaces them
 
 
 @dataclass(frozen=True)

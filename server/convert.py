@@ -6,6 +6,7 @@ No logic beyond conversion and the field paths that error messages name.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 
 from google.rpc import status_pb2
@@ -13,6 +14,8 @@ from nextpara import __version__
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
 from nextpara.errors import InvalidInputError, Reason
 from nextpara.store.corpus import Document
+from nextpara.store.filters import RetrievalFilter
+from nextpara.store.labels import check_labels
 from nextpara.store.store import DocumentRow, WriteResult
 from nextpara.v1 import nextpara_pb2 as pb
 
@@ -36,6 +39,16 @@ def context_items(paragraphs, field: str) -> list:
             raise InvalidInputError(f"{field}[{i}]: none of text, paragraph_id or vector is set",
                                     reason=Reason.FIELD_REQUIRED, field=f"{field}[{i}]")
     return items
+
+
+def retrieval_filter(request: pb.PredictNextRequest) -> RetrievalFilter | None:
+    """PredictNextRequest.filter, checked (InvalidInputError naming ``filter.<field>``); None when unset."""
+    if not request.HasField("filter"):
+        return None
+    f = request.filter
+    return RetrievalFilter(doc_ids=list(f.doc_ids), exclude_doc_ids=list(f.exclude_doc_ids), labels=dict(f.labels),
+                           min_score=f.min_score if f.HasField("min_score") else None,
+                           max_per_document=f.max_per_document)
 
 
 def prediction_response(result: PredictionResult, omit_text: bool) -> pb.PredictNextResponse:
@@ -74,7 +87,7 @@ def documents(request: pb.AddDocumentsRequest, message_index: int) -> list[Docum
                                     "vectors", reason=Reason.INVALID_VECTOR, field=f"documents[{i}].vectors")
         docs.append(Document(doc_id=d.doc_id, title=d.title, paragraphs=list(d.paragraphs),
                              vectors=[list(v.values) for v in d.vectors] or None, source=where,
-                             request_path=f"documents[{i}]"))
+                             request_path=f"documents[{i}]", labels=dict(d.labels)))
     return docs
 
 
@@ -110,32 +123,50 @@ def page_size(requested: int) -> int:
     return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
-def page_token(last_doc_id: str) -> str:
-    """The token of the page after ``last_doc_id``: opaque to callers, and room for a filter later."""
-    return base64.urlsafe_b64encode(json.dumps({"v": 1, "after": last_doc_id}).encode()).decode()
+def list_labels(request: pb.ListDocumentsRequest) -> dict[str, str]:
+    """ListDocumentsRequest.labels, checked (InvalidInputError naming ``labels["key"]``)."""
+    return check_labels(dict(request.labels), "labels", "labels")
 
 
-def after_doc_id(token: str) -> str:
-    """The doc_id a page token continues after ("" for no token); INVALID_PAGE_TOKEN for one this server did not make."""
+def _fingerprint(labels: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:16]
+
+
+def page_token(last_doc_id: str, labels: dict[str, str] | None = None) -> str:
+    """The token of the page after ``last_doc_id``: opaque to callers; a listing with labels also carries their
+    fingerprint, so that the token is not taken for another listing's."""
+    fields = {"v": 1, "after": last_doc_id, **({"labels": _fingerprint(labels)} if labels else {})}
+    return base64.urlsafe_b64encode(json.dumps(fields).encode()).decode()
+
+
+def after_doc_id(token: str, labels: dict[str, str] | None = None) -> str:
+    """The doc_id a page token continues after ("" for no token); INVALID_PAGE_TOKEN for one this server did not make,
+    or one made for a listing with other ``labels``."""
     if not token:
         return ""
     try:
         fields = json.loads(base64.urlsafe_b64decode(token.encode()))
-        if fields.get("v") == 1 and isinstance(fields.get("after"), str):
-            return fields["after"]
+        made_here = fields.get("v") == 1 and isinstance(fields.get("after"), str)
     except (ValueError, AttributeError):  # not base64, not UTF-8, not JSON, not an object
-        pass
-    raise InvalidInputError(f"page_token {token[:40]!r} was not made by ListDocuments: pass next_page_token as it came",
-                            reason=Reason.INVALID_PAGE_TOKEN, field="page_token")
+        made_here = False
+    if not made_here:
+        raise InvalidInputError(f"page_token {token[:40]!r} was not made by ListDocuments: pass next_page_token as it "
+                                "came", reason=Reason.INVALID_PAGE_TOKEN, field="page_token")
+    if fields.get("labels") != (_fingerprint(labels) if labels else None):
+        raise InvalidInputError("page_token was made for a listing with other labels: pass the labels of the first "
+                                "page with each next_page_token", reason=Reason.INVALID_PAGE_TOKEN, field="page_token")
+    return fields["after"]
 
 
 def summary(row: DocumentRow) -> pb.DocumentSummary:
-    return pb.DocumentSummary(doc_id=row.doc_id, title=row.title, paragraphs=row.paragraphs, generation=row.generation)
+    return pb.DocumentSummary(doc_id=row.doc_id, title=row.title, paragraphs=row.paragraphs, generation=row.generation,
+                              labels=row.labels)
 
 
-def list_documents_response(rows: list[DocumentRow], more: bool, generation: int) -> pb.ListDocumentsResponse:
+def list_documents_response(rows: list[DocumentRow], more: bool, generation: int,
+                            labels: dict[str, str] | None = None) -> pb.ListDocumentsResponse:
     return pb.ListDocumentsResponse(documents=[summary(r) for r in rows], index_version=generation,
-                                    next_page_token=page_token(rows[-1].doc_id) if more else "")
+                                    next_page_token=page_token(rows[-1].doc_id, labels) if more else "")
 
 
 def document_response(row: DocumentRow, paragraphs: list, generation: int) -> pb.GetDocumentResponse:

@@ -21,6 +21,7 @@ from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.embedders import embedder_for_store
+from nextpara.store.filters import RetrievalFilter
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
 
@@ -182,14 +183,16 @@ class Runtime:
     def _run_batch(self, key, payloads: list):
         predictor = self._require_model()
         if key[0] == "predict":
-            _, top_k, include_attention, exclude = key
-            return predictor.predict_next_batch(payloads, top_k, include_attention, list(exclude))
+            _, top_k, include_attention, exclude, retrieval_filter = key
+            return predictor.predict_next_batch(payloads, top_k, include_attention, list(exclude),
+                                                filter=retrieval_filter)
         return predictor.rerank_batch([p[0] for p in payloads], [p[1] for p in payloads])
 
     async def predict(self, context: list, top_k: int, include_attention: bool, exclude_doc_ids: list[str],
-                      timeout: float | None):
+                      retrieval_filter: RetrievalFilter | None, timeout: float | None):
+        """Calls with the same options (filter included: equal filters compare equal) are batched together."""
         self._require_model()
-        key = ("predict", top_k, include_attention, tuple(sorted(exclude_doc_ids)))
+        key = ("predict", top_k, include_attention, tuple(sorted(exclude_doc_ids)), retrieval_filter)
         return await self.coalescer.submit(key, context, timeout)
 
     async def rerank(self, context: list, candidates: list, timeout: float | None):
@@ -206,10 +209,12 @@ class Runtime:
     def _get_paragraphs(store: ParagraphStore, ids: list[int], include_vectors: bool):
         return store.get_paragraphs(ids), store.vectors(ids) if include_vectors else None
 
-    async def list_documents(self, after: str, page_size: int) -> tuple[list[DocumentRow], bool, int]:
-        """A page of documents after the doc_id ``after``, whether more follow, and the generation it was read at."""
+    async def list_documents(self, after: str, page_size: int,
+                             labels: dict[str, str] | None = None) -> tuple[list[DocumentRow], bool, int]:
+        """A page of documents after the doc_id ``after`` (with ``labels``: only those carrying them all), whether more
+        follow, and the generation it was read at."""
         store = self.store
-        rows, generation = await self.run(lambda: (store.list_documents(after, page_size + 1), store.generation))
+        rows, generation = await self.run(lambda: (store.list_documents(after, page_size + 1, labels), store.generation))
         return rows[:page_size], len(rows) > page_size, generation
 
     async def get_document(self, doc_id: str) -> tuple[DocumentRow, list, int]:

@@ -28,7 +28,8 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
     @rpc
     async def PredictNext(self, request, context):
         result = await self.rt.predict(convert.context_items(request.context, "context"), request.top_k,
-                                       request.include_attention, list(request.exclude_doc_ids), context.time_remaining())
+                                       request.include_attention, list(request.exclude_doc_ids),
+                                       convert.retrieval_filter(request), context.time_remaining())
         return convert.prediction_response(result, request.omit_text)
 
     @rpc
@@ -75,9 +76,9 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
 
     @rpc
     async def ListDocuments(self, request, context):
-        size = convert.page_size(request.page_size)
-        return convert.list_documents_response(*await self.rt.list_documents(convert.after_doc_id(request.page_token),
-                                                                             size))
+        size, labels = convert.page_size(request.page_size), convert.list_labels(request)
+        after = convert.after_doc_id(request.page_token, labels)
+        return convert.list_documents_response(*await self.rt.list_documents(after, size, labels), labels)
 
     @rpc
     async def GetDocument(self, request, context):

@@ -4,7 +4,8 @@ Three sources, one shape (:class:`Document`):
 
 * JSON Lines, one document per line, the format of ``shared/corpora/peps.jsonl``:
   ``{"doc_id": "...", "title": "...", "paragraphs": ["...", ...]}``; an optional
-  ``"vectors": [[float, ...], ...]`` (one per paragraph) carries precomputed embeddings.
+  ``"vectors": [[float, ...], ...]`` (one per paragraph) carries precomputed embeddings, an optional
+  ``"labels": {"tenant": "acme", ...}`` the document's labels (labels.py).
 * A directory of ``.txt`` / ``.md`` files: one document per file (doc_id = path relative
   to the directory), paragraphs separated by blank lines; markdown headings and fenced
   code blocks are dropped.
@@ -28,6 +29,8 @@ from typing import Iterator, Sequence
 
 from nextpara.errors import CorpusFormatError, InvalidInputError, Reason
 
+from .labels import check_labels
+
 BUILTIN = "builtin"
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 MAX_DOC_ID_CHARS = 512
@@ -40,7 +43,7 @@ def text_hash(text: str) -> str:
 
 @dataclass
 class Document:
-    """One document: its id, title and paragraphs in reading order."""
+    """One document: its id, title, paragraphs in reading order and labels."""
 
     doc_id: str
     paragraphs: list[str]
@@ -48,6 +51,7 @@ class Document:
     vectors: Sequence[Sequence[float]] | None = None  # one per paragraph, when precomputed
     source: str = field(default="", compare=False)  # "file:line" it came from, for messages
     request_path: str = field(default="", compare=False)  # where a request holds it ("documents[2]"), for errors
+    labels: dict[str, str] = field(default_factory=dict)  # string -> string, e.g. {"tenant": "acme"}
 
 
 def validate_document(doc: Document, where: str = "") -> None:
@@ -73,6 +77,8 @@ def validate_document(doc: Document, where: str = "") -> None:
         if "\x00" in text:
             raise bad(f"document {doc.doc_id!r} paragraph {i} contains a NUL character", Reason.INVALID_TEXT,
                       f"paragraphs[{i}]")
+    doc.labels = check_labels(doc.labels, f"{doc.request_path}.labels" if doc.request_path else None,
+                 f"{where + ': ' if where else ''}document {doc.doc_id!r:.80}")
     if doc.vectors is not None:
         if len(doc.vectors) != len(doc.paragraphs):
             raise bad(f"document {doc.doc_id!r} has {len(doc.paragraphs)} paragraphs but {len(doc.vectors)} vectors",
@@ -98,7 +104,11 @@ def _document_from_json(obj: object) -> Document:
     title = obj.get("title") or ""
     if not isinstance(title, str):
         raise ValueError(f"title must be a string, got {type(title).__name__}")
-    return Document(doc_id=obj["doc_id"], paragraphs=obj["paragraphs"], title=title, vectors=obj.get("vectors"))
+    labels = obj.get("labels")
+    if labels is not None and not isinstance(labels, dict):
+        raise ValueError(f"labels must be an object of strings, got {type(labels).__name__}")
+    return Document(doc_id=obj["doc_id"], paragraphs=obj["paragraphs"], title=title, vectors=obj.get("vectors"),
+                    labels=labels or {})
 
 
 class CorpusReader:

@@ -9,7 +9,8 @@ Layout::
     model.safetensors        the trained reranker, if any (nextpara.attention_core.checkpoint)
 
 ``paragraphs.sqlite`` also holds the word index (word_index.py), an FTS5 table kept in step with
-the paragraphs by triggers; a store from before it gets it on its first writable open.
+the paragraphs by triggers, and the documents' labels (labels.py); a store from before either gets it
+on its first writable open.
 
 Everything that knows these names, the default location, the format version and the schema is
 here; the store (store.py) opens a DataDir, and every command resolves ``--data-dir`` with
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from nextpara.errors import FailedPreconditionError, StoreLockedError, StoreMismatchError
 
-from . import word_index
+from . import labels, word_index
 from .snapshot import replace_file_atomically
 
 FORMAT_VERSION = 1
@@ -47,6 +48,7 @@ SCHEMA = [
         UNIQUE (doc_id, position))""",
     "CREATE INDEX IF NOT EXISTS paragraphs_text_hash ON paragraphs (text_hash)",
     *word_index.SCHEMA,  # FTS5 over the texts, kept in step by triggers (word_index.py)
+    *labels.SCHEMA,  # the documents' labels, deleted with their document by a trigger (labels.py)
 ]
 
 _UNREAD = object()

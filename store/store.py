@@ -2,8 +2,9 @@
 
 Its parts, each in its own file: the data directory's files, lock and manifest (data_dir.py),
 the SQLite tables that are the source of truth (tables.py), the vectors in memory with the FAISS
-index over them (vector_table.py), and the word index inside SQLite (word_index.py). The store validates writes, runs each as one SQLite
-transaction, mirrors it in the vector table, and turns a full disk into an error that says what
+index over them (vector_table.py), the word index inside SQLite (word_index.py), and the documents' labels
+(labels.py), which retrieval filters resolve into the paragraph ids a search may return (filters.py). The store
+validates writes, runs each as one SQLite transaction, mirrors it in the vector table, and turns a full disk into an error that says what
 was kept. A write that returns is acknowledged and survives a kill; the index is saved as an
 atomic snapshot by :meth:`ParagraphStore.snapshot`, and loading replays SQLite beyond it.
 
@@ -27,6 +28,8 @@ from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, 
 
 from .corpus import Document, validate_document
 from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
+from .filters import Allowed, RetrievalFilter, resolve
+from .labels import add_labels, has_labels
 from .tables import (
     Checked,
     DocumentRow,
@@ -78,6 +81,8 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
             raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
         if not readonly and not has_generation_column(db):
             add_generation_column(db)
+        if not readonly and not has_labels(db):
+            add_labels(db)
         if not readonly and not has_word_index(db):
             try:
                 add_word_index(db)
@@ -149,7 +154,9 @@ class ParagraphStore:
     def unchanged(self, docs: Sequence[Document]) -> set[str]:
         """doc_ids of ``docs`` whose stored text content is identical (so need no embedding)."""
         stored = self.tables.content_hashes([d.doc_id for d in docs])
-        return {d.doc_id for d in docs if d.vectors is None and stored.get(d.doc_id) == content_hash(d)}
+        labels = self.tables.labels_of([d.doc_id for d in docs if d.doc_id in stored])
+        return {d.doc_id for d in docs if d.vectors is None and stored.get(d.doc_id) == content_hash(d)
+                and labels.get(d.doc_id, {}) == (d.labels or {})}
 
     def add_documents(self, docs: Sequence[Document], vectors: Sequence[np.ndarray | None]) -> WriteResult:
         """Upsert documents atomically: all of them are stored, or (on any error) none.
@@ -227,11 +234,12 @@ class ParagraphStore:
         """(ids, doc_ids, positions, text_hashes) of every paragraph, ordered by (doc_id, position)."""
         return self.tables.paragraph_table()
 
-    def list_documents(self, after: str = "", limit: int = 100) -> list[DocumentRow]:
-        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (keyset paging). Under the
-        store's lock: the connection is shared, and a read during a write's transaction would see it half done."""
+    def list_documents(self, after: str = "", limit: int = 100, labels: dict[str, str] | None = None) -> list[DocumentRow]:
+        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (keyset paging); with
+        ``labels``, only those carrying every one of them. Under the store's lock: the connection is shared, and a
+        read during a write's transaction would see it half done."""
         with self._mutex:
-            return self.tables.list_documents(after, limit)
+            return self.tables.list_documents(after, limit, labels)
 
     def get_document(self, doc_id: str) -> tuple[DocumentRow, list[Paragraph]]:
         """A document and its paragraphs in order; NotFoundError if it is not stored (under the lock, as above)."""
@@ -266,6 +274,12 @@ class ParagraphStore:
         """Ids of every paragraph of the given documents (unknown doc_ids contribute nothing)."""
         return self.tables.ids_of_documents(doc_ids)
 
+    def resolve_filter(self, f: RetrievalFilter | None, exclude_doc_ids: Sequence[str] = ()) -> Allowed:
+        """The paragraph ids a retrieval under ``f`` may return (``exclude_doc_ids``: documents it must not), for
+        search() and word_search() (filters.py); under the lock, as above."""
+        with self._mutex:
+            return resolve(self.tables, f or RetrievalFilter(), exclude_doc_ids)
+
     def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
         """Ids of every stored paragraph whose text equals one of ``texts``."""
         return np.asarray(sorted(i for ids in self.tables.ids_by_text(texts).values() for i in ids), dtype=np.int64)
@@ -274,13 +288,14 @@ class ParagraphStore:
         """For each of ``texts`` that is stored: the ids of every paragraph with exactly that text."""
         return self.tables.ids_by_text(texts)
 
-    def search(self, queries: np.ndarray, k: int, exclude: Sequence[Iterable[int]] | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, exclude: Sequence[Iterable[int]] | None = None,
+               allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, ids) by inner product for each query row (a single vector is one row), in one FAISS call.
 
-        ``exclude[i]``: ids never returned for row i. What every row excludes is filtered inside the search; the
-        rest by searching deeper and dropping them, so each row still gets k results where the store has them.
-        Short rows (small store, many exclusions) are padded with id -1 and score -inf.
+        ``exclude[i]``: ids never returned for row i. ``allow``: the only ids any row may return (None: all; a
+        filter's ``Allowed.allow``). ``allow`` and what every row excludes are filtered inside the search
+        (vector_table.py); the rest by searching deeper and dropping them, so each row still gets k results where the
+        store has them. Short rows (small store, many exclusions, few allowed) are padded with id -1 and score -inf.
         """
         queries = np.asarray(queries, dtype=np.float32)
         queries = unit_rows(queries[None, :] if queries.ndim == 1 else queries, self.dim, "query vectors")
@@ -292,7 +307,7 @@ class ParagraphStore:
         common = set.intersection(*sets) if sets else set()
         extra = max((len(e) - len(common) for e in sets), default=0)
         with self._mutex:
-            scores, ids = self.vector_table.search(queries, k + extra, np.asarray(sorted(common), dtype=np.int64))
+            scores, ids = self.vector_table.search(queries, k + extra, np.asarray(sorted(common), dtype=np.int64), allow)
         if not extra:
             return scores, ids
         out_s, out_i = np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)
@@ -301,10 +316,10 @@ class ParagraphStore:
             out_s[row, :len(keep)], out_i[row, :len(keep)] = scores[row, keep], ids[row, keep]
         return out_s, out_i
 
-    def word_search(self, texts: Sequence[str | None], k: int, exclude: Sequence[Iterable[int]] | None = None
-                    ) -> list[list[int]]:
+    def word_search(self, texts: Sequence[str | None], k: int, exclude: Sequence[Iterable[int]] | None = None,
+                    allow: np.ndarray | None = None) -> list[list[int]]:
         """Per text: up to k paragraph ids ranked by bm25 over its words (word_index.py), never one of that row's
-        ``exclude``; [] for None (a raw vector has no words), and on a store whose word index is missing (a read-only
+        ``exclude``, and with ``allow`` only those ids (restricted inside the SQL query); [] for None (a raw vector has no words), and on a store whose word index is missing (a read-only
         open of a store made before it). Only ids this store's vector table holds: a read-only replica's SQLite may
         already show paragraphs that the writer added after the replica loaded."""
         if k < 1:
@@ -313,7 +328,9 @@ class ParagraphStore:
         if len(sets) != len(texts):
             raise InvalidInputError(f"{len(texts)} texts but {len(sets)} exclusion sets")
         deep = k + max((len(e) for e in sets), default=0)
-        found = self.words.search(texts, deep, self.count_paragraphs())
+        if allow is not None and not len(allow):
+            return [[] for _ in texts]
+        found = self.words.search(texts, deep, self.count_paragraphs(), allow)
         with self._mutex:
             return [[i for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok and i not in e][:k]
                     for ids, e in zip(found, sets)]

@@ -1,8 +1,10 @@
 """ParagraphTables: the SQLite side of a store, the source of truth.
 
 ``documents`` (doc_id, title, content hash, the write generation that last changed it),
-``paragraphs`` (id, doc_id, position, text, sha256 of the text, vector blob) and ``meta``
-(embedder, dimension, index type, write generation). A store made before documents had their
+``paragraphs`` (id, doc_id, position, text, sha256 of the text, vector blob), ``document_labels``
+(labels.py) and ``meta`` (embedder, dimension, index type, write generation). A document's labels are
+not part of its content hash: an upsert that changes only its labels rewrites them and its generation,
+and keeps its paragraphs and their ids. A store made before documents had their
 generation gets the column on its first writable open (0 for the documents it holds); a
 read-only open of such a store reports 0. One
 write (add, upsert, delete) is one transaction that also bumps the generation: when it returns,
@@ -21,12 +23,13 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from nextpara.errors import NotFoundError
 
+from . import labels as doc_labels
 from .corpus import Document, text_hash
 
 _CHUNK = 500  # parameters per IN (...) query, under SQLite's limit
@@ -49,6 +52,7 @@ class DocumentRow:
     title: str
     paragraphs: int
     generation: int  # the write generation that last changed it (0: before the store recorded it)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def has_generation_column(db: sqlite3.Connection) -> bool:
@@ -65,8 +69,8 @@ def add_generation_column(db: sqlite3.Connection) -> None:
 @dataclass
 class WriteResult:
     added: int = 0  # new documents
-    replaced: int = 0  # documents whose content changed
-    unchanged: int = 0  # documents identical to what was stored
+    replaced: int = 0  # documents whose content or labels changed
+    unchanged: int = 0  # documents identical to what was stored, labels included
     paragraphs: int = 0  # paragraphs written
     generation: int = 0
 
@@ -90,12 +94,13 @@ def content_hash(doc: Document, vectors: np.ndarray | None = None) -> str:
     return h.hexdigest()
 
 
-def select_in(db: sqlite3.Connection, query: str, values: Iterable) -> Iterable[tuple]:
-    """Rows of ``{query} IN (values)``, asked in chunks under SQLite's parameter limit."""
+def select_in(db: sqlite3.Connection, query: str, values: Iterable, params: Sequence = ()) -> Iterable[tuple]:
+    """Rows of ``{query} IN (values)``, asked in chunks under SQLite's parameter limit (``params``: those of the
+    query's own placeholders, before the IN list's)."""
     values = list(values)
     for start in range(0, len(values), _CHUNK):
         chunk = values[start:start + _CHUNK]
-        yield from db.execute(f"{query} IN ({','.join('?' * len(chunk))})", chunk)
+        yield from db.execute(f"{query} IN ({','.join('?' * len(chunk))})", [*params, *chunk])
 
 
 def unknown_ids(what: str, missing: Sequence) -> NotFoundError:
@@ -121,6 +126,8 @@ class ParagraphTables:
         self.dim: int = int(meta["dim"])
         self.requested_index: str = meta["index"]
         self._generation = "d.generation" if has_generation_column(db) else "0"  # of a document, in queries
+        self.has_labels = doc_labels.has_labels(db)  # False only in a read-only open of a store from before labels
+        self._labels = doc_labels.labels_column(self.has_labels)  # of a document, in queries
 
     # ---- reads ------------------------------------------------------------------------
     @property
@@ -153,22 +160,35 @@ class ParagraphTables:
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(select_in(self.db, "SELECT doc_id, content_hash FROM documents WHERE doc_id", doc_ids))
 
-    def list_documents(self, after: str, limit: int) -> list[DocumentRow]:
-        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (one statement: one snapshot)."""
-        return [DocumentRow(*row) for row in self.db.execute(
-            f"SELECT d.doc_id, d.title, d.n_paragraphs, {self._generation} FROM documents d WHERE d.doc_id > ? "
-            "ORDER BY d.doc_id LIMIT ?", (after, limit))]
+    def list_documents(self, after: str, limit: int, labels: Mapping[str, str] | None = None) -> list[DocumentRow]:
+        """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order, with their labels; with
+        ``labels``, only documents carrying every one of them (one statement: one snapshot)."""
+        where, params = "", []
+        if labels:
+            if not self.has_labels:
+                return []
+            query, params = doc_labels.documents_with(labels)
+            where = f" AND d.doc_id IN ({query})"
+        return [DocumentRow(*row[:4], doc_labels.parse_column(row[4])) for row in self.db.execute(
+            f"SELECT d.doc_id, d.title, d.n_paragraphs, {self._generation}, {self._labels} FROM documents d "
+            f"WHERE d.doc_id > ?{where} ORDER BY d.doc_id LIMIT ?", (after, *params, limit))]
 
     def get_document(self, doc_id: str) -> tuple[DocumentRow, list[Paragraph]]:
-        """A document and its paragraphs in order, read by one statement; NotFoundError if it is not stored."""
+        """A document (with its labels) and its paragraphs in order, read by one statement; NotFoundError if it is
+        not stored."""
         rows = self.db.execute(
-            f"SELECT d.title, d.n_paragraphs, {self._generation}, p.id, "
+            f"SELECT d.title, d.n_paragraphs, {self._generation}, {self._labels}, p.id, "
             "p.position, p.text, p.text_hash FROM documents d JOIN paragraphs p ON p.doc_id = d.doc_id "
             "WHERE d.doc_id = ? ORDER BY p.position", (doc_id,)).fetchall()
         if not rows:
             raise unknown_ids("doc_id", [doc_id])
-        title, n, generation = rows[0][:3]
-        return DocumentRow(doc_id, title, n, generation), [Paragraph(r[3], doc_id, r[4], r[5], r[6]) for r in rows]
+        title, n, generation, labels = rows[0][:4]
+        return (DocumentRow(doc_id, title, n, generation, doc_labels.parse_column(labels)),
+                [Paragraph(r[4], doc_id, r[5], r[6], r[7]) for r in rows])
+
+    def labels_of(self, doc_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The stored labels of each of ``doc_ids`` that has any."""
+        return doc_labels.labels_of(self.db, doc_ids) if self.has_labels else {}
 
     def find_paragraphs(self, ids: Iterable[int]) -> dict[int, Paragraph]:
         """The stored paragraphs among ``ids``, by id (each read once); unknown ids are left out."""
@@ -225,12 +245,14 @@ class ParagraphTables:
         return old
 
     def write_documents(self, checked: Sequence[Checked]) -> tuple[WriteResult, np.ndarray, np.ndarray, np.ndarray]:
-        """Upsert in one transaction: (result, removed ids, added ids, their vectors). Unchanged documents are skipped."""
+        """Upsert in one transaction: (result, removed ids, added ids, their vectors). Unchanged documents are skipped;
+        a document whose content is unchanged but whose labels are not gets its new labels and keeps its paragraphs."""
         result = WriteResult()
         old_ids: list[int] = []
         new_ids: list[int] = []
         new_vecs: list[np.ndarray] = []
         stored = self.content_hashes([c.doc.doc_id for c in checked])
+        stored_labels = self.labels_of([c.doc.doc_id for c in checked if c.doc.doc_id in stored])
         now = time.time()
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
@@ -238,7 +260,13 @@ class ParagraphTables:
             for c in checked:
                 doc = c.doc
                 if stored.get(doc.doc_id) == c.content_hash:
-                    result.unchanged += 1
+                    if stored_labels.get(doc.doc_id, {}) == doc.labels:
+                        result.unchanged += 1
+                    else:  # only the labels changed
+                        doc_labels.write_labels(self.db, doc.doc_id, doc.labels, replace=True)
+                        self.db.execute("UPDATE documents SET generation = ?, updated_at = ? WHERE doc_id = ?",
+                                        (generation, now, doc.doc_id))
+                        result.replaced += 1
                     continue
                 if doc.doc_id in stored:
                     old_ids += self._drop(doc.doc_id)
@@ -248,6 +276,7 @@ class ParagraphTables:
                 self.db.execute("INSERT INTO documents (doc_id, title, n_paragraphs, content_hash, updated_at, generation) "
                                 "VALUES (?, ?, ?, ?, ?, ?)",
                                 (doc.doc_id, doc.title, len(doc.paragraphs), c.content_hash, now, generation))
+                doc_labels.write_labels(self.db, doc.doc_id, doc.labels, replace=False)  # the old ones went with _drop
                 for position, (text, vec) in enumerate(zip(doc.paragraphs, c.vectors)):
                     cur = self.db.execute(
                         "INSERT INTO paragraphs (doc_id, position, text, text_hash, vector) VALUES (?, ?, ?, ?, ?)",

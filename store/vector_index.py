@@ -142,13 +142,19 @@ class VectorIndex:
     def needs_rebuild(self) -> bool:
         return len(self.tombstones) > TOMBSTONE_REBUILD_FRACTION * max(self.ntotal, 1)
 
-    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, ids) per query, excluding ``exclude`` and tombstones; -1 ids pad short rows."""
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None,
+               allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) per query, excluding ``exclude`` and tombstones, and with ``allow`` only ids among it:
+        FAISS checks each id it meets against an id selector, so the k results all pass. -1 ids pad short rows (an
+        approximate index may find fewer allowed ids than there are: vector_table.py falls back to exact search)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         blocked = np.asarray(sorted(self.tombstones), dtype=np.int64)
         if exclude is not None and len(exclude):
             blocked = np.union1d(blocked, np.asarray(exclude, dtype=np.int64))
-        selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(blocked)) if len(blocked) else None
+        if allow is not None:
+            selector = faiss.IDSelectorBatch(np.setdiff1d(np.asarray(allow, dtype=np.int64), blocked))
+        else:
+            selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(blocked)) if len(blocked) else None
         if isinstance(self._inner, faiss.IndexHNSW):
             params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.choice.params.get("efSearch", HNSW_EF_SEARCH), k))
         elif isinstance(self._inner, faiss.IndexIVF):

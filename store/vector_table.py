@@ -8,6 +8,11 @@ built from them on load). Ids are kept sorted, so an id's row
 is a binary search. The snapshot's vectors stay memory-mapped until a write replaces the array
 (never written in place).
 
+A search restricted to some ids (a retrieval filter) runs inside FAISS with an id selector, or, when few ids are
+allowed (at most EXACT_FILTERED_MAX) or the index answered a row short (an HNSW graph or the probed IVF lists
+can miss the allowed ids of a narrow filter), as an exact scan of the allowed vectors: k results wherever k
+paragraphs pass.
+
 Not thread-safe on its own: the store (store.py) holds its lock around every write and every read of the arrays.
 """
 
@@ -25,6 +30,9 @@ from .tables import ParagraphTables, unknown_ids
 from .vector_index import IndexChoice, VectorIndex, choose_index
 
 log = logging.getLogger(__name__)
+# Allowed vectors scanned exactly rather than searched through the index: about 1 ms for 10,000 vectors of 384 dims
+# (a flat scan costs about 0.1 ms per 1,000, bench/results/index_scale.md), where HNSW's graph misses narrow filters.
+EXACT_FILTERED_MAX = 10_000
 
 
 class VectorTable:
@@ -150,15 +158,31 @@ class VectorTable:
             raise unknown_ids("paragraph id", ids[~ok].tolist())
         return self.vectors[rows]
 
-    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, ids) per query row by inner product, never an id of ``exclude``; short rows padded with -1."""
-        if self.index.is_trained:
-            return self.index.search(queries, k, exclude)
-        scores = queries @ self.vectors.T  # an untrained (IVF) index: exact search
-        scores[:, np.isin(self.ids, exclude)] = -np.inf
-        kk = min(k, scores.shape[1])
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray,
+               allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) per query row by inner product, never an id of ``exclude``, and with ``allow`` only ids
+        among it; short rows padded with -1."""
+        if allow is None:
+            if self.index.is_trained:
+                return self.index.search(queries, k, exclude)
+            return self._exact(queries, k, np.flatnonzero(~np.isin(self.ids, exclude)))  # an untrained (IVF) index
+        rows, present = self.rows(np.asarray(allow, dtype=np.int64))
+        rows = rows[present]
+        rows = rows[~np.isin(self.ids[rows], exclude)]
+        if not self.index.is_trained or len(rows) <= EXACT_FILTERED_MAX:
+            return self._exact(queries, k, rows)
+        scores, ids = self.index.search(queries, k, exclude, self.ids[rows])
+        short = (ids[:, :min(k, len(rows))] < 0).any(axis=1)
+        if short.any():
+            scores[short], ids[short] = self._exact(queries[short], k, rows)
+        return scores, ids
+
+    def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k over the vectors at ``rows`` (ascending), ties in id order; short rows padded with -1."""
+        scores = queries @ (self.vectors if len(rows) == len(self.ids) else self.vectors[rows]).T
+        kk = min(k, len(rows))
         top = np.argsort(-scores, axis=1, kind="stable")[:, :kk]
         out_s = np.take_along_axis(scores, top, axis=1)
-        out_i = np.where(np.isfinite(out_s), self.ids[top], -1)
+        out_i = self.ids[rows][top]
         pad = ((0, 0), (0, k - kk))
         return np.pad(out_s, pad, constant_values=-np.inf), np.pad(out_i, pad, constant_values=-1)

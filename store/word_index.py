@@ -10,16 +10,20 @@ word index existed gets it on its first writable open, built once (``INSERT ... 
 paragraph's words are many and mostly common, and an OR over all of them would touch most of the
 index, so a query keeps its ``MAX_TERMS`` rarest terms that occur in at most ``MAX_DOC_FRACTION``
 of the paragraphs (or ``MIN_DOC_LIMIT``, whichever is more) (document frequencies from the ``fts5vocab`` table); words the index never saw
-drop out there too.
+drop out there too. A search restricted to some paragraphs (a retrieval filter's ids) says so in its SQL
+(``rowid IN`` the ids, passed as one JSON array), so its ``k`` results all pass the filter.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sqlite3
 import unicodedata
 from typing import Iterable, Sequence
+
+import numpy as np
 
 from .tables import select_in
 
@@ -94,15 +98,20 @@ class WordIndex:
         return [sorted((w for w in ws if 0 < df.get(w, 0) <= limit), key=lambda w: (df[w], w))[:MAX_TERMS]
                 for ws in words]
 
-    def search(self, texts: Sequence[str | None], k: int, n_paragraphs: int) -> list[list[int]]:
-        """Per text: up to ``k`` paragraph ids, best bm25 first ([] for None, or a text with no usable word)."""
+    def search(self, texts: Sequence[str | None], k: int, n_paragraphs: int,
+               allow: np.ndarray | None = None) -> list[list[int]]:
+        """Per text: up to ``k`` paragraph ids, best bm25 first ([] for None, or a text with no usable word); with
+        ``allow``, only ids among it."""
         if not self.available:
             return [[] for _ in texts]
         given = [i for i, t in enumerate(texts) if t]
         out: list[list[int]] = [[] for _ in texts]
+        restrict, extra = "", ()
+        if allow is not None:
+            restrict, extra = " AND rowid IN (SELECT value FROM json_each(?))", (json.dumps(np.asarray(allow).tolist()),)
         for i, query in zip(given, self.query_terms([texts[i] for i in given], n_paragraphs)):
             if query:
                 match = " OR ".join('"' + w.replace('"', '""') + '"' for w in query)
                 out[i] = [r[0] for r in self.db.execute(
-                    f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH ? ORDER BY rank LIMIT ?", (match, k))]
+                    f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH ?{restrict} ORDER BY rank LIMIT ?", (match, *extra, k))]
         return out

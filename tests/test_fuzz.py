@@ -23,7 +23,8 @@ json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), s
 json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=5),
                                                                  st.dictionaries(st.text(max_size=8), inner, max_size=5)),
                            max_leaves=20)
-field_names = st.sampled_from(["doc_id", "title", "paragraphs", "vectors", "text", "id", "context", "candidates", "top_k"])
+field_names = st.sampled_from(["doc_id", "title", "paragraphs", "vectors", "text", "id", "context", "candidates", "top_k",
+                               "labels"])
 objects = st.dictionaries(st.one_of(field_names, st.text(max_size=6)), json_values, max_size=6)
 # a line: a JSON object of likely field names, any JSON value, or bytes that may not be JSON or UTF-8
 lines = st.one_of(objects.map(lambda o: json.dumps(o).encode()), json_values.map(lambda v: json.dumps(v).encode()),

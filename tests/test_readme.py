@@ -40,7 +40,8 @@ def test_readme_commands_run(peps_path, tmp_path):
     slice_path = tmp_path / "peps-slice.jsonl"
     with open(peps_path) as src:
         slice_path.write_text("".join(line for _, line in zip(range(40), src)))
-    (tmp_path / "more.jsonl").write_text(json.dumps({"doc_id": "pep-9999", "paragraphs": ["A new proposal.", "Its end."]}) + "\n")
+    (tmp_path / "more.jsonl").write_text(json.dumps({"doc_id": "pep-9999", "paragraphs": ["A new proposal.", "Its end."],
+                                                     "labels": {"tenant": "acme"}}) + "\n")
     paths = {"../shared/corpora/peps.jsonl": str(slice_path), "/tmp/peps": str(tmp_path / "peps"),
              "/tmp/peps-eval.json": str(tmp_path / "eval.json"), "/tmp/peps-plots": str(tmp_path / "plots"),
              "/tmp/more-docs.jsonl": str(tmp_path / "more.jsonl"), "/tmp/queries.jsonl": str(tmp_path / "queries.jsonl"),
@@ -63,6 +64,8 @@ def test_readme_commands_run(peps_path, tmp_path):
             r = run_cli(*args, env={"NEXTPARA_ADDRESS": address or ""})
             assert r.returncode == 0, f"nextpara {' '.join(args)}\n{r.stdout}\n{r.stderr}"
             assert r.stdout.strip(), f"nextpara {' '.join(args)} printed nothing"
+            if args[0] == "predict" and "--label" in args:  # only the document the README added carries it
+                assert "pep-9999[" in r.stdout and r.stdout.count("pep-") == 1, r.stdout
             if args[0] == "search":
                 assert len(r.stdout.strip().splitlines()) == 5
             if args[0] == "rerank-batch":
@@ -78,6 +81,7 @@ def test_readme_commands_run(peps_path, tmp_path):
         assert "NOT_FOUND" in r.stdout and "UNKNOWN_IDS [1000000000000]" in r.stdout
         assert "DIMENSION_MISMATCH context[1].vector 384" in r.stdout
         assert "\n2 FIELD_REQUIRED\n" in r.stdout  # RerankStream answered the bad request and went on
+        assert "['note-1']\n{'tenant': 'acme'}\n" in r.stdout  # the filter searched the tenant's document alone
     finally:
         if server:
             server.stop()

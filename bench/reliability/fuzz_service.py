@@ -8,7 +8,8 @@ each request from strategies over the proto's messages: every RPC (PredictNext, 
 RerankStream, AddDocuments, DeleteDocuments with and without allow_missing, GetParagraphs, ListDocuments,
 GetDocument, GetInfo, Reload) with field values
 that are valid, empty, huge, negative, out of range, NaN/inf, of the wrong dimension, duplicated
-or unknown; streams that the client abandons midway; and raw bytes that are not the message
+or unknown, documents' labels and PredictNext's filters (doc_id lists, labels, min_score,
+max_per_document) and ListDocuments' labels among them; streams that the client abandons midway; and raw bytes that are not the message
 (random, or a valid request with bytes flipped, which also yields invalid UTF-8 in strings).
 
 For each request: the status must be one the service documents (OK, INVALID_ARGUMENT,
@@ -59,17 +60,31 @@ def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
     top_k = st.one_of(st.integers(0, 20), st.integers(0, 2**32 - 1))
     doc_id = st.one_of(st.sampled_from(doc_ids[:50] or ["x"]), st.text(max_size=20), st.just(""),
                        st.text(min_size=513, max_size=600), st.uuids().map(lambda u: f"fuzz-{u}"))
-    document = st.builds(lambda d, t, ps, vs: pb.Document(doc_id=d, title=t, paragraphs=ps,
-                                                          vectors=[pb.Vector(values=v) for v in vs]),
+    label_text = st.one_of(st.sampled_from(["tenant", "acme", "initech", "tier", "gold"]), st.text(max_size=12),
+                           st.just(""), st.just(" "), st.just("a\x00b"), st.text(min_size=129, max_size=140),
+                           st.just("v" * 1025))
+    labels = st.one_of(st.dictionaries(label_text, label_text, max_size=4),
+                       st.dictionaries(st.sampled_from(["tenant", "tier"]), st.sampled_from(["acme", "initech", "gold"]),
+                                       min_size=1, max_size=2),
+                       st.dictionaries(st.text(min_size=1, max_size=8), st.just("x"), min_size=65, max_size=70))
+    document = st.builds(lambda d, t, ps, vs, ls: pb.Document(doc_id=d, title=t, paragraphs=ps,
+                                                              vectors=[pb.Vector(values=v) for v in vs], labels=ls),
                          doc_id, st.text(max_size=30), st.lists(text, max_size=4),
-                         st.one_of(st.just([]), st.lists(vector, max_size=4)))
-    predict = st.builds(lambda c, k, o, a, x: pb.PredictNextRequest(context=c, top_k=k, omit_text=o, include_attention=a,
-                                                                    exclude_doc_ids=x),
-                        items, top_k, st.booleans(), st.booleans(), st.lists(doc_id, max_size=3))
+                         st.one_of(st.just([]), st.lists(vector, max_size=4)), labels)
+    retrieval_filter = st.builds(
+        lambda only, deny, ls, score, n: pb.RetrievalFilter(doc_ids=only, exclude_doc_ids=deny, labels=ls, min_score=score,
+                                                            max_per_document=n),
+        st.one_of(st.lists(doc_id, max_size=4), st.integers(10_001, 10_010).map(lambda n: [f"many-{i}" for i in range(n)])),
+        st.lists(doc_id, max_size=4), labels, st.one_of(st.none(), floats), st.one_of(st.integers(0, 3), st.integers(0, 2**32 - 1)))
+    predict = st.builds(lambda c, k, o, a, x, f: pb.PredictNextRequest(context=c, top_k=k, omit_text=o, include_attention=a,
+                                                                       exclude_doc_ids=x, filter=f),
+                        items, top_k, st.booleans(), st.booleans(), st.lists(doc_id, max_size=3),
+                        st.one_of(st.none(), retrieval_filter))
     rerank = st.builds(lambda r, c, k, n: pb.RerankRequest(request_id=r, context=c, candidates=k, top_k=n),
                        st.text(max_size=10), items, st.lists(item, max_size=30), top_k)
-    token = st.one_of(st.just(""), st.text(max_size=30), doc_id.map(lambda d: base64.urlsafe_b64encode(
-        json.dumps({"v": 1, "after": d}).encode()).decode()))  # what ListDocuments hands out, after any doc_id
+    token = st.one_of(st.just(""), st.text(max_size=30), st.tuples(doc_id, st.one_of(st.just({}), st.builds(
+        lambda f: {"labels": f}, st.text(max_size=16)))).map(lambda t: base64.urlsafe_b64encode(
+            json.dumps({"v": 1, "after": t[0], **t[1]}).encode()).decode()))  # as ListDocuments makes them, any doc_id
     # a RerankStreamRequest has RerankRequest's fields and numbers
     stream_item = rerank.map(lambda r: pb.RerankStreamRequest.FromString(r.SerializeToString()))
     raw = st.one_of(st.binary(max_size=200), st.tuples(predict, st.integers(0, 10**6), st.integers(1, 255)).map(
@@ -83,8 +98,9 @@ def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
                                                               min_size=0, max_size=3), st.integers(0, 3))),
         st.tuples(st.just("DeleteDocuments"), st.builds(lambda ds, m: pb.DeleteDocumentsRequest(doc_ids=ds, allow_missing=m),
                                                          st.lists(doc_id, max_size=4), st.booleans())),
-        st.tuples(st.just("ListDocuments"), st.builds(lambda n, t: pb.ListDocumentsRequest(page_size=n, page_token=t),
-                                                       top_k, token)),
+        st.tuples(st.just("ListDocuments"), st.builds(lambda n, t, ls: pb.ListDocumentsRequest(page_size=n, page_token=t,
+                                                                                                labels=ls),
+                                                       top_k, token, st.one_of(st.just({}), labels))),
         st.tuples(st.just("GetDocument"), st.builds(lambda d: pb.GetDocumentRequest(doc_id=d), doc_id)),
         st.tuples(st.just("GetParagraphs"), st.builds(lambda ids, v: pb.GetParagraphsRequest(paragraph_ids=ids, include_vectors=v),
                                                        st.one_of(st.lists(para_id, max_size=20),

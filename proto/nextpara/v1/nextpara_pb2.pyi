@@ -24,18 +24,20 @@ class ContextParagraph(_message.Message):
     def __init__(self, text: _Optional[str] = ..., paragraph_id: _Optional[int] = ..., vector: _Optional[_Union[Vector, _Mapping]] = ...) -> None: ...
 
 class PredictNextRequest(_message.Message):
-    __slots__ = ("context", "top_k", "omit_text", "include_attention", "exclude_doc_ids")
+    __slots__ = ("context", "top_k", "omit_text", "include_attention", "exclude_doc_ids", "filter")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     OMIT_TEXT_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ATTENTION_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
     context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
     top_k: int
     omit_text: bool
     include_attention: bool
     exclude_doc_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ..., omit_text: _Optional[bool] = ..., include_attention: _Optional[bool] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    filter: RetrievalFilter
+    def __init__(self, context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ..., omit_text: _Optional[bool] = ..., include_attention: _Optional[bool] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[RetrievalFilter, _Mapping]] = ...) -> None: ...
 
 class Prediction(_message.Message):
     __slots__ = ("paragraph_id", "doc_id", "position", "text", "score", "retrieval_score")
@@ -74,6 +76,27 @@ class PredictNextResponse(_message.Message):
     context_dropped: int
     attention: _containers.RepeatedCompositeFieldContainer[AttentionHead]
     def __init__(self, predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., context_used: _Optional[int] = ..., context_dropped: _Optional[int] = ..., attention: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ...) -> None: ...
+
+class RetrievalFilter(_message.Message):
+    __slots__ = ("doc_ids", "exclude_doc_ids", "labels", "min_score", "max_per_document")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    exclude_doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.ScalarMap[str, str]
+    min_score: float
+    max_per_document: int
+    def __init__(self, doc_ids: _Optional[_Iterable[str]] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., min_score: _Optional[float] = ..., max_per_document: _Optional[int] = ...) -> None: ...
 
 class RerankRequest(_message.Message):
     __slots__ = ("request_id", "context", "candidates", "top_k")
@@ -126,16 +149,25 @@ class RerankStreamResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., result: _Optional[_Union[RerankResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class Document(_message.Message):
-    __slots__ = ("doc_id", "title", "paragraphs", "vectors")
+    __slots__ = ("doc_id", "title", "paragraphs", "vectors", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     DOC_ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     title: str
     paragraphs: _containers.RepeatedScalarFieldContainer[str]
     vectors: _containers.RepeatedCompositeFieldContainer[Vector]
-    def __init__(self, doc_id: _Optional[str] = ..., title: _Optional[str] = ..., paragraphs: _Optional[_Iterable[str]] = ..., vectors: _Optional[_Iterable[_Union[Vector, _Mapping]]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, doc_id: _Optional[str] = ..., title: _Optional[str] = ..., paragraphs: _Optional[_Iterable[str]] = ..., vectors: _Optional[_Iterable[_Union[Vector, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AddDocumentsRequest(_message.Message):
     __slots__ = ("documents",)
@@ -206,24 +238,42 @@ class GetParagraphsResponse(_message.Message):
     def __init__(self, paragraphs: _Optional[_Iterable[_Union[Paragraph, _Mapping]]] = ...) -> None: ...
 
 class ListDocumentsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DocumentSummary(_message.Message):
-    __slots__ = ("doc_id", "title", "paragraphs", "generation")
+    __slots__ = ("doc_id", "title", "paragraphs", "generation", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     DOC_ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     title: str
     paragraphs: int
     generation: int
-    def __init__(self, doc_id: _Optional[str] = ..., title: _Optional[str] = ..., paragraphs: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, doc_id: _Optional[str] = ..., title: _Optional[str] = ..., paragraphs: _Optional[int] = ..., generation: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListDocumentsResponse(_message.Message):
     __slots__ = ("documents", "next_page_token", "index_version")

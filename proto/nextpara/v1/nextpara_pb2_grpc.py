@@ -39,12 +39,14 @@ class NextParagraphServiceStub:
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
     paragraph_ids, a ContextParagraph's kind, a document's doc_id or
-    paragraphs)
-    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
+    paragraphs, a label's key or value, a doc_id in a filter)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list, doc_id length, labels per document or
+    filter, a label's length, a filter's doc_ids or min_score (not
+    finite) out of range; min, max
     DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
     per paragraph or not of one length
-    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character (a label's key or value too)
     DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
     cannot embed text (precomputed:NAME)
@@ -154,12 +156,14 @@ class NextParagraphServiceServicer:
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
     paragraph_ids, a ContextParagraph's kind, a document's doc_id or
-    paragraphs)
-    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
+    paragraphs, a label's key or value, a doc_id in a filter)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list, doc_id length, labels per document or
+    filter, a label's length, a filter's doc_ids or min_score (not
+    finite) out of range; min, max
     DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
     per paragraph or not of one length
-    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character (a label's key or value too)
     DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
     cannot embed text (precomputed:NAME)
@@ -352,12 +356,14 @@ class NextParagraphService:
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
     paragraph_ids, a ContextParagraph's kind, a document's doc_id or
-    paragraphs)
-    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list or doc_id length out of range; min, max
+    paragraphs, a label's key or value, a doc_id in a filter)
+    OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list, doc_id length, labels per document or
+    filter, a label's length, a filter's doc_ids or min_score (not
+    finite) out of range; min, max
     DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
     per paragraph or not of one length
-    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character
+    INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character (a label's key or value too)
     DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
     cannot embed text (precomputed:NAME)
