@@ -41,6 +41,7 @@ from .train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 LEXICAL_BOOSTS = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)  # grid of tune_lexical_boost
+STORE_FITTED = ("lexicon_idf", "lexical_boost")  # fitted to the store trained on, never taken from a starting model
 
 
 def context_batch(seq: ParagraphSequences, contexts: list[np.ndarray], L: int):
@@ -66,7 +67,9 @@ def multi_positive_nce(logits: torch.Tensor, positive: torch.Tensor) -> torch.Te
 class Trainer:
     def __init__(self, store: ParagraphStore, seq: ParagraphSequences, model_cfg: RerankerConfig, cfg: TrainConfig,
                  quiet: bool = False, init_state: dict | None = None, idf_groups: np.ndarray | None = None):
-        """``init_state``: weights to start from (the general model's: fine-tuning), its word weights excepted;
+        """``init_state``: weights to start from (the general model's: fine-tuning), except what is fitted to a
+        store: its word weights, and the lexical boost (fitted on this store's validation split after training, as
+        from scratch; the general model's, 8, tuned on its mixture, held phase 2 above the boosts a store needs);
         ``idf_groups``: a group per row (a corpus of a mixture), each group's word weights fitted on its own
         training rows, as a store serving one corpus fits its own (general.py)."""
         self.store, self.seq, self.cfg, self.quiet = store, seq, cfg, quiet
@@ -77,7 +80,7 @@ class Trainer:
                                           "writing first (nextpara build with the same corpus adds it)")
         self.model = NextParagraphModel(model_cfg)
         if init_state is not None:
-            self.model.load_state_dict({k: v for k, v in init_state.items() if k != "lexicon_idf"}, strict=False)
+            self.model.load_state_dict({k: v for k, v in init_state.items() if k not in STORE_FITTED}, strict=False)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from
         self.train_q = [q for q in seq.queries("train", cfg.max_context, limit=cfg.max_train_queries or None, seed=cfg.seed)

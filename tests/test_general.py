@@ -8,16 +8,20 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from conftest import LiveServer, vector_store
 from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
 from nextpara.attention_core.general import GENERAL_CHECKPOINT, GENERAL_VERSION, load_general
 from nextpara.attention_core.guard import TRAIN_REPORT
-from nextpara.attention_core.sequences import split_of
+from nextpara.attention_core.model import RerankerConfig
+from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.attention_core.train_config import TrainConfig
-from nextpara.attention_core.train_flow import train
+from nextpara.attention_core.train_flow import starting_point, train
+from nextpara.attention_core.training import Trainer
 from nextpara.errors import FailedPreconditionError
 from nextpara.store.corpus import CorpusReader
 from nextpara.store.ingest import build
+from nextpara.store.store import open_store
 
 TINY = TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50, n_candidates=20)
 SMALL_MODEL = {"d_model": 32, "n_heads": 2, "n_context_layers": 1}
@@ -154,6 +158,13 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
         assert read_checkpoint_meta(copy / CHECKPOINT)["started_from"] == outcome.meta["started_from"]
     scratch = train(copy, SMALL_MODEL, TINY, quiet=True, from_scratch=True)
     assert scratch.meta["started_from"] == "from scratch (--from-scratch)"
+    # what is fitted to a store is not inherited: the word weights and the lexical boost start as from scratch
+    with open_store(copy, readonly=True) as s:
+        mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)
+        state, _ = starting_point(s, mcfg, from_scratch=False)
+        trainer = Trainer(s, ParagraphSequences(s), mcfg, TINY, quiet=True, init_state=state)
+    assert float(state["lexical_boost"]) > 0 and float(trainer.model.lexical_boost) == 0
+    assert torch.equal(trainer.model.query_scale, state["query_scale"])
 
 
 def test_getinfo_says_which_model_serves_and_its_figures_beside_cosine(client):
