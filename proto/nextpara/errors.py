@@ -28,6 +28,7 @@ class Reason(str, enum.Enum):
     DUPLICATE_DOC_ID = "DUPLICATE_DOC_ID"  # a doc_id twice in one AddDocuments message
     VECTORS_REQUIRED = "VECTORS_REQUIRED"  # a text given to a store whose embedder cannot embed text
     INVALID_PAGE_TOKEN = "INVALID_PAGE_TOKEN"  # a page_token this service did not hand out
+    INVALID_DESTINATION = "INVALID_DESTINATION"  # a Backup destination that is not a new directory in the backup dir
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # other bad input (no known request gets it: each has a reason above)
     # NOT_FOUND
     UNKNOWN_IDS = "UNKNOWN_IDS"  # paragraph ids or doc_ids that are not stored
@@ -37,6 +38,7 @@ class Reason(str, enum.Enum):
     EMBEDDER_MISMATCH = "EMBEDDER_MISMATCH"  # the model was trained on another embedder or dimension than the store
     NO_WORD_INDEX = "NO_WORD_INDEX"  # the model takes word candidates and the (read-only) store has no word index
     READ_ONLY_REPLICA = "READ_ONLY_REPLICA"  # a write sent to a --read-only replica
+    INDEX_BEHIND = "INDEX_BEHIND"  # the server's index is older than the request's min_index_version
     FAILED_PRECONDITION = "FAILED_PRECONDITION"  # another state that forbids the call (none known: see above)
     # RESOURCE_EXHAUSTED
     QUEUE_FULL = "QUEUE_FULL"  # the server's call queue is full: retry after RetryInfo.retry_delay
@@ -100,6 +102,13 @@ class StoreMismatchError(FailedPreconditionError):
 
 class StoreLockedError(FailedPreconditionError):
     """Another process holds the data directory's write lock."""
+
+
+class IndexBehindError(FailedPreconditionError):
+    """The server's index version is older than a read's ``min_index_version`` (and it did not, or could not in
+    time, catch up)."""
+
+    reason = Reason.INDEX_BEHIND
 
 
 class CorpusFormatError(InvalidInputError):

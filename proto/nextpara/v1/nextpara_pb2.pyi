@@ -24,20 +24,24 @@ class ContextParagraph(_message.Message):
     def __init__(self, text: _Optional[str] = ..., paragraph_id: _Optional[int] = ..., vector: _Optional[_Union[Vector, _Mapping]] = ...) -> None: ...
 
 class PredictNextRequest(_message.Message):
-    __slots__ = ("context", "top_k", "omit_text", "include_attention", "exclude_doc_ids", "filter")
+    __slots__ = ("context", "top_k", "omit_text", "include_attention", "exclude_doc_ids", "filter", "min_index_version", "wait_for_index")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     OMIT_TEXT_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ATTENTION_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_DOC_IDS_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    MIN_INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
     top_k: int
     omit_text: bool
     include_attention: bool
     exclude_doc_ids: _containers.RepeatedScalarFieldContainer[str]
     filter: RetrievalFilter
-    def __init__(self, context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ..., omit_text: _Optional[bool] = ..., include_attention: _Optional[bool] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[RetrievalFilter, _Mapping]] = ...) -> None: ...
+    min_index_version: int
+    wait_for_index: bool
+    def __init__(self, context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ..., omit_text: _Optional[bool] = ..., include_attention: _Optional[bool] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[RetrievalFilter, _Mapping]] = ..., min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class Prediction(_message.Message):
     __slots__ = ("paragraph_id", "doc_id", "position", "text", "score", "retrieval_score")
@@ -99,16 +103,20 @@ class RetrievalFilter(_message.Message):
     def __init__(self, doc_ids: _Optional[_Iterable[str]] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., min_score: _Optional[float] = ..., max_per_document: _Optional[int] = ...) -> None: ...
 
 class RerankRequest(_message.Message):
-    __slots__ = ("request_id", "context", "candidates", "top_k")
+    __slots__ = ("request_id", "context", "candidates", "top_k", "min_index_version", "wait_for_index")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MIN_INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
     candidates: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
     top_k: int
-    def __init__(self, request_id: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., candidates: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ...) -> None: ...
+    min_index_version: int
+    wait_for_index: bool
+    def __init__(self, request_id: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., candidates: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ..., min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class RerankResponse(_message.Message):
     __slots__ = ("request_id", "order", "scores", "model_version", "index_version", "context_dropped")
@@ -127,16 +135,20 @@ class RerankResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., order: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., context_dropped: _Optional[int] = ...) -> None: ...
 
 class RerankStreamRequest(_message.Message):
-    __slots__ = ("request_id", "context", "candidates", "top_k")
+    __slots__ = ("request_id", "context", "candidates", "top_k", "min_index_version", "wait_for_index")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MIN_INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     context: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
     candidates: _containers.RepeatedCompositeFieldContainer[ContextParagraph]
     top_k: int
-    def __init__(self, request_id: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., candidates: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ...) -> None: ...
+    min_index_version: int
+    wait_for_index: bool
+    def __init__(self, request_id: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., candidates: _Optional[_Iterable[_Union[ContextParagraph, _Mapping]]] = ..., top_k: _Optional[int] = ..., min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class RerankStreamResponse(_message.Message):
     __slots__ = ("request_id", "result", "error")
@@ -210,12 +222,16 @@ class DeleteDocumentsResponse(_message.Message):
     def __init__(self, documents_deleted: _Optional[int] = ..., paragraphs_deleted: _Optional[int] = ..., index_version: _Optional[int] = ..., missing_doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetParagraphsRequest(_message.Message):
-    __slots__ = ("paragraph_ids", "include_vectors")
+    __slots__ = ("paragraph_ids", "include_vectors", "min_index_version", "wait_for_index")
     PARAGRAPH_IDS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_VECTORS_FIELD_NUMBER: _ClassVar[int]
+    MIN_INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     paragraph_ids: _containers.RepeatedScalarFieldContainer[int]
     include_vectors: bool
-    def __init__(self, paragraph_ids: _Optional[_Iterable[int]] = ..., include_vectors: _Optional[bool] = ...) -> None: ...
+    min_index_version: int
+    wait_for_index: bool
+    def __init__(self, paragraph_ids: _Optional[_Iterable[int]] = ..., include_vectors: _Optional[bool] = ..., min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class Paragraph(_message.Message):
     __slots__ = ("paragraph_id", "doc_id", "position", "text", "vector")
@@ -238,7 +254,7 @@ class GetParagraphsResponse(_message.Message):
     def __init__(self, paragraphs: _Optional[_Iterable[_Union[Paragraph, _Mapping]]] = ...) -> None: ...
 
 class ListDocumentsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "labels")
+    __slots__ = ("page_size", "page_token", "labels", "min_index_version", "wait_for_index")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -249,10 +265,14 @@ class ListDocumentsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    MIN_INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    min_index_version: int
+    wait_for_index: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class DocumentSummary(_message.Message):
     __slots__ = ("doc_id", "title", "paragraphs", "generation", "labels")
@@ -286,10 +306,14 @@ class ListDocumentsResponse(_message.Message):
     def __init__(self, documents: _Optional[_Iterable[_Union[DocumentSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., index_version: _Optional[int] = ...) -> None: ...
 
 class GetDocumentRequest(_message.Message):
-    __slots__ = ("doc_id",)
+    __slots__ = ("doc_id", "min_index_version", "wait_for_index")
     DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
-    def __init__(self, doc_id: _Optional[str] = ...) -> None: ...
+    min_index_version: int
+    wait_for_index: bool
+    def __init__(self, doc_id: _Optional[str] = ..., min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class GetDocumentResponse(_message.Message):
     __slots__ = ("document", "paragraphs", "index_version")
@@ -302,8 +326,12 @@ class GetDocumentResponse(_message.Message):
     def __init__(self, document: _Optional[_Union[DocumentSummary, _Mapping]] = ..., paragraphs: _Optional[_Iterable[_Union[Paragraph, _Mapping]]] = ..., index_version: _Optional[int] = ...) -> None: ...
 
 class GetInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("min_index_version", "wait_for_index")
+    MIN_INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    min_index_version: int
+    wait_for_index: bool
+    def __init__(self, min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class GetInfoResponse(_message.Message):
     __slots__ = ("embedder", "dim", "documents", "paragraphs", "index_type", "index_factory", "model_version", "index_version", "max_context", "max_message_bytes", "server_version", "model")
@@ -378,3 +406,29 @@ class ReloadResponse(_message.Message):
     model_version: str
     index_version: int
     def __init__(self, model_version: _Optional[str] = ..., index_version: _Optional[int] = ...) -> None: ...
+
+class BackupRequest(_message.Message):
+    __slots__ = ("destination",)
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    destination: str
+    def __init__(self, destination: _Optional[str] = ...) -> None: ...
+
+class BackupResponse(_message.Message):
+    __slots__ = ("path", "index_version", "snapshot_generation", "documents", "paragraphs", "size_bytes", "files", "seconds")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    INDEX_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPHS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    index_version: int
+    snapshot_generation: int
+    documents: int
+    paragraphs: int
+    size_bytes: int
+    files: int
+    seconds: float
+    def __init__(self, path: _Optional[str] = ..., index_version: _Optional[int] = ..., snapshot_generation: _Optional[int] = ..., documents: _Optional[int] = ..., paragraphs: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...

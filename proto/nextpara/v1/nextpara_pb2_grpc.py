@@ -35,6 +35,14 @@ class NextParagraphServiceStub:
     MALFORMED_REQUEST, MESSAGE_TOO_LARGE); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
     `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
 
+    Read your writes. Every write answers with the store's write generation after it (index_version), and every
+    read says the one it was answered from. A read may ask for `min_index_version` (an index_version a write returned):
+    a server whose index is older (a --read-only replica that has not loaded that write yet, or any server asked for a
+    generation the store has not reached) refuses it with INDEX_BEHIND at once, so that the caller can go to another
+    server; with `wait_for_index` it waits instead, up to the call's deadline (at most 60 s without one): a replica then
+    catches up from the database as soon as the writer has committed that generation, and any server answers once its
+    index has it. It refuses with INDEX_BEHIND just before the deadline if the generation has not come by then.
+
     reason                    code                 when; metadata
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
@@ -51,6 +59,8 @@ class NextParagraphServiceStub:
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
     cannot embed text (precomputed:NAME)
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
+    --backup-dir (absolute, with "..", or already there); destination
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
@@ -63,9 +73,12 @@ class NextParagraphServiceStub:
     store's; modelEmbedder, storeEmbedder or modelDim, storeDim
     NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
     index yet
-    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write or a Backup sent to a --read-only replica: send it to the writer
+    INDEX_BEHIND              FAILED_PRECONDITION  the server's index is older than the read's min_index_version (with
+    wait_for_index: it did not get there before the deadline); indexVersion
+    (the server's), minIndexVersion (asked), waitedSeconds, readOnly
     FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
-    key variable is not set
+    key variable is not set, or Backup on a server without --backup-dir
     QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
     items): retry after RetryInfo.retry_delay; queueLimit
     MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
@@ -73,12 +86,13 @@ class NextParagraphServiceStub:
     actualBytes, message ("request" or "response"). A request over 4x the
     limit is cut off by the transport itself, without details
     STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
-    ones are kept; reads go on
+    ones are kept; reads go on. Or a Backup's disk is full: the partial
+    copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
     TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
     WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
-    Reload); method
+    Reload, Backup); method
     INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
     DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
     from the transport and carry no details.
@@ -140,6 +154,11 @@ class NextParagraphServiceStub:
                 request_serializer=nextpara_dot_v1_dot_nextpara__pb2.ReloadRequest.SerializeToString,
                 response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.ReloadResponse.FromString,
                 _registered_method=True)
+        self.Backup = channel.unary_unary(
+                '/nextpara.v1.NextParagraphService/Backup',
+                request_serializer=nextpara_dot_v1_dot_nextpara__pb2.BackupRequest.SerializeToString,
+                response_deserializer=nextpara_dot_v1_dot_nextpara__pb2.BackupResponse.FromString,
+                _registered_method=True)
 
 
 class NextParagraphServiceServicer:
@@ -151,6 +170,14 @@ class NextParagraphServiceServicer:
     store's write generation when it was refused; not an auth refusal, nor a request refused as it was read:
     MALFORMED_REQUEST, MESSAGE_TOO_LARGE); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
     `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
+
+    Read your writes. Every write answers with the store's write generation after it (index_version), and every
+    read says the one it was answered from. A read may ask for `min_index_version` (an index_version a write returned):
+    a server whose index is older (a --read-only replica that has not loaded that write yet, or any server asked for a
+    generation the store has not reached) refuses it with INDEX_BEHIND at once, so that the caller can go to another
+    server; with `wait_for_index` it waits instead, up to the call's deadline (at most 60 s without one): a replica then
+    catches up from the database as soon as the writer has committed that generation, and any server answers once its
+    index has it. It refuses with INDEX_BEHIND just before the deadline if the generation has not come by then.
 
     reason                    code                 when; metadata
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
@@ -168,6 +195,8 @@ class NextParagraphServiceServicer:
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
     cannot embed text (precomputed:NAME)
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
+    --backup-dir (absolute, with "..", or already there); destination
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
@@ -180,9 +209,12 @@ class NextParagraphServiceServicer:
     store's; modelEmbedder, storeEmbedder or modelDim, storeDim
     NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
     index yet
-    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write or a Backup sent to a --read-only replica: send it to the writer
+    INDEX_BEHIND              FAILED_PRECONDITION  the server's index is older than the read's min_index_version (with
+    wait_for_index: it did not get there before the deadline); indexVersion
+    (the server's), minIndexVersion (asked), waitedSeconds, readOnly
     FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
-    key variable is not set
+    key variable is not set, or Backup on a server without --backup-dir
     QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
     items): retry after RetryInfo.retry_delay; queueLimit
     MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
@@ -190,12 +222,13 @@ class NextParagraphServiceServicer:
     actualBytes, message ("request" or "response"). A request over 4x the
     limit is cut off by the transport itself, without details
     STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
-    ones are kept; reads go on
+    ones are kept; reads go on. Or a Backup's disk is full: the partial
+    copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
     TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
     WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
-    Reload); method
+    Reload, Backup); method
     INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
     DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
     from the transport and carry no details.
@@ -281,6 +314,16 @@ class NextParagraphServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Backup(self, request, context):
+        """Copy the store into a new directory inside the server's --backup-dir while it goes on serving and writing (admin;
+        write role; the writer only). The copy holds every write acknowledged before the call began, and opens as a
+        data directory (`nextpara serve --data-dir` it, or copy it back). Not retried by the clients: a replay finds its
+        destination there (INVALID_DESTINATION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NextParagraphServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -334,6 +377,11 @@ def add_NextParagraphServiceServicer_to_server(servicer, server):
                     request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.ReloadRequest.FromString,
                     response_serializer=nextpara_dot_v1_dot_nextpara__pb2.ReloadResponse.SerializeToString,
             ),
+            'Backup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Backup,
+                    request_deserializer=nextpara_dot_v1_dot_nextpara__pb2.BackupRequest.FromString,
+                    response_serializer=nextpara_dot_v1_dot_nextpara__pb2.BackupResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'nextpara.v1.NextParagraphService', rpc_method_handlers)
@@ -352,6 +400,14 @@ class NextParagraphService:
     MALFORMED_REQUEST, MESSAGE_TOO_LARGE); AddDocuments' also `committedMessages` (messages of the stream committed before the refusal) and
     `messageIndex` (the refused one, 0-based). A rejected request changes nothing stored.
 
+    Read your writes. Every write answers with the store's write generation after it (index_version), and every
+    read says the one it was answered from. A read may ask for `min_index_version` (an index_version a write returned):
+    a server whose index is older (a --read-only replica that has not loaded that write yet, or any server asked for a
+    generation the store has not reached) refuses it with INDEX_BEHIND at once, so that the caller can go to another
+    server; with `wait_for_index` it waits instead, up to the call's deadline (at most 60 s without one): a replica then
+    catches up from the database as soon as the writer has committed that generation, and any server answers once its
+    index has it. It refuses with INDEX_BEHIND just before the deadline if the generation has not come by then.
+
     reason                    code                 when; metadata
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
     FIELD_REQUIRED            INVALID_ARGUMENT     a required field is empty or unset (context, candidates, doc_ids,
@@ -368,6 +424,8 @@ class NextParagraphService:
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
     cannot embed text (precomputed:NAME)
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
+    INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
+    --backup-dir (absolute, with "..", or already there); destination
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
@@ -380,9 +438,12 @@ class NextParagraphService:
     store's; modelEmbedder, storeEmbedder or modelDim, storeDim
     NO_WORD_INDEX             FAILED_PRECONDITION  the model takes word candidates and the read-only store has no word
     index yet
-    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write sent to a --read-only replica: send it to the writer
+    READ_ONLY_REPLICA         FAILED_PRECONDITION  a write or a Backup sent to a --read-only replica: send it to the writer
+    INDEX_BEHIND              FAILED_PRECONDITION  the server's index is older than the read's min_index_version (with
+    wait_for_index: it did not get there before the deadline); indexVersion
+    (the server's), minIndexVersion (asked), waitedSeconds, readOnly
     FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
-    key variable is not set
+    key variable is not set, or Backup on a server without --backup-dir
     QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
     items): retry after RetryInfo.retry_delay; queueLimit
     MESSAGE_TOO_LARGE         RESOURCE_EXHAUSTED   a request, or the response it asks for, over the message size limit
@@ -390,12 +451,13 @@ class NextParagraphService:
     actualBytes, message ("request" or "response"). A request over 4x the
     limit is cut off by the transport itself, without details
     STORAGE_FULL              RESOURCE_EXHAUSTED   the data directory's disk is full: the write was not stored, earlier
-    ones are kept; reads go on
+    ones are kept; reads go on. Or a Backup's disk is full: the partial
+    copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
     TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
     WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
-    Reload); method
+    Reload, Backup); method
     INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
     DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
     from the transport and carry no details.
@@ -661,6 +723,33 @@ class NextParagraphService:
             '/nextpara.v1.NextParagraphService/Reload',
             nextpara_dot_v1_dot_nextpara__pb2.ReloadRequest.SerializeToString,
             nextpara_dot_v1_dot_nextpara__pb2.ReloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Backup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nextpara.v1.NextParagraphService/Backup',
+            nextpara_dot_v1_dot_nextpara__pb2.BackupRequest.SerializeToString,
+            nextpara_dot_v1_dot_nextpara__pb2.BackupResponse.FromString,
             options,
             channel_credentials,
             insecure,
