@@ -1,4 +1,4 @@
-"""CLI commands over the store: ``build``, ``search`` (``info``, which also describes the model, is in attention_core/cli.py).
+"""CLI commands over the store: ``build``, ``search``, ``backup`` (``info``, which also describes the model, is in attention_core/cli.py).
 
 Only argparse is imported at module level; each command imports what it needs when run.
 """
@@ -46,6 +46,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(p)
     p.set_defaults(func=cmd_search)
 
+    p = sub.add_parser("backup", help="copy a store while a server may be writing it (online backup)",
+                       description="Copy the store in --data-dir into DEST, a new directory, without stopping its writer: "
+                                   "SQLite's online backup of the database, then the index snapshot and the other files "
+                                   "(the model). The copy holds every write acknowledged before the backup began and opens "
+                                   "as a data directory: serve it, or copy it back in place of the store.")
+    p.add_argument("dest", metavar="DEST", help="the new directory to write (it must not exist)")
+    add_data_dir(p)
+    add_json(p)
+    p.set_defaults(func=cmd_backup)
+
 
 def cmd_build(args: argparse.Namespace) -> int:
     from .ingest import build
@@ -86,4 +96,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         for (score, pid), para in zip(hits, paragraphs):
             text = para.text if len(para.text) <= 160 else para.text[:157] + "..."
             print(f"{score:.3f}  #{pid}  {para.doc_id}[{para.position}]  {text}")
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .backup import backup
+
+    report = backup(args.data_dir, args.dest, quiet=args.quiet)
+    print(json.dumps(asdict(report), indent=2) if args.json else report.line())
     return 0

@@ -109,13 +109,21 @@ class ParagraphStore:
         self._mutex = threading.RLock()
         self.embedder_name, self.embedder_spec, self.dim = tables.embedder_name, tables.embedder_spec, tables.dim
         self.requested_index = tables.requested_index
-        self.vector_table = VectorTable.load(data_dir, tables)
+        with tables.read_transaction():  # the index and its generation from one view of SQLite (a writer may be
+            self.vector_table = VectorTable.load(data_dir, tables)  # committing meanwhile, for a read-only open)
+            self._index_generation = tables.generation
         self.words = WordIndex(tables.db)
 
     # ---- properties ------------------------------------------------------------------
     @property
     def generation(self) -> int:
         return self.tables.generation
+
+    @property
+    def index_generation(self) -> int:
+        """The write generation the vectors and the index hold: ``generation`` for the writer, which mirrors each of
+        its writes; for a read-only open, the one it loaded (or caught up to): its SQLite may show later writes."""
+        return self._index_generation
 
     @property
     def snapshot_generation(self) -> int:
@@ -177,7 +185,7 @@ class ParagraphStore:
             with self._disk_full_is_clear("adding documents"):
                 result, removed, added, vecs = self.tables.write_documents(checked)
             self.vector_table.apply(removed, added, vecs)
-        result.generation = self.generation
+            self._index_generation = result.generation = self.generation
         return result
 
     def delete_documents(self, doc_ids: Iterable[str]) -> int:
@@ -188,7 +196,21 @@ class ParagraphStore:
             with self._disk_full_is_clear("deleting documents"):
                 removed = self.tables.delete_documents(doc_ids)
             self.vector_table.apply(removed, np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32))
+            self._index_generation = self.generation
         return len(removed)
+
+    def catch_up(self) -> int:
+        """A read-only open: replay what the writer committed since this store loaded (or last caught up) into its
+        vectors and index, as a reopen would; returns ``index_generation``. The writer's own store is always current."""
+        if not self.readonly:
+            return self._index_generation
+        with self._mutex:
+            with self.tables.read_transaction():
+                generation = self.tables.generation
+                if generation != self._index_generation:
+                    self.vector_table.replay(self.tables)
+                    self._index_generation = generation
+        return self._index_generation
 
     @contextlib.contextmanager
     def _disk_full_is_clear(self, action: str, snapshot: bool = False):

@@ -18,6 +18,7 @@ connection (SQLite serialises its use across threads).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -130,6 +131,19 @@ class ParagraphTables:
         self._labels = doc_labels.labels_column(self.has_labels)  # of a document, in queries
 
     # ---- reads ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def read_transaction(self):
+        """Reads inside see one state of the database (a writer committing meanwhile is not seen); on the writer's
+        own connection, which may be inside a transaction already, nothing changes."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.db.execute("COMMIT")
+
     @property
     def generation(self) -> int:
         return int(self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])

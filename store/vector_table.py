@@ -69,6 +69,10 @@ class VectorTable:
         table._replay(live_ids, tables)
         return table
 
+    def replay(self, tables: ParagraphTables) -> None:
+        """Bring the table to what SQLite holds now (a read-only store catching up with its writer)."""
+        self._replay(tables.live_ids(), tables)
+
     def _replay(self, live_ids: np.ndarray, tables: ParagraphTables) -> None:
         keep = np.isin(self.ids, live_ids)
         if not keep.all():
