@@ -154,7 +154,7 @@ class Predictor:
         f = filter or RetrievalFilter()
         allowed = self.store.resolve_filter(f, exclude_doc_ids)
         denied = set(allowed.deny.tolist()) if allowed.allow is None else set()  # else taken out of allow already
-        index_version = self.store.generation
+        index_version = self.store.index_generation
         scored = self.pipeline.retrieve([resolved[i].vectors for i in ok], [resolved[i].exclude | denied for i in ok],
                                         [resolved[i].texts for i in ok], include_attention, self.observe,
                                         keep=None if f.max_per_document else max(top_ks[i] for i in ok),
@@ -184,7 +184,7 @@ class Predictor:
         ok = [i for i, r in enumerate(out) if isinstance(r, ResolvedItems)]
         if not ok:
             return out
-        index_version = self.store.generation
+        index_version = self.store.index_generation
         t0 = time.perf_counter()
         lexical = self.pipeline.lexical_features([ctx[i].texts for i in ok], [cands[i].texts for i in ok])
         scores, _, _ = self.pipeline.score([ctx[i].vectors for i in ok], [cands[i].vectors for i in ok],

@@ -16,7 +16,7 @@ from nextpara.errors import AuthError, Reason
 from .status import abort
 
 SERVICE = "/nextpara.v1.NextParagraphService/"
-WRITE_METHODS = {"AddDocuments", "DeleteDocuments", "Reload"}
+WRITE_METHODS = {"AddDocuments", "DeleteDocuments", "Reload", "Backup"}
 OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 
 

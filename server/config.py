@@ -31,6 +31,8 @@ class ServerSettings:
     metrics_address: str = field(default="127.0.0.1:9464", metadata={"help": "Prometheus metrics host:port ('' to disable)"})
     read_only: bool = field(default=False, metadata={"help": "serve a snapshot without the write lock (replicas); no add/delete"})
     snapshot_seconds: float = field(default=30.0, metadata={"help": "write an index snapshot this often after writes"})
+    backup_dir: str | None = field(default=None, metadata={"help": "directory the Backup RPC writes backups into "
+                                                                   "(unset: Backup is refused)"})
 
     @property
     def max_message_bytes(self) -> int:

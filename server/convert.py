@@ -13,6 +13,7 @@ from google.rpc import status_pb2
 from nextpara import __version__
 from nextpara.attention_core.predictor import PredictionResult, RerankResult
 from nextpara.errors import InvalidInputError, Reason
+from nextpara.store.backup import BackupReport
 from nextpara.store.corpus import Document
 from nextpara.store.filters import RetrievalFilter
 from nextpara.store.labels import check_labels
@@ -202,3 +203,9 @@ def model_info(m: dict) -> pb.ModelInfo:
 def reload_response(versions: tuple[str, int]) -> pb.ReloadResponse:
     model_version, index_version = versions
     return pb.ReloadResponse(model_version=model_version, index_version=index_version)
+
+
+def backup_response(r: BackupReport) -> pb.BackupResponse:
+    return pb.BackupResponse(path=r.path, index_version=r.generation, snapshot_generation=r.snapshot_generation,
+                             documents=r.documents, paragraphs=r.paragraphs, size_bytes=r.size_bytes, files=r.files,
+                             seconds=r.seconds)

@@ -13,13 +13,14 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
+from nextpara.store.backup import BackupReport, backup
 from nextpara.store.embedders import embedder_for_store
 from nextpara.store.filters import RetrievalFilter
 from nextpara.store.ingest import vectors_for
@@ -27,6 +28,7 @@ from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_
 
 from .batching import Coalescer
 from .config import ServerSettings
+from .index_gate import IndexGate
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,10 @@ class Runtime:
         self._write_lock = asyncio.Lock()
         self.on_reload = None  # async callable run after a reload (the server updates health with it)
         self._snapshot_generation = -1
-        self._generation = -1  # the store's write generation, kept by load and by each write (error_facts)
+        self._generation = -1  # the generation the index holds, kept by load, catch-up and each write (error_facts)
+        self.index_gate = IndexGate(lambda: self._generation, self._catch_up if settings.read_only else None,
+                                    settings.read_only)  # reads that ask for min_index_version
+        self._backup_lock = asyncio.Lock()  # one Backup at a time
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
                                    settings.max_queue, on_batch=metrics.batch.observe)
 
@@ -85,7 +90,7 @@ class Runtime:
         self.store = open_store(self.data_dir, readonly=self.settings.read_only)
         self.embedder = embedder_for_store(self.store.embedder_spec, self.store.embedder_name, self.store.dim)
         self._snapshot_generation = self.store.snapshot_generation
-        self._generation = self.store.generation
+        self._generation = self.store.index_generation
         self._load_model()
 
     def _load_model(self) -> None:
@@ -129,6 +134,7 @@ class Runtime:
         old = await self.run_locked(self._reload)
         if self.settings.read_only:
             asyncio.get_running_loop().call_later(30, old.close)  # in-flight calls may still use it
+        self.index_gate.advanced()
         if self.on_reload is not None:
             await self.on_reload()
         return self.versions()
@@ -143,7 +149,19 @@ class Runtime:
         return old
 
     def versions(self) -> tuple[str, int]:
-        return (self.predictor.model_version if self.predictor else "", self.store.generation if self.store else -1)
+        """The model version, and the generation the index holds (on a replica: as loaded or caught up)."""
+        return (self.predictor.model_version if self.predictor else "", self._generation if self.store else -1)
+
+    async def _catch_up(self) -> None:
+        """A replica: replay into its index what the writer has committed since (IndexGate, for waiting reads)."""
+        await self.run_locked(self._catch_up_store)
+
+    def _catch_up_store(self) -> None:
+        before = self._generation
+        self._generation = self.store.catch_up()
+        if self._generation != before:
+            self.metrics.paragraphs.set(self.store.count_paragraphs())
+            log.info("caught up with the writer: index generation %d -> %d", before, self._generation)
 
     def error_facts(self) -> dict:
         """What every refusal's details carry: the index version it was refused at (as of the last write or load:
@@ -244,6 +262,7 @@ class Runtime:
         try:
             async for docs in messages:
                 result = await self.run_locked(self._write, docs)
+                self.index_gate.advanced()
                 committed += 1
                 total.added += result.added
                 total.replaced += result.replaced
@@ -272,6 +291,7 @@ class Runtime:
         if not doc_ids:
             raise InvalidInputError("doc_ids is empty", reason=Reason.FIELD_REQUIRED, field="doc_ids")
         deleted = await self.run_locked(self._delete, list(dict.fromkeys(doc_ids)), allow_missing)
+        self.index_gate.advanced()
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return deleted
 
@@ -282,5 +302,32 @@ class Runtime:
             gone = set(missing)
             doc_ids = [d for d in doc_ids if d not in gone]
         paragraphs = self.store.delete_documents(doc_ids) if doc_ids else 0
-        self._generation = self.store.generation
+        self._generation = self.store.index_generation
         return Deleted(len(doc_ids), paragraphs, self._generation, missing)
+
+    # ---- backup -----------------------------------------------------------------------
+    async def backup(self, destination: str) -> BackupReport:
+        """Copy the store to ``destination`` inside --backup-dir while serving and writing go on (store/backup.py), on
+        a thread of its own: the workers keep serving. One backup at a time."""
+        self._check_writable()
+        if not self.settings.backup_dir:
+            raise FailedPreconditionError("this server was started without --backup-dir, so it writes no backups: "
+                                          "restart it with --backup-dir DIR, or run `nextpara backup` on its machine")
+        dest = backup_destination(Path(self.settings.backup_dir), destination, self._generation)
+        async with self._backup_lock:
+            log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, self._generation)
+            report = await asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
+        log.info("%s", report.line())
+        return report
+
+
+def backup_destination(root: Path, name: str, generation: int) -> Path:
+    """Where a Backup named ``name`` goes: inside ``root``; "" picks nextpara-g<generation>-<UTC time>. A path that
+    would leave ``root`` is INVALID_DESTINATION (one that exists too, refused by the store's backup)."""
+    if not name:
+        name = f"nextpara-g{generation}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or "\x00" in name or not path.parts:
+        raise InvalidInputError(f"destination {name!r:.200} is not a relative path inside the backup directory",
+                                reason=Reason.INVALID_DESTINATION, field="destination", metadata={"destination": name})
+    return Path(root).expanduser().resolve() / path

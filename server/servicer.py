@@ -25,8 +25,13 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
     def __init__(self, runtime: Runtime):
         self.rt = runtime
 
+    async def _index_at_least(self, request, context) -> None:
+        """A read's min_index_version (read your writes): INDEX_BEHIND, or with wait_for_index a wait (index_gate.py)."""
+        await self.rt.index_gate.require(request.min_index_version, request.wait_for_index, context.time_remaining())
+
     @rpc
     async def PredictNext(self, request, context):
+        await self._index_at_least(request, context)
         result = await self.rt.predict(convert.context_items(request.context, "context"), request.top_k,
                                        request.include_attention, list(request.exclude_doc_ids),
                                        convert.retrieval_filter(request), context.time_remaining())
@@ -37,6 +42,7 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
         return await self._rerank(request, context)
 
     async def _rerank(self, request, context):
+        await self._index_at_least(request, context)
         result = await self.rt.rerank(convert.context_items(request.context, "context"),
                                       convert.context_items(request.candidates, "candidates"), context.time_remaining())
         return convert.rerank_response(request.request_id, result, request.top_k)
@@ -71,23 +77,31 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
 
     @rpc
     async def GetParagraphs(self, request, context):
+        await self._index_at_least(request, context)
         paragraphs, vectors = await self.rt.get_paragraphs(list(request.paragraph_ids), request.include_vectors)
         return convert.paragraphs_response(paragraphs, vectors)
 
     @rpc
     async def ListDocuments(self, request, context):
+        await self._index_at_least(request, context)
         size, labels = convert.page_size(request.page_size), convert.list_labels(request)
         after = convert.after_doc_id(request.page_token, labels)
         return convert.list_documents_response(*await self.rt.list_documents(after, size, labels), labels)
 
     @rpc
     async def GetDocument(self, request, context):
+        await self._index_at_least(request, context)
         return convert.document_response(*await self.rt.get_document(request.doc_id))
 
     @rpc
     async def GetInfo(self, request, context):
+        await self._index_at_least(request, context)
         return convert.info_response(await self.rt.info())
 
     @rpc
     async def Reload(self, request, context):
         return convert.reload_response(await self.rt.reload())
+
+    @rpc
+    async def Backup(self, request, context):
+        return convert.backup_response(await self.rt.backup(request.destination))
