@@ -24,6 +24,7 @@ from .errors import (
 from .sync import Client
 from .types import (
     AddResult,
+    BackupResult,
     DeleteResult,
     Document,
     DocumentPage,
@@ -43,4 +44,5 @@ __all__ = ["Client", "AsyncClient", "NextparaError", "ServiceError", "InvalidArg
            "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
            "Reason", "FieldViolation",
            "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info",
+           "BackupResult",
            "DocumentPage", "DocumentSummary", "StoredDocument", "Filter", "ModelInfo", "ValidationFigures"]

@@ -10,6 +10,7 @@ from nextpara.v1 import nextpara_pb2 as pb
 from .errors import ServiceError, from_status
 from .types import (
     AddResult,
+    BackupResult,
     ContextItem,
     DeleteResult,
     Document,
@@ -60,9 +61,16 @@ def filter_message(f: Filter | Mapping | None) -> pb.RetrievalFilter | None:
                               min_score=f.min_score, max_per_document=f.max_per_document)
 
 
-def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter=None) -> pb.PredictNextRequest:
+def fresh(min_index_version: int, wait_for_index: bool) -> dict:
+    """A read's read-your-writes fields (min_index_version, wait_for_index)."""
+    return {"min_index_version": int(min_index_version), "wait_for_index": bool(wait_for_index)}
+
+
+def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter=None,
+                    min_index_version: int = 0, wait_for_index: bool = False) -> pb.PredictNextRequest:
     return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=top_k, include_attention=include_attention,
-                                 exclude_doc_ids=list(exclude_doc_ids), omit_text=omit_text, filter=filter_message(filter))
+                                 exclude_doc_ids=list(exclude_doc_ids), omit_text=omit_text, filter=filter_message(filter),
+                                 **fresh(min_index_version, wait_for_index))
 
 
 def predict_result(r: pb.PredictNextResponse) -> PredictResult:
@@ -73,23 +81,24 @@ def predict_result(r: pb.PredictNextResponse) -> PredictResult:
         context_dropped=r.context_dropped, attention=[list(h.weights) for h in r.attention])
 
 
-def rerank_request(context, candidates, top_k: int = 0, request_id: str = "", message=pb.RerankRequest):
+def rerank_request(context, candidates, top_k: int = 0, request_id: str = "", message=pb.RerankRequest,
+                   min_index_version: int = 0, wait_for_index: bool = False):
     """A RerankRequest (or, as ``message``, a RerankStreamRequest: the same fields)."""
     return message(request_id=request_id, context=paragraphs(context, "context"),
-                   candidates=paragraphs(candidates, "candidates"), top_k=top_k)
+                   candidates=paragraphs(candidates, "candidates"), top_k=top_k, **fresh(min_index_version, wait_for_index))
 
 
 def rerank_result(r: pb.RerankResponse) -> RerankResult:
     return RerankResult(list(r.order), list(r.scores), r.model_version, r.index_version, r.request_id, r.context_dropped)
 
 
-def rerank_item(item, index: int) -> pb.RerankStreamRequest:
+def rerank_item(item, index: int, min_index_version: int = 0, wait_for_index: bool = False) -> pb.RerankStreamRequest:
     """An item of rerank_many: a (context, candidates) pair or a mapping with context/candidates[/request_id/top_k]."""
     if isinstance(item, Mapping):
         return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), str(item.get("request_id", index)),
-                              pb.RerankStreamRequest)
+                              pb.RerankStreamRequest, min_index_version, wait_for_index)
     context, candidates = item
-    return rerank_request(context, candidates, 0, str(index), pb.RerankStreamRequest)
+    return rerank_request(context, candidates, 0, str(index), pb.RerankStreamRequest, min_index_version, wait_for_index)
 
 
 def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> RerankResult | ServiceError:
@@ -168,3 +177,8 @@ def info_result(r: pb.GetInfoResponse) -> Info:
                       _figures(m.cosine_validation) if m.HasField("cosine_validation") else None) if r.HasField("model") else None
     return Info(r.embedder, r.dim, r.documents, r.paragraphs, r.index_type, r.index_factory, r.model_version,
                 r.index_version, r.max_context, r.max_message_bytes, r.server_version, model)
+
+
+def backup_result(r: pb.BackupResponse) -> BackupResult:
+    return BackupResult(r.path, r.index_version, r.snapshot_generation, r.documents, r.paragraphs, r.size_bytes, r.files,
+                        r.seconds)

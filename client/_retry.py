@@ -9,6 +9,11 @@ UNAVAILABLE can mean the server never saw the call, or that it did the work and 
 - DeleteDocuments only with ``allow_missing``: a plain delete that succeeded and is replayed finds its ids
   gone and answers NOT_FOUND. The channel cannot tell a request's fields apart, so it never retries
   DeleteDocuments; the clients retry an ``allow_missing`` delete themselves, with :class:`Backoff`.
+- Backup never: one that succeeded and is replayed finds its destination there (INVALID_DESTINATION).
+
+INDEX_BEHIND (a read's ``min_index_version`` is newer than the server's index) is FAILED_PRECONDITION, which is not
+retried: a read that asked to wait (``wait_for_index``) was already kept by the server until just before its deadline,
+and one that did not ask was refused at once so that its caller can choose (the writer, or waiting).
 
 A server whose call queue is full answers RESOURCE_EXHAUSTED with reason QUEUE_FULL and a RetryInfo delay: the
 clients retry such a call after that delay, for the same methods (a replay of them is harmless, and the refused call
@@ -37,7 +42,8 @@ SERVICE = "nextpara.v1.NextParagraphService"
 # (tests/test_client_idempotency.py::test_every_method_has_a_retry_decision checks the proto against them).
 IDEMPOTENT = ("PredictNext", "Rerank", "RerankStream", "AddDocuments", "GetParagraphs", "ListDocuments", "GetDocument",
               "GetInfo", "Reload")
-NOT_IDEMPOTENT = ("DeleteDocuments",)  # idempotent only with allow_missing: see retried()
+NOT_IDEMPOTENT = ("DeleteDocuments",  # idempotent only with allow_missing: see retried()
+                  "Backup")  # a replay finds its destination there
 
 MAX_ATTEMPTS = 4  # the first call and up to three retries
 INITIAL_BACKOFF, MAX_BACKOFF, BACKOFF_MULTIPLIER = 0.2, 3.0, 2.0

@@ -18,6 +18,7 @@ from ._upload import DocumentStream
 from .errors import ServiceError, from_rpc_error
 from .types import (
     AddResult,
+    BackupResult,
     ContextItem,
     DeleteResult,
     Document,
@@ -61,19 +62,24 @@ class AsyncClient:
 
     async def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
                            exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
-                           filter: Filter | Mapping | None = None, timeout: float | None = None) -> PredictResult:
+                           filter: Filter | Mapping | None = None, min_index_version: int = 0,
+                           wait_for_index: bool = False, timeout: float | None = None) -> PredictResult:
         """The top_k stored paragraphs most likely to follow ``context`` (texts, stored ids or vectors, oldest first);
         ``filter``: which paragraphs may be returned and how many are kept (a Filter, or a dict of its fields)."""
-        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter)
+        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter,
+                                           min_index_version, wait_for_index)
         return _convert.predict_result(await self._call("PredictNext", request, timeout))
 
     async def rerank(self, context: Sequence[ContextItem], candidates: Sequence[ContextItem], *, top_k: int = 0,
+                     min_index_version: int = 0, wait_for_index: bool = False,
                      timeout: float | None = None) -> RerankResult:
-        request = _convert.rerank_request(context, candidates, top_k)
+        request = _convert.rerank_request(context, candidates, top_k, min_index_version=min_index_version,
+                                          wait_for_index=wait_for_index)
         return _convert.rerank_result(await self._call("Rerank", request, timeout))
 
     async def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
-                          return_errors: bool = False) -> AsyncIterator[RerankResult | ServiceError]:
+                          return_errors: bool = False, min_index_version: int = 0,
+                          wait_for_index: bool = False) -> AsyncIterator[RerankResult | ServiceError]:
         """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
         its error, or with ``return_errors`` is yielded in its place."""
         window = asyncio.Semaphore(max_in_flight)
@@ -81,7 +87,7 @@ class AsyncClient:
         async def requests():
             for i, item in enumerate(items):
                 await window.acquire()
-                yield _convert.rerank_item(item, i)
+                yield _convert.rerank_item(item, i, min_index_version, wait_for_index)
 
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
@@ -107,27 +113,38 @@ class AsyncClient:
         request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
         return _convert.delete_result(await self._call("DeleteDocuments", request, timeout))
 
-    async def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False,
-                             timeout: float | None = None) -> list[Paragraph]:
-        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
+    async def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, min_index_version: int = 0,
+                             wait_for_index: bool = False, timeout: float | None = None) -> list[Paragraph]:
+        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors,
+                                          **_convert.fresh(min_index_version, wait_for_index))
         return _convert.paragraphs_result(await self._call("GetParagraphs", request, timeout))
 
     async def list_documents(self, page_size: int = 0, page_token: str = "", *, labels: Mapping[str, str] | None = None,
+                             min_index_version: int = 0, wait_for_index: bool = False,
                              timeout: float | None = None) -> DocumentPage:
         """As Client.list_documents: one page in doc_id order; ``labels``: only documents carrying every one of them."""
-        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token, labels=dict(labels or {}))
+        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token, labels=dict(labels or {}),
+                                          **_convert.fresh(min_index_version, wait_for_index))
         return _convert.page_result(await self._call("ListDocuments", request, timeout))
 
-    async def get_document(self, doc_id: str, *, timeout: float | None = None) -> StoredDocument:
+    async def get_document(self, doc_id: str, *, min_index_version: int = 0, wait_for_index: bool = False,
+                           timeout: float | None = None) -> StoredDocument:
         """A stored document and its paragraphs in order; NotFound if it is not stored."""
-        return _convert.document_result(await self._call("GetDocument", pb.GetDocumentRequest(doc_id=doc_id), timeout))
+        return _convert.document_result(await self._call("GetDocument", pb.GetDocumentRequest(
+            doc_id=doc_id, **_convert.fresh(min_index_version, wait_for_index)), timeout))
 
-    async def info(self, *, timeout: float | None = None) -> Info:
-        return _convert.info_result(await self._call("GetInfo", pb.GetInfoRequest(), timeout))
+    async def info(self, *, min_index_version: int = 0, wait_for_index: bool = False,
+                   timeout: float | None = None) -> Info:
+        request = pb.GetInfoRequest(**_convert.fresh(min_index_version, wait_for_index))
+        return _convert.info_result(await self._call("GetInfo", request, timeout))
 
     async def reload(self, *, timeout: float | None = None) -> tuple[str, int]:
         r = await self._call("Reload", pb.ReloadRequest(), timeout)
         return r.model_version, r.index_version
+
+    async def backup(self, destination: str = "", *, timeout: float | None = None) -> BackupResult:
+        """As Client.backup: the server copies its store into a new directory inside its --backup-dir; not retried."""
+        return _convert.backup_result(await self._call("Backup", pb.BackupRequest(destination=destination), timeout))
 
     async def health(self, *, timeout: float | None = None) -> str:
         from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -11,6 +11,12 @@ Every call takes ``timeout=`` (seconds; the client's default otherwise). Failure
 metadata, field violations and retry delay. Only calls that a replay cannot harm are retried (``_retry.py``), on
 UNAVAILABLE and, after the delay the server asked for, on QUEUE_FULL: the reads (not the health probe), Reload,
 AddDocuments (UNAVAILABLE only), and DeleteDocuments with ``allow_missing``.
+
+Read your writes: the reads take ``min_index_version`` (the ``index_version`` a write returned) and
+``wait_for_index``. A server whose index is older raises FailedPrecondition with ``reason == "INDEX_BEHIND"`` (its
+``metadata["indexVersion"]``); that is never retried here: without ``wait_for_index`` it comes at once, for the caller
+to read from the writer or ask again with ``wait_for_index``, and with it the server has already waited until just
+before the call's deadline.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ._upload import DocumentStream
 from .errors import ServiceError, from_rpc_error
 from .types import (
     AddResult,
+    BackupResult,
     ContextItem,
     DeleteResult,
     Document,
@@ -80,19 +87,24 @@ class Client:
 
     def predict_next(self, context: Sequence[ContextItem], top_k: int = 10, *, include_attention: bool = False,
                      exclude_doc_ids: Sequence[str] = (), omit_text: bool = False,
-                     filter: Filter | Mapping | None = None, timeout: float | None = None) -> PredictResult:
+                     filter: Filter | Mapping | None = None, min_index_version: int = 0,
+                     wait_for_index: bool = False, timeout: float | None = None) -> PredictResult:
         """The top_k stored paragraphs most likely to follow ``context`` (texts, stored ids or vectors, oldest first);
         ``filter``: which paragraphs may be returned and how many are kept (a Filter, or a dict of its fields)."""
-        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter)
+        request = _convert.predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter,
+                                           min_index_version, wait_for_index)
         return _convert.predict_result(self._call("PredictNext", request, timeout))
 
     def rerank(self, context: Sequence[ContextItem], candidates: Sequence[ContextItem], *, top_k: int = 0,
+               min_index_version: int = 0, wait_for_index: bool = False,
                timeout: float | None = None) -> RerankResult:
-        request = _convert.rerank_request(context, candidates, top_k)
+        request = _convert.rerank_request(context, candidates, top_k, min_index_version=min_index_version,
+                                          wait_for_index=wait_for_index)
         return _convert.rerank_result(self._call("Rerank", request, timeout))
 
     def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
-                    return_errors: bool = False) -> Iterator[RerankResult | ServiceError]:
+                    return_errors: bool = False, min_index_version: int = 0,
+                    wait_for_index: bool = False) -> Iterator[RerankResult | ServiceError]:
         """Stream (context, candidates) pairs (or mappings with context, candidates, request_id, top_k) through
         RerankStream; yields results in input order with at most ``max_in_flight`` requests unanswered.
         A refused item raises its error (a ServiceError with its ``request_id``), which ends the iteration; with
@@ -106,7 +118,7 @@ class Client:
                 while not window.acquire(timeout=0.1):
                     if done.is_set():
                         return
-                yield _convert.rerank_item(item, i)
+                yield _convert.rerank_item(item, i, min_index_version, wait_for_index)
 
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
@@ -137,28 +149,42 @@ class Client:
         request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
         return _convert.delete_result(self._call("DeleteDocuments", request, timeout))
 
-    def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, timeout: float | None = None) -> list[Paragraph]:
-        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors)
+    def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, min_index_version: int = 0,
+                       wait_for_index: bool = False, timeout: float | None = None) -> list[Paragraph]:
+        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors,
+                                          **_convert.fresh(min_index_version, wait_for_index))
         return _convert.paragraphs_result(self._call("GetParagraphs", request, timeout))
 
     def list_documents(self, page_size: int = 0, page_token: str = "", *, labels: Mapping[str, str] | None = None,
+                       min_index_version: int = 0, wait_for_index: bool = False,
                        timeout: float | None = None) -> DocumentPage:
         """One page of the stored documents in doc_id order (``page_size`` 0: the server's default of 100, at most
         1000); pass ``next_page_token`` back for the next page. Tokens stay valid while the store is written.
         ``labels``: only documents carrying every one of them (pass the same labels with each page's token)."""
-        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token, labels=dict(labels or {}))
+        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token, labels=dict(labels or {}),
+                                          **_convert.fresh(min_index_version, wait_for_index))
         return _convert.page_result(self._call("ListDocuments", request, timeout))
 
-    def get_document(self, doc_id: str, *, timeout: float | None = None) -> StoredDocument:
+    def get_document(self, doc_id: str, *, min_index_version: int = 0, wait_for_index: bool = False,
+                     timeout: float | None = None) -> StoredDocument:
         """A stored document and its paragraphs in order; NotFound if it is not stored."""
-        return _convert.document_result(self._call("GetDocument", pb.GetDocumentRequest(doc_id=doc_id), timeout))
+        return _convert.document_result(self._call("GetDocument", pb.GetDocumentRequest(
+            doc_id=doc_id, **_convert.fresh(min_index_version, wait_for_index)), timeout))
 
-    def info(self, *, timeout: float | None = None) -> Info:
-        return _convert.info_result(self._call("GetInfo", pb.GetInfoRequest(), timeout))
+    def info(self, *, min_index_version: int = 0, wait_for_index: bool = False, timeout: float | None = None) -> Info:
+        request = pb.GetInfoRequest(**_convert.fresh(min_index_version, wait_for_index))
+        return _convert.info_result(self._call("GetInfo", request, timeout))
 
     def reload(self, *, timeout: float | None = None) -> tuple[str, int]:
         r = self._call("Reload", pb.ReloadRequest(), timeout)
         return r.model_version, r.index_version
+
+    def backup(self, destination: str = "", *, timeout: float | None = None) -> BackupResult:
+        """Have the server copy its store into ``destination``, a new directory inside its --backup-dir ("": a name of
+        its choosing), while it goes on serving and writing (write role; the writer only). Never retried: a replay
+        would find its destination there. A large store needs a longer ``timeout``; if the deadline passes the copy
+        goes on on the server, and its directory appears only once it is complete."""
+        return _convert.backup_result(self._call("Backup", pb.BackupRequest(destination=destination), timeout))
 
     def health(self, *, timeout: float | None = None) -> str:
         """The standard health status of the service: SERVING, NOT_SERVING, ..."""

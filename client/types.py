@@ -148,3 +148,15 @@ class Info:
     max_message_bytes: int
     server_version: str
     model: ModelInfo | None = None  # None from a server older than this field
+
+
+@dataclass(frozen=True)
+class BackupResult:
+    path: str  # the backup's directory on the server's machine
+    index_version: int  # the write generation the copy holds
+    snapshot_generation: int  # the index snapshot copied with it (-1: none)
+    documents: int
+    paragraphs: int
+    size_bytes: int
+    files: int
+    seconds: float
