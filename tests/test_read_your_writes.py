@@ -1,0 +1,113 @@
+"""Read your writes: min_index_version on a writer and a --read-only replica of one data directory (real servers on
+127.0.0.1 serving a trained MiniLM store, writes embedded by the real model). A replica behind says INDEX_BEHIND; asked
+to wait, it catches up with what the writer committed and answers; the clients expose the refusal and do not retry it.
+"""
+
+import asyncio
+import re
+import threading
+import time
+import urllib.request
+
+import grpc
+import pytest
+from conftest import LiveServer
+from nextpara.client import AsyncClient, Client, FailedPrecondition, Reason, RerankResult
+
+
+@pytest.fixture(scope="module")
+def pair(server_store):
+    """A writer and a read-only replica of the same data directory, started in that order."""
+    writer = LiveServer(server_store).start()
+    replica = LiveServer(server_store, read_only=True).start()
+    yield writer, replica
+    replica.stop()
+    writer.stop()
+
+
+def behind(call) -> FailedPrecondition:
+    with pytest.raises(FailedPrecondition) as err:
+        call()
+    assert err.value.reason == Reason.INDEX_BEHIND == "INDEX_BEHIND" and err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    return err.value
+
+
+def calls(server, method: str, code: str) -> float:
+    """How many calls of ``method`` the server answered with ``code`` (its Prometheus counter)."""
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
+    found = re.search(rf'nextpara_requests_total\{{code="{code}",method="{method}"\}} (\S+)', metrics)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_a_replica_behind_a_write_says_index_behind_and_catches_up_when_asked_to_wait(pair):
+    writer, replica = pair
+    with Client(writer.address, timeout=60) as w, Client(replica.address, timeout=60) as r:
+        loaded = r.info().index_version
+        added = w.add_documents([{"doc_id": "ryw-1", "title": "Read your writes",
+                                  "paragraphs": ["A replica learns of this write from the database.",
+                                                 "It answers once its index holds it."]}])
+        version = added.index_version
+        assert version > loaded and w.info(min_index_version=version).index_version == version  # the writer has it
+
+        refused_before = calls(replica, "GetDocument", "FAILED_PRECONDITION")
+        e = behind(lambda: r.get_document("ryw-1", min_index_version=version))
+        assert calls(replica, "GetDocument", "FAILED_PRECONDITION") == refused_before + 1  # not retried by the client
+        assert e.metadata["indexVersion"] == str(loaded) and e.metadata["minIndexVersion"] == str(version)
+        assert e.metadata["readOnly"] == "true" and e.metadata["waitedSeconds"] == "0.000" and "wait_for_index" in e.details
+        behind(lambda: r.predict_next(["A replica learns of this write."], top_k=3, min_index_version=version))
+        behind(lambda: r.rerank([1], [2, 3], min_index_version=version))
+        behind(lambda: r.list_documents(min_index_version=version))
+        behind(lambda: r.get_paragraphs([1], min_index_version=version))
+        assert r.info().index_version == loaded  # refusing did not move it; an older version is served at once
+        assert r.get_paragraphs([1], min_index_version=loaded)[0].paragraph_id == 1
+
+        doc = r.get_document("ryw-1", min_index_version=version, wait_for_index=True)
+        assert [p.position for p in doc.paragraphs] == [0, 1] and doc.index_version >= version
+        ids = [p.paragraph_id for p in doc.paragraphs]
+        stored = r.get_paragraphs(ids, include_vectors=True, min_index_version=version)
+        assert all(len(p.vector) == 384 for p in stored)  # the replica's index holds the new vectors, not only SQLite
+        found = r.predict_next([ids[0]], top_k=1000, min_index_version=version, wait_for_index=True)  # every candidate:
+        assert found.index_version >= version and ids[1] in [p.paragraph_id for p in found.predictions]  # FAISS finds it
+        assert r.info(min_index_version=version).index_version >= version
+
+
+def test_a_version_not_reached_waits_for_the_write_that_brings_it_or_refuses_before_the_deadline(pair):
+    writer, replica = pair
+    with Client(writer.address, timeout=60) as w, Client(replica.address, timeout=60) as r:
+        now = w.info().index_version
+        for client in (w, r):  # nothing will bring it: refused with the details just before the deadline
+            started = time.monotonic()
+            e = behind(lambda: client.info(min_index_version=now + 1000, wait_for_index=True, timeout=2))
+            assert 1.5 < time.monotonic() - started < 2 and 1.5 < float(e.metadata["waitedSeconds"]) < 2
+            assert e.metadata["minIndexVersion"] == str(now + 1000)
+
+        answers: dict = {}
+
+        def read(name, client):
+            answers[name] = client.info(min_index_version=now + 1, wait_for_index=True, timeout=60).index_version
+
+        readers = [threading.Thread(target=read, args=(name, c)) for name, c in (("writer", w), ("replica", r))]
+        for t in readers:
+            t.start()
+        w.add_documents([{"doc_id": "ryw-2", "paragraphs": ["The write that the waiting reads need."]}])
+        for t in readers:
+            t.join(timeout=60)
+        assert answers == {"writer": now + 1, "replica": now + 1}
+
+
+def test_the_async_client_and_rerank_many_expose_index_behind(pair):
+    writer, replica = pair
+    ahead = Client(writer.address).info().index_version + 1000
+
+    async def main():
+        async with AsyncClient(replica.address, timeout=30) as c:
+            with pytest.raises(FailedPrecondition) as err:
+                await c.get_paragraphs([1], min_index_version=ahead)
+            assert err.value.reason == "INDEX_BEHIND" and err.value.metadata["minIndexVersion"] == str(ahead)
+            result = await c.rerank([1], [2, 3], min_index_version=1, wait_for_index=True)
+            assert isinstance(result, RerankResult) and sorted(result.order) == [0, 1]
+
+    asyncio.run(main())
+    with Client(replica.address, timeout=30) as c:
+        answers = list(c.rerank_many([([1], [2, 3])] * 2, return_errors=True, min_index_version=ahead))
+        assert [a.reason for a in answers] == ["INDEX_BEHIND"] * 2 and [a.request_id for a in answers] == ["0", "1"]
