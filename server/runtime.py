@@ -310,10 +310,11 @@ class Runtime:
         """Copy the store to ``destination`` inside --backup-dir while serving and writing go on (store/backup.py), on
         a thread of its own: the workers keep serving. One backup at a time."""
         self._check_writable()
+        name = backup_name(destination, self._generation)
         if not self.settings.backup_dir:
             raise FailedPreconditionError("this server was started without --backup-dir, so it writes no backups: "
                                           "restart it with --backup-dir DIR, or run `nextpara backup` on its machine")
-        dest = backup_destination(Path(self.settings.backup_dir), destination, self._generation)
+        dest = Path(self.settings.backup_dir).expanduser().resolve() / name
         async with self._backup_lock:
             log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, self._generation)
             report = await asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
@@ -321,13 +322,13 @@ class Runtime:
         return report
 
 
-def backup_destination(root: Path, name: str, generation: int) -> Path:
-    """Where a Backup named ``name`` goes: inside ``root``; "" picks nextpara-g<generation>-<UTC time>. A path that
-    would leave ``root`` is INVALID_DESTINATION (one that exists too, refused by the store's backup)."""
+def backup_name(name: str, generation: int) -> PurePosixPath:
+    """A Backup's destination as a path inside --backup-dir; "" picks nextpara-g<generation>-<UTC time>. A path that
+    would leave it is INVALID_DESTINATION (one that exists too, refused by the store's backup)."""
     if not name:
         name = f"nextpara-g{generation}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\x00" in name or not path.parts:
         raise InvalidInputError(f"destination {name!r:.200} is not a relative path inside the backup directory",
                                 reason=Reason.INVALID_DESTINATION, field="destination", metadata={"destination": name})
-    return Path(root).expanduser().resolve() / path
+    return path

@@ -2,8 +2,8 @@
 127.0.0.1, and its details (reason, metadata, field violations, retry delay) read back through the clients.
 
 Not provoked here: INVALID_ARGUMENT and FAILED_PRECONDITION as reasons are catch-alls that no known request gets
-(each known refusal has its own reason; FAILED_PRECONDITION is provoked below through the one known case, a remote
-embedder without its API key), and INTERNAL_ERROR needs a bug in the server. STORAGE_FULL needs a full disk: it is
+(each known refusal has its own reason; FAILED_PRECONDITION is provoked below through its known cases, a remote
+embedder without its API key and a Backup to a server without --backup-dir), and INTERNAL_ERROR needs a bug in the server. STORAGE_FULL needs a full disk: it is
 provoked in tests/test_crash.py::test_a_server_whose_disk_fills_refuses_writes_and_keeps_serving (a private tmpfs).
 """
 
@@ -72,6 +72,10 @@ def test_the_proto_documents_every_reason_with_its_code():
     (lambda c: c.delete_documents(["no-such-doc"]), "UNKNOWN_IDS", None, {"idKind": "doc_id", "missingIds": '["no-such-doc"]'}),
     (lambda c: c.get_paragraphs([1] * 12_000, include_vectors=True), "MESSAGE_TOO_LARGE", None,
      {"message": "response", "limitBytes": str(16 * 2**20)}),
+    (lambda c: c.get_paragraphs([1], min_index_version=10**9), "INDEX_BEHIND", None,
+     {"minIndexVersion": str(10**9), "readOnly": "false", "waitedSeconds": "0.000"}),
+    (lambda c: c.backup("../outside"), "INVALID_DESTINATION", "destination", {"destination": "../outside"}),
+    (lambda c: c.backup("fine-name"), "FAILED_PRECONDITION", None, {}),  # the server has no --backup-dir
 ])
 def test_refusals_carry_their_reason_field_and_metadata(client, call, reason, field, metadata):
     before = client.info()

@@ -77,7 +77,7 @@ def test_a_version_not_reached_waits_for_the_write_that_brings_it_or_refuses_bef
         now = w.info().index_version
         for client in (w, r):  # nothing will bring it: refused with the details just before the deadline
             started = time.monotonic()
-            e = behind(lambda: client.info(min_index_version=now + 1000, wait_for_index=True, timeout=2))
+            e = behind(lambda c=client: c.info(min_index_version=now + 1000, wait_for_index=True, timeout=2))
             assert 1.5 < time.monotonic() - started < 2 and 1.5 < float(e.metadata["waitedSeconds"]) < 2
             assert e.metadata["minIndexVersion"] == str(now + 1000)
 

@@ -6,10 +6,11 @@
 The data dir is copied first; the server runs on the copy as a separate process. hypothesis draws
 each request from strategies over the proto's messages: every RPC (PredictNext, Rerank,
 RerankStream, AddDocuments, DeleteDocuments with and without allow_missing, GetParagraphs, ListDocuments,
-GetDocument, GetInfo, Reload) with field values
+GetDocument, GetInfo, Reload, Backup) with field values
 that are valid, empty, huge, negative, out of range, NaN/inf, of the wrong dimension, duplicated
 or unknown, documents' labels and PredictNext's filters (doc_id lists, labels, min_score,
-max_per_document) and ListDocuments' labels among them; streams that the client abandons midway; and raw bytes that are not the message
+max_per_document) and ListDocuments' labels among them; the reads with min_index_version (any, and with
+wait_for_index one the store has reached, so that no call waits for its deadline); streams that the client abandons midway; and raw bytes that are not the message
 (random, or a valid request with bytes flipped, which also yields invalid UTF-8 in strings).
 
 For each request: the status must be one the service documents (OK, INVALID_ARGUMENT,
@@ -40,8 +41,9 @@ ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode
            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
-def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
-    """A hypothesis strategy of (rpc name, request or list of requests, options)."""
+def strategies(dim: int, n_paragraphs: int, doc_ids: list[str], generation: int = 0):
+    """A hypothesis strategy of (rpc name, request or list of requests, options); ``generation``: the store's when the
+    run starts (a read may wait for one up to it, which it has reached)."""
     from hypothesis import strategies as st
     from nextpara.v1 import nextpara_pb2 as pb
 
@@ -58,6 +60,11 @@ def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
                      st.just(pb.ContextParagraph()))
     items = st.lists(item, max_size=12)
     top_k = st.one_of(st.integers(0, 20), st.integers(0, 2**32 - 1))
+    # read your writes: any min_index_version (INDEX_BEHIND when the store has not reached it), or one it has reached
+    # with wait_for_index
+    fresh = st.one_of(st.just({}), st.integers(-2**63, 2**63 - 1).map(lambda v: {"min_index_version": v}),
+                      st.integers(0, generation).map(lambda v: {"min_index_version": v, "wait_for_index": True}),
+                      st.just({"min_index_version": generation + 1}))
     doc_id = st.one_of(st.sampled_from(doc_ids[:50] or ["x"]), st.text(max_size=20), st.just(""),
                        st.text(min_size=513, max_size=600), st.uuids().map(lambda u: f"fuzz-{u}"))
     label_text = st.one_of(st.sampled_from(["tenant", "acme", "initech", "tier", "gold"]), st.text(max_size=12),
@@ -76,12 +83,13 @@ def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
                                                             max_per_document=n),
         st.one_of(st.lists(doc_id, max_size=4), st.integers(10_001, 10_010).map(lambda n: [f"many-{i}" for i in range(n)])),
         st.lists(doc_id, max_size=4), labels, st.one_of(st.none(), floats), st.one_of(st.integers(0, 3), st.integers(0, 2**32 - 1)))
-    predict = st.builds(lambda c, k, o, a, x, f: pb.PredictNextRequest(context=c, top_k=k, omit_text=o, include_attention=a,
-                                                                       exclude_doc_ids=x, filter=f),
+    predict = st.builds(lambda c, k, o, a, x, f, y: pb.PredictNextRequest(context=c, top_k=k, omit_text=o,
+                                                                          include_attention=a, exclude_doc_ids=x, filter=f,
+                                                                          **y),
                         items, top_k, st.booleans(), st.booleans(), st.lists(doc_id, max_size=3),
-                        st.one_of(st.none(), retrieval_filter))
-    rerank = st.builds(lambda r, c, k, n: pb.RerankRequest(request_id=r, context=c, candidates=k, top_k=n),
-                       st.text(max_size=10), items, st.lists(item, max_size=30), top_k)
+                        st.one_of(st.none(), retrieval_filter), fresh)
+    rerank = st.builds(lambda r, c, k, n, f: pb.RerankRequest(request_id=r, context=c, candidates=k, top_k=n, **f),
+                       st.text(max_size=10), items, st.lists(item, max_size=30), top_k, fresh)
     token = st.one_of(st.just(""), st.text(max_size=30), st.tuples(doc_id, st.one_of(st.just({}), st.builds(
         lambda f: {"labels": f}, st.text(max_size=16)))).map(lambda t: base64.urlsafe_b64encode(
             json.dumps({"v": 1, "after": t[0], **t[1]}).encode()).decode()))  # as ListDocuments makes them, any doc_id
@@ -98,16 +106,20 @@ def strategies(dim: int, n_paragraphs: int, doc_ids: list[str]):
                                                               min_size=0, max_size=3), st.integers(0, 3))),
         st.tuples(st.just("DeleteDocuments"), st.builds(lambda ds, m: pb.DeleteDocumentsRequest(doc_ids=ds, allow_missing=m),
                                                          st.lists(doc_id, max_size=4), st.booleans())),
-        st.tuples(st.just("ListDocuments"), st.builds(lambda n, t, ls: pb.ListDocumentsRequest(page_size=n, page_token=t,
-                                                                                                labels=ls),
-                                                       top_k, token, st.one_of(st.just({}), labels))),
-        st.tuples(st.just("GetDocument"), st.builds(lambda d: pb.GetDocumentRequest(doc_id=d), doc_id)),
-        st.tuples(st.just("GetParagraphs"), st.builds(lambda ids, v: pb.GetParagraphsRequest(paragraph_ids=ids, include_vectors=v),
+        st.tuples(st.just("ListDocuments"), st.builds(lambda n, t, ls, f: pb.ListDocumentsRequest(page_size=n, page_token=t,
+                                                                                                   labels=ls, **f),
+                                                       top_k, token, st.one_of(st.just({}), labels), fresh)),
+        st.tuples(st.just("GetDocument"), st.builds(lambda d, f: pb.GetDocumentRequest(doc_id=d, **f), doc_id, fresh)),
+        st.tuples(st.just("GetParagraphs"), st.builds(lambda ids, v, f: pb.GetParagraphsRequest(paragraph_ids=ids,
+                                                                                                 include_vectors=v, **f),
                                                        st.one_of(st.lists(para_id, max_size=20),
                                                                  st.lists(para_id, min_size=5000, max_size=20000)),
-                                                       st.booleans())),
-        st.tuples(st.just("GetInfo"), st.just(pb.GetInfoRequest())),
+                                                       st.booleans(), fresh)),
+        st.tuples(st.just("GetInfo"), fresh.map(lambda f: pb.GetInfoRequest(**f))),
         st.tuples(st.just("Reload"), st.just(pb.ReloadRequest())),
+        # the fuzzed server has no --backup-dir: every Backup is refused (a bad destination first), changing nothing
+        st.tuples(st.just("Backup"), st.one_of(st.text(max_size=30), st.sampled_from(["", "../up", "/abs", "a/../../b"]))
+                  .map(lambda d: pb.BackupRequest(destination=d))),
         st.tuples(st.sampled_from(["PredictNext", "Rerank", "AddDocuments", "GetParagraphs"]).map(lambda m: "raw:" + m), raw),
     )
 
@@ -222,7 +234,8 @@ class Fuzzer:
             self.unsettled = True
 
 
-def fuzz(address: str, requests: int, seed: int, dim: int, n_paragraphs: int, doc_ids: list[str]) -> Fuzzer:
+def fuzz(address: str, requests: int, seed: int, dim: int, n_paragraphs: int, doc_ids: list[str],
+         generation: int = 0) -> Fuzzer:
     import warnings
 
     from hypothesis import HealthCheck, given, settings
@@ -236,7 +249,7 @@ def fuzz(address: str, requests: int, seed: int, dim: int, n_paragraphs: int, do
     @hseed(seed)
     @settings(max_examples=requests, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck))
-    @given(strategies(dim, n_paragraphs, doc_ids))
+    @given(strategies(dim, n_paragraphs, doc_ids, generation))
     def one(case):
         fuzzer.call(*case)
 
@@ -256,12 +269,12 @@ def run(data_dir: str, requests: int, seed: int = 0) -> dict:
         data = Path(work) / "store"
         shutil.copytree(data_dir, data, ignore=shutil.ignore_patterns("write.lock"))
         with open_store(data, readonly=True) as store:
-            dim, n_paragraphs = store.dim, store.count_paragraphs()
+            dim, n_paragraphs, generation = store.dim, store.count_paragraphs(), store.generation
             doc_ids = sorted({p.doc_id for p in store.get_paragraphs(list(range(1, min(n_paragraphs, 200))))})
         server = ServerProcess.local(data, "--grace-seconds", "1", require_model=False).start()
         started = time.perf_counter()
         try:
-            fuzzer = fuzz(server.address, requests, seed, dim, n_paragraphs, doc_ids)
+            fuzzer = fuzz(server.address, requests, seed, dim, n_paragraphs, doc_ids, generation)
             alive = server.alive and fuzzer.stub.GetInfo(fuzzer.pb.GetInfoRequest(), timeout=30) is not None
         finally:
             server.stop()

@@ -47,8 +47,9 @@ def server(data: Path, *extra: str):
     return ServerProcess.local(data, "--grace-seconds", "1", *extra, require_model=False)
 
 
-def check_store(data: Path, acknowledged: set[str]) -> dict:
-    """What a kill left behind: counts of partial and lost documents, and whether index and SQLite agree."""
+def check_store(data: Path, acknowledged: set[str], serve: bool = True) -> dict:
+    """What a kill (or a backup) left behind: counts of partial and lost documents, and whether index and SQLite
+    agree; with ``serve``, also whether a server started on it agrees (None without)."""
     from nextpara.client import Client
     from nextpara.store.store import open_store
 
@@ -75,6 +76,9 @@ def check_store(data: Path, acknowledged: set[str]) -> dict:
         if len(sql_ids):
             sample = sql_ids[:: max(1, len(sql_ids) // 50)]
             out["index_agrees"] &= bool(np.array_equal(store.search(store.vectors(sample), 1)[1][:, 0], sample))
+    if not serve:
+        out["getinfo_agrees"] = None
+        return out
     with server(data) as s, Client(s.address, timeout=30) as c:
         info = c.info()
     out["getinfo_agrees"] = info.documents == len(docs) and info.paragraphs == len(sql_ids)
