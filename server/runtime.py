@@ -261,8 +261,10 @@ class Runtime:
         committed = 0
         try:
             async for docs in messages:
-                result = await self.run_locked(self._write, docs)
-                self.index_gate.advanced()
+                try:
+                    result = await self.run_locked(self._write, docs)
+                finally:  # also when the caller went away: the write may have committed all the same
+                    self.index_gate.advanced()
                 committed += 1
                 total.added += result.added
                 total.replaced += result.replaced
@@ -290,8 +292,10 @@ class Runtime:
         self._check_writable()
         if not doc_ids:
             raise InvalidInputError("doc_ids is empty", reason=Reason.FIELD_REQUIRED, field="doc_ids")
-        deleted = await self.run_locked(self._delete, list(dict.fromkeys(doc_ids)), allow_missing)
-        self.index_gate.advanced()
+        try:
+            deleted = await self.run_locked(self._delete, list(dict.fromkeys(doc_ids)), allow_missing)
+        finally:  # also when the caller went away: the delete may have committed all the same
+            self.index_gate.advanced()
         self.metrics.paragraphs.set(self.store.count_paragraphs())
         return deleted
 
