@@ -31,7 +31,7 @@ def readme_python() -> str:
 def test_readme_shows_every_command():
     shown = {c[0] for c in readme_commands()}
     assert shown == {"build", "info", "search", "train", "eval", "serve", "status", "predict", "add", "delete",
-                     "rerank-batch"}
+                     "rerank-batch", "backup"}
 
 
 @pytest.mark.corpus
@@ -45,7 +45,8 @@ def test_readme_commands_run(peps_path, tmp_path):
     paths = {"../shared/corpora/peps.jsonl": str(slice_path), "/tmp/peps": str(tmp_path / "peps"),
              "/tmp/peps-eval.json": str(tmp_path / "eval.json"), "/tmp/peps-plots": str(tmp_path / "plots"),
              "/tmp/more-docs.jsonl": str(tmp_path / "more.jsonl"), "/tmp/queries.jsonl": str(tmp_path / "queries.jsonl"),
-             "/tmp/ranked.jsonl": str(tmp_path / "ranked.jsonl"), "/tmp/ranked-svc.jsonl": str(tmp_path / "ranked-svc.jsonl")}
+             "/tmp/ranked.jsonl": str(tmp_path / "ranked.jsonl"), "/tmp/ranked-svc.jsonl": str(tmp_path / "ranked-svc.jsonl"),
+             "/tmp/peps-backups": str(tmp_path / "backups"), "/tmp/peps-copy": str(tmp_path / "copy")}
     (tmp_path / "queries.jsonl").write_text(json.dumps({"id": "q1", "context": ["PEP 8 is the style guide."]}) + "\n"
                                             + json.dumps({"id": "q2", "context": [1, 2], "candidates": [3, 4, 5]}) + "\n")
     server, address = None, None
@@ -71,6 +72,8 @@ def test_readme_commands_run(peps_path, tmp_path):
             if args[0] == "rerank-batch":
                 out = [json.loads(line) for line in open(args[2])]
                 assert [o["id"] for o in out] == ["q1", "q2"] and all(o["results"] for o in out), out
+            if args[0] == "backup":  # while the server serves the store
+                assert r.stdout.startswith(f"backed up to {tmp_path / 'copy'}: generation ")
             if args[0] == "eval":
                 result = json.loads((tmp_path / "eval.json").read_text())
                 assert {"B1", "B2", "B3", "B4", "head", "full"} <= set(result["methods"])
@@ -82,6 +85,7 @@ def test_readme_commands_run(peps_path, tmp_path):
         assert "DIMENSION_MISMATCH context[1].vector 384" in r.stdout
         assert "\n2 FIELD_REQUIRED\n" in r.stdout  # RerankStream answered the bad request and went on
         assert "['note-1']\n{'tenant': 'acme'}\n" in r.stdout  # the filter searched the tenant's document alone
+        assert f"{tmp_path / 'backups'}/nextpara-g" in r.stdout  # the Backup RPC, into the server's --backup-dir
     finally:
         if server:
             server.stop()
