@@ -177,8 +177,8 @@ class Runtime:
         if self.store.generation != self._snapshot_generation:
             try:
                 self.store.snapshot()
-            except StorageFullError as e:  # not fatal: SQLite holds every write, loading replays them,
-                log.error("index snapshot not written, serving on: %s", e)  # and the next round retries
+            except (StorageFullError, OSError) as e:  # not fatal: SQLite holds every write, loading replays
+                log.error("index snapshot not written, serving on: %s", e)  # them, and the next round retries
                 return
             self._snapshot_generation = self.store.generation
 

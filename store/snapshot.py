@@ -80,7 +80,7 @@ def write_snapshot(data_dir: Path, generation: int, write_index: Callable[[Path]
         write_npy_durably(tmp / "ids.npy", np.asarray(ids, dtype=np.int64))
         write_npy_durably(tmp / "vectors.npy", np.asarray(vectors, dtype=np.float32))
         fsync_dir(tmp)
-    except OSError:  # a full disk, say: give the space back; the manifest still names the old snapshot
+    except BaseException:  # a full disk, say: give the space back; the manifest still names the old snapshot
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     final = root / name

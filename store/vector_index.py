@@ -174,8 +174,12 @@ class VectorIndex:
         return isinstance(self._inner, faiss.IndexFlat) and isinstance(faiss.downcast_index(self.index), faiss.IndexIDMap)
 
     def write(self, path) -> None:
-        """Write the index file (FAISS writes it from its own memory: no copy of it in Python)."""
-        faiss.write_index(self.index, str(path))
+        """Write the index file (FAISS writes it from its own memory: no copy of it in Python). FAISS reports a
+        failed write (a full disk, say) as a RuntimeError: it is raised as the OSError it is, without an errno."""
+        try:
+            faiss.write_index(self.index, str(path))
+        except RuntimeError as e:
+            raise OSError(f"FAISS could not write {path}: {str(e).strip().splitlines()[-1]}") from e
 
     @classmethod
     def read(cls, path, choice: IndexChoice, dim: int) -> "VectorIndex":

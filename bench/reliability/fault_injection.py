@@ -194,14 +194,15 @@ def full_disk_child(mnt: Path, corpus: Path, ballast_mb: int) -> None:
     print(json.dumps(out))
 
 
-def full_disk_server_run(work: Path) -> dict:
+def full_disk_server_run(work: Path, index: str = "flat") -> dict:
     """A running server whose disk fills up under AddDocuments, in its own mount namespace (see
-    ``full_disk_server_child``); returns the child's JSON line."""
-    base, seed = work / "disk-server-base", work / "disk-server-seed.jsonl"
+    ``full_disk_server_child``); returns the child's JSON line. ``index``: flat snapshots write NumPy files
+    only, others an index file FAISS writes itself (its write errors are not Python's)."""
+    base, seed = work / f"disk-server-base-{index}", work / "disk-server-seed.jsonl"
     write_vector_corpus(seed, 20, 5, DIM, seed=98, prefix="seed")
     subprocess.run([sys.executable, "-m", "nextpara", "build", "--corpus", str(seed), "--data-dir", str(base),
-                    "--embedder", "precomputed:rand64"], check=True, capture_output=True)
-    mnt = work / "disk-server"
+                    "--embedder", "precomputed:rand64", "--index", index], check=True, capture_output=True)
+    mnt = work / f"disk-server-{index}"
     mnt.mkdir()
     return in_private_tmpfs(mnt, 8, f"cp -r {base} {mnt}/store && rm -f {mnt}/store/write.lock && ",
                             f"--full-disk-server-child {mnt}")
