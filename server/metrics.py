@@ -27,9 +27,9 @@ class Metrics:
         self.batch = Histogram("nextpara_batch_size", "Calls per model batch", buckets=(1, 2, 4, 8, 16, 32, 64, 128),
                                registry=self.registry)
         self.paragraphs = Gauge("nextpara_index_paragraphs", "Paragraphs in the index", registry=self.registry)
-        self.writes_running = Gauge("nextpara_writes_running", "Store writes whose thread is running, a cancelled "
-                                    "caller's included, by kind (add, delete, reload, snapshot)", ["kind"],
-                                    registry=self.registry)
+        self.writes_running = Gauge("nextpara_writes_running", "Store writes under the write lock, submitted to a worker "
+                                    "and not finished (a cancelled caller's included), by kind: write (an add), delete, "
+                                    "reload, catch_up_store, snapshot_if_changed", ["kind"], registry=self.registry)
         self.http_port: int | None = None
 
     def serve(self, address: str) -> int:

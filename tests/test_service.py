@@ -160,13 +160,13 @@ def wait_until(condition, what: str, timeout: float = 60.0) -> None:
 def test_a_cancelled_write_holds_the_write_lock_until_its_thread_is_done(server, client):
     """A client that cancels an AddDocuments cannot stop the thread embedding its message; the next write
     must wait for that thread (it used to start at once and the store changed after it had answered).
-    Timing-free: the cancel comes once the server's write thread is running, and the check once it is done."""
+    Timing-free: the cancel comes once the server has the write under way, and the check once it is done."""
     texts = [f"Paragraph {i} of a long message, written so that embedding it takes a while." for i in range(300)]
     request = pb.AddDocumentsRequest(documents=[pb.Document(doc_id="cancelled-write", paragraphs=texts)])
     before = client.info()
     with grpc.insecure_channel(server.address) as channel:
         call = pb_grpc.NextParagraphServiceStub(channel).AddDocuments.future(iter([request]), timeout=60)
-        wait_until(lambda: writes_running(server, "write") == 1, "the write's thread to start")
+        wait_until(lambda: writes_running(server, "write") == 1, "the write to be under way")
         call.cancel()
     with pytest.raises(NotFound):
         client.delete_documents(["no-such-doc"])  # a write: it must wait for the cancelled one
