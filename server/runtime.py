@@ -157,6 +157,7 @@ class Runtime:
         await self.run_locked(self._catch_up_store)
 
     def _catch_up_store(self) -> None:
+        self.metrics.catch_ups.inc()
         before = self._generation
         self._generation = self.store.catch_up()
         if self._generation != before:
