@@ -231,16 +231,18 @@ class Runtime:
     async def list_documents(self, after: str, page_size: int,
                              labels: dict[str, str] | None = None) -> tuple[list[DocumentRow], bool, int]:
         """A page of documents after the doc_id ``after`` (with ``labels``: only those carrying them all), whether more
-        follow, and the generation it was read at."""
+        follow, and the generation the index holds (as every read reports it: on a replica, SQLite may show later
+        writes, which a min_index_version of that generation would have the replica wait for)."""
         store = self.store
-        rows, generation = await self.run(lambda: (store.list_documents(after, page_size + 1, labels), store.generation))
+        rows, generation = await self.run(lambda: (store.list_documents(after, page_size + 1, labels),
+                                                   store.index_generation))
         return rows[:page_size], len(rows) > page_size, generation
 
     async def get_document(self, doc_id: str) -> tuple[DocumentRow, list, int]:
         if not doc_id:
             raise InvalidInputError("doc_id is empty", reason=Reason.FIELD_REQUIRED, field="doc_id")
         store = self.store
-        return await self.run(lambda: (*store.get_document(doc_id), store.generation))
+        return await self.run(lambda: (*store.get_document(doc_id), store.index_generation))  # as list_documents
 
     async def info(self) -> ServiceInfo:
         store = await self.run(self.store.info)

@@ -54,6 +54,15 @@ def test_a_replica_behind_a_write_says_index_behind_and_catches_up_when_asked_to
         version = added.index_version
         assert version > loaded and w.info(min_index_version=version).index_version == version  # the writer has it
 
+        # without min_index_version the replica reads its SQLite, which has the write, but reports its index's
+        # generation, like every read: fed back as min_index_version, that is served at once
+        unasked = r.get_document("ryw-1")
+        assert [p.position for p in unasked.paragraphs] == [0, 1] and unasked.index_version == loaded
+        page = r.list_documents(page_size=1000)
+        assert "ryw-1" in [d.doc_id for d in page.documents] and page.index_version == loaded
+        assert r.list_documents(page_size=1, min_index_version=page.index_version).index_version == loaded
+        assert r.get_document("ryw-1", min_index_version=unasked.index_version).index_version == loaded
+
         refused_before = calls(replica, "GetDocument", "FAILED_PRECONDITION")
         e = behind(lambda: r.get_document("ryw-1", min_index_version=version))
         assert calls(replica, "GetDocument", "FAILED_PRECONDITION") == refused_before + 1  # not retried by the client
@@ -122,3 +131,4 @@ def test_the_async_client_and_rerank_many_expose_index_behind(pair):
     with Client(replica.address, timeout=30) as c:
         answers = list(c.rerank_many([([1], [2, 3])] * 2, return_errors=True, min_index_version=ahead))
         assert [a.reason for a in answers] == ["INDEX_BEHIND"] * 2 and [a.request_id for a in answers] == ["0", "1"]
+
