@@ -5,13 +5,14 @@ to wait, it catches up with what the writer committed and answers; the clients e
 
 import asyncio
 import re
+import sqlite3
 import threading
 import time
 import urllib.request
 
 import grpc
 import pytest
-from conftest import LiveServer
+from conftest import LiveServer, unit_vectors, vector_store
 from nextpara.client import AsyncClient, Client, FailedPrecondition, Reason, RerankResult
 
 
@@ -132,3 +133,23 @@ def test_the_async_client_and_rerank_many_expose_index_behind(pair):
         answers = list(c.rerank_many([([1], [2, 3])] * 2, return_errors=True, min_index_version=ahead))
         assert [a.reason for a in answers] == ["INDEX_BEHIND"] * 2 and [a.request_id for a in answers] == ["0", "1"]
 
+
+def test_a_replica_opened_before_its_writer_added_the_labels_table_filters_by_labels_once_caught_up(tmp_path):
+    data = vector_store(tmp_path, "rand8", [("old", ["Written before labels."], unit_vectors(1, 8, seed=3))])
+    with sqlite3.connect(data / "paragraphs.sqlite") as db:  # as an older nextpara made it
+        db.execute("DROP TRIGGER documents_labels_delete")
+        db.execute("DROP TABLE document_labels")
+    replica = LiveServer(data, read_only=True).start()  # first: it finds no labels table
+    writer = LiveServer(data).start()  # its writable open adds the table
+    try:
+        with Client(writer.address, timeout=30) as w, Client(replica.address, timeout=30) as r:
+            assert r.list_documents(labels={"tenant": "acme"}).documents == []
+            added = w.add_documents([{"doc_id": "new", "paragraphs": ["Labelled."], "labels": {"tenant": "acme"},
+                                      "vectors": unit_vectors(1, 8, seed=4).tolist()}])
+            doc = r.get_document("new", min_index_version=added.index_version, wait_for_index=True)  # a catch-up
+            assert doc.document.labels == {"tenant": "acme"} and doc.index_version == added.index_version
+            page = r.list_documents(labels={"tenant": "acme"}, min_index_version=added.index_version)
+            assert [d.doc_id for d in page.documents] == ["new"]
+    finally:
+        writer.stop()
+        replica.stop()
