@@ -183,7 +183,8 @@ class Client:
         """Have the server copy its store into ``destination``, a new directory inside its --backup-dir ("": a name of
         its choosing), while it goes on serving and writing (write role; the writer only). Never retried: a replay
         would find its destination there. A large store needs a longer ``timeout``; if the deadline passes the copy
-        goes on on the server, and its directory appears only once it is complete."""
+        goes on on the server, and its directory appears only once it is complete (a Backup sent meanwhile waits for
+        it to finish first)."""
         return _convert.backup_result(self._call("Backup", pb.BackupRequest(destination=destination), timeout))
 
     def health(self, *, timeout: float | None = None) -> str:

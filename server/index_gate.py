@@ -64,7 +64,7 @@ class IndexGate:
                     await asyncio.wait([changed], timeout=left)
                     continue
                 await asyncio.wait([changed, self._shared_catch_up()], timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                if self.current() < minimum and not changed.done():  # the writer has not got there: look again soon
+                if self.current() < minimum and not changed.done():  # the catch-up found nothing new: pause, then again
                     await asyncio.wait([changed], timeout=min(pause, max(0.0, deadline - loop.time())))
                     pause = min(pause * 2, MAX_PAUSE)
             finally:
@@ -76,11 +76,15 @@ class IndexGate:
         return self._task
 
     async def _run_catch_up(self) -> None:
+        """One catch-up; it wakes the waiting reads only if the generation moved: otherwise they pause (growing from
+        FIRST_PAUSE to MAX_PAUSE) before the next, rather than catch up back to back (each holds the write lock)."""
+        before = self.current()
         try:
             await self._catch_up()
         except Exception:  # the waiting reads go on until their deadline; the next one tries again
             log.exception("catching up with the writer failed")
-        self.advanced()
+        if self.current() != before:
+            self.advanced()
 
     def _behind(self, minimum: int, waited: float, wait: bool) -> IndexBehindError:
         current = self.current()

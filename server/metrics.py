@@ -6,6 +6,7 @@
   word_features, model, answer) and of rerank (scoring given candidates)
 * ``nextpara_batch_size``: calls per coalesced model batch
 * ``nextpara_index_paragraphs``: paragraphs in the index
+* ``nextpara_catch_ups_total``: a replica's catch-ups with its writer (for reads waiting for a generation)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Metrics:
         self.writes_running = Gauge("nextpara_writes_running", "Store writes under the write lock, submitted to a worker "
                                     "and not finished (a cancelled caller's included), by kind: write (an add), delete, "
                                     "reload, catch_up_store, snapshot_if_changed", ["kind"], registry=self.registry)
+        self.catch_ups = Counter("nextpara_catch_ups", "A replica's catch-ups with what its writer committed, run for "
+                                 "reads that wait for a generation (wait_for_index)", registry=self.registry)
         self.http_port: int | None = None
 
     def serve(self, address: str) -> int:

@@ -157,6 +157,7 @@ class Runtime:
         await self.run_locked(self._catch_up_store)
 
     def _catch_up_store(self) -> None:
+        self.metrics.catch_ups.inc()
         before = self._generation
         self._generation = self.store.catch_up()
         if self._generation != before:
@@ -230,16 +231,18 @@ class Runtime:
     async def list_documents(self, after: str, page_size: int,
                              labels: dict[str, str] | None = None) -> tuple[list[DocumentRow], bool, int]:
         """A page of documents after the doc_id ``after`` (with ``labels``: only those carrying them all), whether more
-        follow, and the generation it was read at."""
+        follow, and the generation the index holds (as every read reports it: on a replica, SQLite may show later
+        writes, which a min_index_version of that generation would have the replica wait for)."""
         store = self.store
-        rows, generation = await self.run(lambda: (store.list_documents(after, page_size + 1, labels), store.generation))
+        rows, generation = await self.run(lambda: (store.list_documents(after, page_size + 1, labels),
+                                                   store.index_generation))
         return rows[:page_size], len(rows) > page_size, generation
 
     async def get_document(self, doc_id: str) -> tuple[DocumentRow, list, int]:
         if not doc_id:
             raise InvalidInputError("doc_id is empty", reason=Reason.FIELD_REQUIRED, field="doc_id")
         store = self.store
-        return await self.run(lambda: (*store.get_document(doc_id), store.generation))
+        return await self.run(lambda: (*store.get_document(doc_id), store.index_generation))  # as list_documents
 
     async def info(self) -> ServiceInfo:
         store = await self.run(self.store.info)
@@ -312,25 +315,51 @@ class Runtime:
     # ---- backup -----------------------------------------------------------------------
     async def backup(self, destination: str) -> BackupReport:
         """Copy the store to ``destination`` inside --backup-dir while serving and writing go on (store/backup.py), on
-        a thread of its own: the workers keep serving. One backup at a time."""
+        a thread of its own: the workers keep serving. One backup at a time: a caller that goes away (its deadline
+        passed) cannot stop the copy, so the next Backup waits until it has really finished (it may be to the same
+        destination, which it then finds there)."""
         self._check_writable()
         name = backup_name(destination, self._generation)
         if not self.settings.backup_dir:
             raise FailedPreconditionError("this server was started without --backup-dir, so it writes no backups: "
                                           "restart it with --backup-dir DIR, or run `nextpara backup` on its machine")
         dest = Path(self.settings.backup_dir).expanduser().resolve() / name
+        if self._backup_lock.locked():
+            log.info("backup to %s: waits for the backup in progress", dest)
         async with self._backup_lock:
+            if not destination:  # a name of the server's choosing is never one taken already
+                dest = unused(dest)
             log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, self._generation)
-            report = await asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
+            copy = asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
+            try:
+                report = await asyncio.shield(copy)
+            except asyncio.CancelledError:
+                await asyncio.wait([copy])  # the lock is held until the copy thread has finished
+                if copy.exception() is not None:
+                    log.error("backup to %s, whose caller went away, failed: %s", dest, copy.exception())
+                else:
+                    log.info("backup whose caller went away: %s", copy.result().line())
+                raise
         log.info("%s", report.line())
         return report
 
 
+def unused(dest: Path) -> Path:
+    """``dest``, or if it exists ``dest-2``, ``dest-3``, ... the first that does not."""
+    n, path = 1, dest
+    while path.exists() or path.is_symlink():
+        n += 1
+        path = dest.with_name(f"{dest.name}-{n}")
+    return path
+
+
 def backup_name(name: str, generation: int) -> PurePosixPath:
-    """A Backup's destination as a path inside --backup-dir; "" picks nextpara-g<generation>-<UTC time>. A path that
-    would leave it is INVALID_DESTINATION (one that exists too, refused by the store's backup)."""
+    """A Backup's destination as a path inside --backup-dir; "" picks nextpara-g<generation>-<UTC time, to the
+    millisecond> (made unique under the backup lock if taken: :func:`unused`). A path that would leave it is
+    INVALID_DESTINATION (one that exists too, refused by the store's backup)."""
     if not name:
-        name = f"nextpara-g{generation}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        now = time.time()
+        name = f"nextpara-g{generation}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d}Z"
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\x00" in name or not path.parts:
         raise InvalidInputError(f"destination {name!r:.200} is not a relative path inside the backup directory",

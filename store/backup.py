@@ -11,8 +11,9 @@ The copy is made without the write lock, in this order, so that it is consistent
    committed). In WAL mode that read does not stop the writer. Every write acknowledged before the backup began is
    committed before this read starts, so the copy holds it.
 3. The files opened in step 1 are copied, the manifest read in step 1 is written last, everything is fsynced, and the
-   directory, built under a temporary name beside the destination, is renamed into place: a destination that exists
-   is complete.
+   directory, built in a work directory of its own beside the destination (``.<name>.partial-<random>``: two backups
+   never share one), is renamed into place, refused if something appeared at the destination meanwhile: a
+   destination that exists is complete, and is the work of one backup.
 
 The copy is a data directory like any other: opening it loads the snapshot and replays what its database holds beyond
 it (vector_table.py), exactly as a restart does. Its manifest names the snapshot it came with.
@@ -20,12 +21,14 @@ it (vector_table.py), exactly as a restart does. Its manifest names the snapshot
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import logging
 import os
 import shutil
 import sqlite3
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,10 +83,8 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
     if not data_dir.has_store:
         raise data_dir.no_store_error()
     dest = check_destination(data_dir, Path(dest))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    work = dest.parent / f".{dest.name}.partial-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    _make_parents(dest.parent)
+    work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))
     opened: dict[str, object] = {}
     try:
         manifest, opened = _open_files(data_dir)
@@ -93,7 +94,7 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
             write_bytes_durably(work / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         for folder in sorted({(work / name).parent for name in opened} | {work}, key=lambda p: -len(p.parts)):
             fsync_dir(folder)
-        os.rename(work, dest)
+        _rename_no_replace(work, dest)
         fsync_dir(dest.parent)
     except BaseException as e:
         shutil.rmtree(work, ignore_errors=True)
@@ -109,6 +110,47 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
                           documents, paragraphs, sum(p.stat().st_size for p in files), len(files),
                           round(time.perf_counter() - t0, 3))
     return report
+
+
+def _make_parents(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each durably (its entry in its parent fsynced)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:  # another backup made it meanwhile
+            pass
+        fsync_dir(folder.parent)
+
+
+_RENAME_NOREPLACE = 1  # renameat2's flag: fail with EEXIST rather than replace the target
+_AT_FDCWD = -100
+
+
+def _rename_no_replace(work: Path, dest: Path) -> None:
+    """Rename ``work`` to ``dest`` unless ``dest`` exists (INVALID_DESTINATION): one step with Linux's renameat2, so
+    that nothing that appeared at ``dest`` since the backup checked it (another backup's copy, an empty directory,
+    which a plain rename would replace) is replaced. Where renameat2 is missing, a check just before the rename."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(work), _AT_FDCWD, os.fsencode(dest), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise _appeared(dest)
+        if err not in (errno.EINVAL, errno.ENOSYS):  # EINVAL/ENOSYS: the file system or kernel lacks the flag
+            raise OSError(err, os.strerror(err), str(dest))
+    if dest.exists() or dest.is_symlink():
+        raise _appeared(dest)
+    os.rename(work, dest)
+
+
+def _appeared(dest: Path) -> InvalidInputError:
+    return InvalidInputError(f"backup destination {dest} appeared while the backup was being made: name a new directory",
+                             reason=Reason.INVALID_DESTINATION, metadata={"destination": str(dest)})
 
 
 def _open_files(data_dir: DataDir, attempts: int = 20) -> tuple[dict | None, dict[str, object]]:

@@ -206,6 +206,8 @@ class ParagraphStore:
             return self._index_generation
         with self._mutex:
             with self.tables.read_transaction():
+                self.tables.refresh_schema()  # the writer may have added the labels table since this store opened,
+                self.words.available = self.words.available or has_word_index(self.tables.db)  # or the word index
                 generation = self.tables.generation
                 if generation != self._index_generation:
                     self.vector_table.replay(self.tables)

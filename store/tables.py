@@ -126,8 +126,14 @@ class ParagraphTables:
         self.embedder_spec: str = meta.get("embedder_spec", meta["embedder"])
         self.dim: int = int(meta["dim"])
         self.requested_index: str = meta["index"]
-        self._generation = "d.generation" if has_generation_column(db) else "0"  # of a document, in queries
-        self.has_labels = doc_labels.has_labels(db)  # False only in a read-only open of a store from before labels
+        self.refresh_schema()
+
+    def refresh_schema(self) -> None:
+        """Look again for the parts of the schema a writable open adds to a store made before them (the documents'
+        generation column, the labels table): a read-only open may precede the writer's open that adds them, and
+        then sees them from its next catch-up. They are never removed."""
+        self._generation = "d.generation" if has_generation_column(self.db) else "0"  # of a document, in queries
+        self.has_labels = doc_labels.has_labels(self.db)  # False only in a read-only open of a store from before labels
         self._labels = doc_labels.labels_column(self.has_labels)  # of a document, in queries
 
     # ---- reads ------------------------------------------------------------------------

@@ -4,13 +4,14 @@ its backup began. Backup is refused on a replica, with a read token, without --b
 """
 
 import json
+import sqlite3
 import threading
 import time
 
 import grpc
 import pytest
 from conftest import LiveServer, run_cli, write_vector_corpus
-from nextpara.client import Client, PermissionDenied, ServiceError
+from nextpara.client import Client, DeadlineExceeded, PermissionDenied, ServiceError
 from nextpara.store.store import open_store
 
 from bench.reliability.store_checks import check_store, server
@@ -62,7 +63,8 @@ def test_backups_taken_during_30_s_of_writes_hold_every_acknowledged_write(tmp_p
         with Client(serve.address, timeout=60) as admin:
             while time.monotonic() - started < 30 and not errors:
                 with lock:  # one backup per PACE documents written (each is checked below, which takes time)
-                    lock.wait_for(lambda: len(acked) >= PACE * len(taken) or errors or not thread.is_alive(), timeout=30)
+                    assert lock.wait_for(lambda: len(acked) >= PACE * len(taken) or errors or not thread.is_alive(),
+                                         timeout=30), "the writer acknowledged nothing for 30 s"
                     before = set(acked)
                 if len(taken) % 2 == 0:
                     result = admin.backup(f"rpc-{len(taken)}")
@@ -119,8 +121,9 @@ def test_backup_refusals_and_a_copy_that_serves(tmp_path):
                 with pytest.raises(ServiceError) as err:
                     c.backup(bad)
                 assert err.value.reason == "INVALID_DESTINATION" and err.value.code == grpc.StatusCode.INVALID_ARGUMENT
-            named = c.backup()
+            named, again = c.backup(), c.backup()  # names of the server's choosing: one each, even within a second
             assert named.path.startswith(str(backups / f"nextpara-g{first.index_version}-"))
+            assert again.path.startswith(str(backups / f"nextpara-g{first.index_version}-")) and again.path != named.path
     finally:
         replica.stop()
         writer.stop()
@@ -135,6 +138,41 @@ def test_backup_refusals_and_a_copy_that_serves(tmp_path):
             assert c.get_document("late").paragraphs[0].text == "Written before the backup."
     finally:
         copy_server.stop()
+
+
+def test_a_backup_whose_caller_went_away_finishes_before_the_next_one_to_its_destination_starts(tmp_path):
+    data = vector_store(tmp_path)
+    db = sqlite3.connect(data / "paragraphs.sqlite")  # 100 MiB more in its database: a copy that takes a while
+    with db:
+        db.execute("CREATE TABLE padding (b BLOB)")
+        db.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) "
+                   "INSERT INTO padding SELECT zeroblob(1048576) FROM n")
+    db.close()
+    backups = tmp_path / "backups"
+    writer = LiveServer(data, backup_dir=str(backups)).start()
+    try:
+        with Client(writer.address, timeout=60) as c:
+            c.add_documents([{"doc_id": "late", "paragraphs": ["Written before the backup."], "vectors": [[0.5] * DIM]}])
+            acked = {f"seed-{i:05d}" for i in range(20)} | {"late"}
+            for attempt in range(6):  # a deadline that passes while the copy is under way (its work directory is there)
+                name = f"first-{attempt}"
+                try:
+                    c.backup(name, timeout=0.1 * 2 ** attempt)
+                except DeadlineExceeded:
+                    if list(backups.glob(f".{name}.partial-*")):
+                        break
+            else:
+                pytest.fail("no Backup's deadline passed while its copy was under way")
+            with pytest.raises(ServiceError) as err:  # at once, to the same destination: it waits for the first copy
+                c.backup(name, timeout=120)           # to finish, and then finds it there
+            assert err.value.reason == "INVALID_DESTINATION" and err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert c.backup(f"{name}-after", timeout=120).documents == 21  # the server backs up as before
+    finally:
+        writer.stop()
+    assert [p.name for p in backups.iterdir() if p.name.startswith(f".{name}.")] == []  # no work directory left
+    outcome = check_store(backups / name, acked, serve=False)  # the one directory there is one whole copy
+    assert outcome["loadable"] and not outcome["partial"] and not outcome["lost"], outcome
+    assert outcome["index_agrees"] and outcome["words_agree"] and outcome["documents"] == 21, outcome
 
 
 def test_the_cli_copies_the_model_of_a_trained_store(server_store, tmp_path):
