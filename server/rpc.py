@@ -49,14 +49,20 @@ class Call:
                 log.error("%s failed", self.method, exc_info=error)
                 error = internal_error(self.method)
                 code = code_for(error)
+            self._count(code)  # before the refusal is sent: a client that has its answer finds it counted
+            code = None
             await abort(self.context, error, **self.facts())  # raises
             return False  # pragma: no cover
         finally:
-            remaining = self.context.time_remaining()
-            if code == grpc.StatusCode.CANCELLED and remaining is not None and remaining <= 0:
-                code = grpc.StatusCode.DEADLINE_EXCEEDED
-            self.metrics.requests.labels(self.method, code.name).inc()
-            self.metrics.latency.labels(self.method).observe(time.perf_counter() - self.t0)
+            if code is not None:
+                self._count(code)
+
+    def _count(self, code: grpc.StatusCode) -> None:
+        remaining = self.context.time_remaining()
+        if code == grpc.StatusCode.CANCELLED and remaining is not None and remaining <= 0:
+            code = grpc.StatusCode.DEADLINE_EXCEEDED
+        self.metrics.requests.labels(self.method, code.name).inc()
+        self.metrics.latency.labels(self.method).observe(time.perf_counter() - self.t0)
 
 
 def sendable(response, max_bytes: int):
