@@ -36,7 +36,7 @@ from pathlib import Path
 from nextpara.errors import InvalidInputError, Reason, StorageFullError
 from nextpara.progress import progress_bar
 
-from .data_dir import DB_FILE, LOCK_FILE, MANIFEST, DataDir
+from .data_dir import DB_FILE, LOCK_FILE, MANIFEST, DataDir, disk_full
 from .snapshot import fsync_dir, write_bytes_durably
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
         fsync_dir(dest.parent)
     except BaseException as e:
         shutil.rmtree(work, ignore_errors=True)
-        if _disk_full(e):
+        if disk_full(e, dest.parent):
             raise StorageFullError(f"no space left while writing the backup {dest} ({e}): nothing was kept there; "
                                    "the store is unchanged") from e
         raise
@@ -234,9 +234,3 @@ def _copy_files(opened: dict[str, object], work: Path, quiet: bool) -> None:
                 out.flush()
                 os.fsync(out.fileno())
     log.info("backup: %d files copied (%.1f MiB)", len(opened), total / 2**20)
-
-
-def _disk_full(e: BaseException) -> bool:
-    if isinstance(e, sqlite3.OperationalError):
-        return "full" in str(e)
-    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

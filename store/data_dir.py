@@ -20,9 +20,11 @@ manifest and of SQLite's ``meta`` table is checked by one function.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -176,3 +178,15 @@ class DataDir(os.PathLike):
             ("format_version", str(FORMAT_VERSION)), ("embedder", embedder_name), ("embedder_spec", embedder_spec),
             ("dim", str(dim)), ("index", index), ("generation", "0"), ("created_at", str(time.time()))])
         db.execute("COMMIT")
+
+
+def disk_full(e: BaseException, path: Path) -> bool:
+    """Whether ``e`` says the file system of ``path`` is full: SQLite's "database or disk is full", an OSError of
+    ENOSPC/EDQUOT/EFBIG, or one without an errno (NumPy's short writes, FAISS's failed ones) when little is free."""
+    if isinstance(e, sqlite3.OperationalError):
+        return "full" in str(e)
+    if not isinstance(e, OSError):
+        return False
+    if e.errno is None:
+        return shutil.disk_usage(path).free < 64 * 2**20
+    return e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -15,10 +15,8 @@ may open the store read-only. Open one with :func:`open_store`.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
-import shutil
 import sqlite3
 import threading
 from typing import Iterable, Sequence
@@ -27,7 +25,7 @@ import numpy as np
 from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, StorageFullError, StoreMismatchError
 
 from .corpus import Document, validate_document
-from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
+from .data_dir import DB_FILE, FORMAT_VERSION, DataDir, disk_full
 from .filters import Allowed, RetrievalFilter, resolve
 from .labels import add_labels, has_labels
 from .tables import (
@@ -221,12 +219,7 @@ class ParagraphStore:
         try:
             yield
         except (sqlite3.OperationalError, OSError) as e:
-            if isinstance(e, sqlite3.OperationalError):
-                full = "full" in str(e)
-            else:  # numpy's short writes raise OSError without an errno: then ask the file system
-                full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or (
-                    e.errno is None and shutil.disk_usage(self.data_dir).free < 64 * 2**20)
-            if not full:
+            if not disk_full(e, self.data_dir.path):
                 raise
             kept = (f"every stored document ({self.count_documents()}) is in {DB_FILE} and the store loads from it"
                     if snapshot else
