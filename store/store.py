@@ -360,8 +360,12 @@ class ParagraphStore:
         return self.tables.find_paragraphs(present)
 
     def info(self) -> dict:
-        db_bytes = sum(p.stat().st_size for p in self.data_dir.path.glob(DB_FILE + "*"))
-        snap_bytes = sum(p.stat().st_size for p in (self.data_dir / self.snapshot_name).iterdir()) if self.snapshot_name else 0
+        """The store's facts. Its SQL under the lock (the connection is shared); file sizes of files that may go
+        meanwhile (a replica's snapshot, which its writer removes once it has written a newer one) count as 0."""
+        with self._mutex:
+            documents, generation, snapshot = self.count_documents(), self.generation, self.snapshot_name
+        db_bytes = sizes(self.data_dir.path.glob(DB_FILE + "*"))
+        snap_bytes = sizes((self.data_dir / snapshot).glob("*")) if snapshot else 0
         n = self.count_paragraphs()
         index = self.index
         return {
@@ -371,9 +375,9 @@ class ParagraphStore:
             "dim": self.dim,
             "index": {"requested": index.choice.requested, "factory": index.choice.factory,
                       "params": index.choice.params, "vectors": index.ntotal - len(index.tombstones)},
-            "documents": self.count_documents(),
+            "documents": documents,
             "paragraphs": n,
-            "generation": self.generation,
+            "generation": generation,
             "snapshot_generation": self.snapshot_generation,
             "disk_bytes": db_bytes + snap_bytes,
             "disk_bytes_per_paragraph": round((db_bytes + snap_bytes) / n, 1) if n else None,
@@ -391,3 +395,12 @@ class ParagraphStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def sizes(paths) -> int:
+    """Bytes of the files among ``paths`` that still exist."""
+    total = 0
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            total += p.stat().st_size
+    return total

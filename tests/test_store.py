@@ -207,6 +207,21 @@ def test_a_snapshot_keeps_each_vector_once_and_the_log_is_truncated(tmp_path, in
             np.testing.assert_array_equal(store.search(queries, 5)[1], before[1])
 
 
+def test_info_on_a_replica_whose_snapshot_the_writer_removed(tmp_path):
+    """A read-only open keeps serving the snapshot it loaded after its writer wrote a newer one and removed the old
+    directory: info() must not fail on the files that went (it did: FileNotFoundError, INTERNAL over gRPC)."""
+    docs, vecs = make_docs(6, 3)
+    writer = new_store(tmp_path)
+    writer.add_documents(docs[:3], vecs[:3])
+    first = writer.snapshot()
+    with open_store(tmp_path, readonly=True) as replica:
+        writer.add_documents(docs[3:], vecs[3:])
+        assert writer.snapshot() != first and not (tmp_path / first).exists()
+        info = replica.info()
+        assert info["paragraphs"] == 9 and info["disk_bytes"] > 0
+    writer.close()
+
+
 class _Payload:
     """Unpickling this would create a marker file: the proof that code ran."""
 
