@@ -21,7 +21,7 @@ run: venv
 	$(BIN)/nextpara serve
 
 test: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile  # two workers, a test file each: 2 cores
 
 clean:
 	rm -rf $(VENV) build *.egg-info
