@@ -22,10 +22,10 @@ def save(name: str, record: dict, markdown: str) -> None:
     print("\n" + markdown)
 
 
-def rss_bytes(pid: int | str = "self") -> int:
-    """Resident memory of a process (this one by default), from /proc."""
+def rss_bytes(pid: int | str = "self", field: str = "VmRSS") -> int:
+    """Resident memory of a process (this one by default), from /proc; ``field="VmHWM"``: its peak."""
     with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(f"{field}:"))
 
 
 def module_name(script: str) -> str:

@@ -131,6 +131,15 @@ class LiveServer:
         self.address = f"127.0.0.1:{self.port}"
         return self
 
+    def metric(self, sample: str) -> float:
+        """The value of one sample of the server's metrics page (``name{labels}`` as it is printed); 0 when absent."""
+        import re
+        import urllib.request
+
+        page = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics").read().decode()
+        found = re.search(rf"^{re.escape(sample)} (\S+)$", page, re.M)
+        return float(found.group(1)) if found else 0.0
+
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.stop_event.set)
         self.thread.join(timeout=60)

@@ -4,11 +4,9 @@ to wait, it catches up with what the writer committed and answers; the clients e
 """
 
 import asyncio
-import re
 import sqlite3
 import threading
 import time
-import urllib.request
 
 import grpc
 import pytest
@@ -33,16 +31,9 @@ def behind(call) -> FailedPrecondition:
     return err.value
 
 
-def metric(server, sample: str) -> float:
-    """The value of one Prometheus sample (``name{labels}``) the server exports; 0 if it has none."""
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
-    found = re.search(rf"^{re.escape(sample)} (\S+)$", metrics, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
-
-
 def calls(server, method: str, code: str) -> float:
     """How many calls of ``method`` the server answered with ``code`` (its Prometheus counter)."""
-    return metric(server, f'nextpara_requests_total{{code="{code}",method="{method}"}}')
+    return server.metric(f'nextpara_requests_total{{code="{code}",method="{method}"}}')
 
 
 def test_a_replica_behind_a_write_says_index_behind_and_catches_up_when_asked_to_wait(pair):
@@ -91,7 +82,7 @@ def test_a_version_not_reached_waits_for_the_write_that_brings_it_or_refuses_bef
     with Client(writer.address, timeout=60) as w, Client(replica.address, timeout=60) as r:
         now = w.info().index_version
         for client, server in ((w, writer), (r, replica)):  # nothing will bring it: refused just before the deadline
-            catch_ups = metric(server, "nextpara_catch_ups_total")
+            catch_ups = server.metric("nextpara_catch_ups_total")
             started = time.monotonic()
             e = behind(lambda c=client: c.info(min_index_version=now + 1000, wait_for_index=True, timeout=5))
             waited = float(e.metadata["waitedSeconds"])  # the server's own measure: 5 s less its margin of 0.25 s,
@@ -99,7 +90,7 @@ def test_a_version_not_reached_waits_for_the_write_that_brings_it_or_refuses_bef
             assert e.metadata["minIndexVersion"] == str(now + 1000)
             # the replica caught up again and again, but with growing pauses (0.02 s, doubling to 0.5 s): about 14
             # times in 5 s, not back to back (each catch-up holds the write lock); the writer never catches up
-            caught_up = metric(server, "nextpara_catch_ups_total") - catch_ups
+            caught_up = server.metric("nextpara_catch_ups_total") - catch_ups
             assert (2 <= caught_up <= 30) if server is replica else caught_up == 0, caught_up
 
         answers: dict = {}

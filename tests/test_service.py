@@ -2,7 +2,6 @@
 
 import asyncio
 import logging
-import re
 import shutil
 import subprocess
 import sys
@@ -145,9 +144,7 @@ def test_a_stream_that_fails_midway_keeps_the_committed_messages(server, client)
 
 def writes_running(server, kind: str) -> float:
     """The server's count of store writes of ``kind`` whose thread is still running (its metrics page)."""
-    page = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
-    found = re.search(rf'^nextpara_writes_running{{kind="{kind}"}} (\S+)$', page, re.M)
-    return float(found.group(1)) if found else 0.0
+    return server.metric(f'nextpara_writes_running{{kind="{kind}"}}')
 
 
 def wait_until(condition, what: str, timeout: float = 60.0) -> None:

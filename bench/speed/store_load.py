@@ -45,7 +45,7 @@ def build(data: Path, n: int, dim: int, index: str, seed: int) -> dict:
         t1 = time.perf_counter()
         name = store.snapshot()
         snapshot_s = time.perf_counter() - t1
-        peak = peak_rss_bytes() - before
+        peak = rss_bytes(field="VmHWM") - before
         info = store.info()
         files = {p.name: p.stat().st_size for p in (data / name).iterdir()}
     return {"write_seconds": round(write_s, 1), "snapshot_seconds": round(snapshot_s, 1),
@@ -58,11 +58,6 @@ def reset_peak_rss() -> int:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return rss_bytes()
-
-
-def peak_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
 
 def open_times(data: Path, repeats: int) -> list[dict]:
