@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 
 import numpy as np
 from nextpara.errors import StoreMismatchError
@@ -155,6 +156,11 @@ class VectorTable:
         rows = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
         return rows, self.ids[rows] == ids
 
+    def _present_rows(self, ids) -> np.ndarray:
+        """Rows of those of ``ids`` the table holds."""
+        rows, ok = self.rows(np.asarray(ids, dtype=np.int64))
+        return rows[ok]
+
     def get(self, ids: np.ndarray) -> np.ndarray:
         """Vectors of ``ids`` (n, dim); NotFoundError naming unknown ids."""
         rows, ok = self.rows(ids)
@@ -165,15 +171,16 @@ class VectorTable:
     def search(self, queries: np.ndarray, k: int, exclude: np.ndarray,
                allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, ids) per query row by inner product, never an id of ``exclude``, and with ``allow`` only ids
-        among it; short rows padded with -1."""
+        among it; short rows padded with -1. A flat index (or an untrained IVF one) is scanned exactly here rather
+        than through FAISS (see _exact)."""
+        scan = self.index.is_flat or not self.index.is_trained
         if allow is None:
-            if self.index.is_trained:
+            if not scan:
                 return self.index.search(queries, k, exclude)
-            return self._exact(queries, k, np.flatnonzero(~np.isin(self.ids, exclude)))  # an untrained (IVF) index
-        rows, present = self.rows(np.asarray(allow, dtype=np.int64))
-        rows = rows[present]
+            return self._exact(queries, k, blocked=self._present_rows(exclude))
+        rows = np.unique(self._present_rows(allow))
         rows = rows[~np.isin(self.ids[rows], exclude)]
-        if not self.index.is_trained or len(rows) <= EXACT_FILTERED_MAX:
+        if scan or len(rows) <= EXACT_FILTERED_MAX:
             return self._exact(queries, k, rows)
         scores, ids = self.index.search(queries, k, exclude, self.ids[rows])
         short = (ids[:, :min(k, len(rows))] < 0).any(axis=1)
@@ -181,12 +188,30 @@ class VectorTable:
             scores[short], ids[short] = self._exact(queries[short], k, rows)
         return scores, ids
 
-    def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k over the vectors at ``rows`` (ascending), ties in id order; short rows padded with -1."""
-        scores = queries @ (self.vectors if len(rows) == len(self.ids) else self.vectors[rows]).T
-        kk = min(k, len(rows))
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :kk]
-        out_s = np.take_along_axis(scores, top, axis=1)
-        out_i = self.ids[rows][top]
-        pad = ((0, 0), (0, k - kk))
-        return np.pad(out_s, pad, constant_values=-np.inf), np.pad(out_i, pad, constant_values=-1)
+    def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None,
+               blocked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id
+        order; short rows padded with -1. One matrix product and torch's top-k: on 2 cores, for PEPs' 43,588 x 384, a
+        query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS keeps each query's
+        top k in a heap as it scans; torch selects from the finished score matrix)."""
+        import torch
+
+        vectors = self.vectors if rows is None else self.vectors[rows]
+        ids = self.ids if rows is None else self.ids[rows]
+        kk = min(k, len(ids))
+        out_s, out_i = np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)
+        if kk == 0:
+            return out_s, out_i
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a memory-mapped snapshot is read-only; torch only reads it
+            scores = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)) @ torch.from_numpy(vectors).T
+            if blocked is not None and len(blocked):
+                scores[:, torch.from_numpy(np.asarray(blocked, dtype=np.int64))] = -torch.inf
+            top_s, top = torch.topk(scores, kk, dim=1, sorted=False)
+        top_s, top = top_s.numpy(), top.numpy()
+        order = np.lexsort((top, -top_s), axis=1)  # best first, ties in row (= id) order
+        top_s, top = np.take_along_axis(top_s, order, 1), np.take_along_axis(top, order, 1)
+        found = top_s > -np.inf  # fewer than k rows that are not blocked
+        out_s[:, :kk] = np.where(found, top_s, -np.inf)
+        out_i[:, :kk] = np.where(found, ids[top], -1)
+        return out_s, out_i
