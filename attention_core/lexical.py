@@ -63,7 +63,7 @@ class Lexicon:
             raise ValueError(f"an IDF vector has {N_BUCKETS} buckets, got shape {idf.shape}")
         self.idf = np.asarray(idf, np.float32)
         self._cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._by_id: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._by_id: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -115,12 +115,18 @@ class Lexicon:
     def paragraph_rows(self, ids: Sequence[int], read_texts: Callable[[list[int]], dict[int, str]]
                        ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Rows of stored paragraphs by id; ``read_texts(ids)`` is called once, for the ids not cached, and an id
-        it does not return (a paragraph deleted since its id was found) is left out."""
+        it does not return (a paragraph deleted since its id was found) is left out. This cache forgets the oldest
+        rows first (not the least used: a lookup is a plain dict read, the thousands of a batch cost well under a
+        millisecond), and only past ID_CACHE_SIZE."""
         ids = [int(i) for i in ids]
-        out = self._cached(self._by_id, ids)
+        out = {i: row for i in ids if (row := self._by_id.get(i)) is not None}  # one atomic read each (GIL)
         missing = [i for i in ids if i not in out]
         read = {i: self.weigh(text) for i, text in (read_texts(missing) if missing else {}).items()}
-        self._put(self._by_id, read, ID_CACHE_SIZE)
+        if read:
+            with self._lock:
+                self._by_id.update(read)
+                while len(self._by_id) > ID_CACHE_SIZE:
+                    del self._by_id[next(iter(self._by_id))]
         return {**out, **read}
 
 
@@ -135,17 +141,51 @@ def stack(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> sparse.csr_matrix:
 
 def features(context: sparse.csr_matrix, candidates: sparse.csr_matrix, max_context: int) -> np.ndarray:
     """(K, max_context + 2) features of K candidate rows against a context's rows (oldest first)."""
-    L = max_context
-    context = context[-L:]
-    n, K = context.shape[0], candidates.shape[0]
-    out = np.zeros((K, n_features(L)), np.float32)
-    if K == 0 or n == 0:
-        return out
-    out[:, L - n:L] = (candidates @ context.T).toarray()
-    whole = np.asarray(context.sum(axis=0)).ravel()
-    norm = np.linalg.norm(whole)
-    if norm == 0:  # no context paragraph has text: nothing to compare, the flag stays 0
-        return out
-    out[:, L] = candidates @ (whole / norm)
-    out[:, L + 1] = np.diff(candidates.indptr) > 0
-    return out
+    return features_many([context], candidates, [candidates.shape[0]], max_context)[0]
+
+
+def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: sparse.csr_matrix, sizes: Sequence[int],
+                  max_context: int) -> list[np.ndarray]:
+    """features() for many queries in one sparse product. ``candidates`` holds every query's candidate rows, query
+    after query (``sizes[i]`` rows for query i; a candidate without words is an empty row). Every candidate row is
+    multiplied with every context row and whole-context row, over only the buckets some context uses (over all
+    N_BUCKETS columns the product would cost their number in index arrays), and the products across queries are
+    dropped. A query whose context is None (raw vectors: no words) gets zeros."""
+    L, F = max_context, n_features(max_context)
+    at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # query q's rows: at[q]:at[q + 1]
+    if at[-1] != candidates.shape[0]:
+        raise ValueError(f"{candidates.shape[0]} candidate rows for queries of {at[-1]} candidates in all")
+    out = np.zeros((at[-1], F), np.float32)
+    has_words = np.diff(candidates.indptr) > 0
+    ctx_rows, ctx_query, ctx_col = [], [], []
+    for q, ctx in enumerate(contexts):
+        if ctx is None or at[q] == at[q + 1] or ctx.shape[0] == 0:
+            continue
+        ctx = ctx[-L:]
+        n = ctx.shape[0]
+        ctx_rows += [(ctx.indices[ctx.indptr[j]:ctx.indptr[j + 1]], ctx.data[ctx.indptr[j]:ctx.indptr[j + 1]]) for j in range(n)]
+        ctx_col += range(L - n, L)
+        buckets, where = np.unique(ctx.indices, return_inverse=True)
+        whole = np.bincount(where, weights=ctx.data, minlength=len(buckets))
+        norm = float(np.sqrt((whole ** 2).sum()))
+        if norm > 0:  # else no context paragraph has text: nothing to compare, the flag stays 0
+            ctx_rows.append((buckets, (whole / norm).astype(np.float32)))
+            ctx_col.append(L)
+            out[at[q]:at[q + 1], L + 1] = has_words[at[q]:at[q + 1]]
+        ctx_query += [q] * (len(ctx_col) - len(ctx_query))
+    if not ctx_rows:
+        return [out[a:b] for a, b in zip(at[:-1], at[1:])]
+    ctx_m = stack(ctx_rows)
+    column = np.full(N_BUCKETS, -1, np.int64)  # bucket -> column of the compact product (-1: no context uses it)
+    used = np.unique(ctx_m.indices)
+    column[used] = np.arange(len(used))
+    ctx_c = sparse.csr_matrix((ctx_m.data, column[ctx_m.indices], ctx_m.indptr), shape=(len(ctx_rows), len(used)))
+    cand_col = column[candidates.indices]
+    hit = cand_col >= 0
+    kept = np.concatenate([[0], np.cumsum(hit)])[candidates.indptr]
+    cand_c = sparse.csr_matrix((candidates.data[hit], cand_col[hit], kept), shape=(candidates.shape[0], len(used)))
+    product = (cand_c @ ctx_c.T).tocoo()
+    row_query = np.repeat(np.arange(len(sizes)), sizes)[product.row]
+    same = row_query == np.asarray(ctx_query)[product.col]  # a candidate against its own query's context
+    out[product.row[same], np.asarray(ctx_col)[product.col[same]]] = product.data[same]
+    return [out[a:b] for a, b in zip(at[:-1], at[1:])]

@@ -121,24 +121,21 @@ class RerankPipeline:
         A None text (a raw vector given by the caller) counts as no text."""
         if self.lexicon is None:
             return None
-        return self._word_features(context_texts, [self.lexicon.matrix(c) if any(c) else None for c in candidate_texts],
+        return self._word_features(context_texts, self.lexicon.matrix([t for texts in candidate_texts for t in texts]),
                                    [len(c) for c in candidate_texts])
 
     def stored_lexical_features(self, context_texts: list[list[str | None]], candidate_ids: list[np.ndarray],
                                 rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """lexical_features() for stored candidates, from their cached rows (``Lexicon.paragraph_rows``)."""
-        return self._word_features(context_texts, [lexical.stack([rows[int(i)] for i in ids]) for ids in candidate_ids],
+        return self._word_features(context_texts, lexical.stack([rows[int(i)] for ids in candidate_ids for i in ids]),
                                    [len(ids) for ids in candidate_ids])
 
-    def _word_features(self, context_texts, candidate_matrices, sizes) -> list[np.ndarray]:
-        out = []
-        for ct, cands, k in zip(context_texts, candidate_matrices, sizes):
-            ct = ct[-self.max_context:]
-            if any(ct) and cands is not None and k:
-                out.append(lexical.features(self.lexicon.matrix(ct), cands, self.max_context))
-            else:  # raw vectors on one side (the batch-job case): no words to compare, no work
-                out.append(np.zeros((k, lexical.n_features(self.max_context)), np.float32))
-        return out
+    def _word_features(self, context_texts, candidates, sizes) -> list[np.ndarray]:
+        """One sparse product for the whole batch; a query with raw vectors on either side (the batch-job case) has no
+        words to compare: zeros, no work."""
+        contexts = [self.lexicon.matrix(ct[-self.max_context:]) if any(ct[-self.max_context:]) else None
+                    for ct in context_texts]
+        return lexical.features_many(contexts, candidates, sizes, self.max_context)
 
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
@@ -200,12 +197,17 @@ class RerankPipeline:
                 read.update(got)
                 return {i: p.text for i, p in got.items()}
 
+            every = np.concatenate(ids) if ids else np.zeros(0, np.int64)  # the chunk's candidates, query after query
+            kept = np.ones(len(every), bool)
             if self.lexicon is not None:  # word rows: read and tokenised once per paragraph, then cached by id
-                words = self.lexicon.paragraph_rows(np.unique(np.concatenate(ids)) if ids else [], read_texts)
-                known = np.fromiter(words, np.int64, len(words))
-                ids = [row_ids[np.isin(row_ids, known)] for row_ids in ids]  # a paragraph deleted since it was found
-            present = [self.store.present_vectors(row_ids) for row_ids in ids]  # ... or deleted since its row was cached
-            ids, cand_vecs = [p[0] for p in present], [p[1] for p in present]
+                words = self.lexicon.paragraph_rows(np.unique(every), read_texts)
+                kept = np.isin(every, np.fromiter(words, np.int64, len(words)))  # a paragraph deleted since it was found
+            present, vectors = self.store.present_vectors(every[kept])  # ... or deleted since its row was cached
+            kept[kept] = np.isin(every[kept], present)
+            bounds = np.cumsum([0, *(len(row_ids) for row_ids in ids)])  # each query's slice of ``every``
+            at = np.concatenate([[0], np.cumsum(kept)])[bounds]  # ... and of what is kept
+            ids = [every[kept][a:b] for a, b in zip(at[:-1], at[1:])]
+            cand_vecs = [vectors[a:b] for a, b in zip(at[:-1], at[1:])]
             lap("rows")
             if self.lexicon is not None:
                 lex = self.stored_lexical_features(texts, ids, words)

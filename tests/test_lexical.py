@@ -160,3 +160,19 @@ def test_a_replica_behind_its_writer_answers_from_what_it_holds(tmp_path):
             assert [p.id for p in scored.paragraphs] == scored.ids[:len(scored.paragraphs)].tolist()
             assert not set(writer.ids_of_documents([f"new{d}" for d in range(5)]).tolist()) & set(scored.ids.tolist())
     writer.close()
+
+
+def test_a_batch_of_queries_gets_each_query_its_own_features():
+    """features_many scores every candidate of a batch against every context in one product: the products across
+    queries must not leak into a query's features, and a query without words gets zeros."""
+    lx = lexical.Lexicon.fit(["alpha beta", "gamma delta", "epsilon alpha", "zeta"])
+    contexts = [lx.matrix(["alpha beta", "gamma"]), None, lx.matrix(["zeta delta"]), lx.matrix(["epsilon"])]
+    texts = [["gamma alpha", "zeta"], ["alpha"], ["delta", "alpha zeta", None], [None, None]]
+    sizes = [len(t) for t in texts]
+    candidates = [lx.matrix(t) for t in texts]
+    batch = lexical.features_many(contexts, lx.matrix([t for ts in texts for t in ts]), sizes, 4)
+    assert [b.shape for b in batch] == [(k, lexical.n_features(4)) for k in sizes]
+    for q in (0, 2):  # alone, the same numbers
+        np.testing.assert_allclose(batch[q], lexical.features(contexts[q], candidates[q], 4), rtol=1e-6)
+    assert not batch[1].any() and not batch[3].any()
+    assert batch[0][1, 3] == 0 and batch[2][1, 3] > 0  # "zeta" matches only the context that has it
