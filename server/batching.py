@@ -3,8 +3,12 @@
 Calls are admitted while fewer than ``max_queue`` are in the system; beyond that ``submit``
 raises OverloadedError at once (RESOURCE_EXHAUSTED, QUEUE_FULL), so overload answers quickly instead of
 timing out; it asks the caller to retry after the shortest time a call spends here (the batch wait and a batch's
-run time, smoothed). A dispatcher takes the first waiting call, waits up to ``max_wait`` for more calls
-with the same batch key (up to ``max_batch``), and hands the batch to the executor. Calls
+run time, smoothed). A dispatcher takes the first waiting call, waits until one of the executor's ``slots``
+(its workers) is free, takes every call with the same batch key that arrived meanwhile (up to ``max_batch``),
+waits up to ``max_wait`` more for further calls if the batch is not full, and hands the batch to the executor.
+So a lone call waits for nothing, and under load the batches grow with the queue instead of queueing up as
+many small ones in the executor (on PEPs at concurrency 16 a batch averaged 2 calls when batches were cut
+every 2 ms regardless of free workers, and each worker then paid its fixed costs per 2 calls). Calls
 whose deadline passed or whose caller went away before their batch starts are dropped. If a
 batch fails, its calls are retried one by one so that one bad call cannot fail the others.
 
@@ -38,8 +42,9 @@ class _Call:
 
 class Coalescer:
     def __init__(self, run_batch: Callable[[Hashable, list], list], executor: Executor, max_batch: int,
-                 max_wait: float, max_queue: int, on_batch: Callable[[int], None] | None = None):
-        self.run_batch, self.executor = run_batch, executor
+                 max_wait: float, max_queue: int, on_batch: Callable[[int], None] | None = None, slots: int = 1):
+        self.run_batch, self.executor, self.slots = run_batch, executor, slots
+        self._free: asyncio.Semaphore | None = None  # batches the executor may run at once
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self.on_batch = on_batch
         self._queue: asyncio.Queue[_Call] | None = None
@@ -49,6 +54,7 @@ class Coalescer:
 
     def start(self) -> None:
         self._queue = asyncio.Queue()
+        self._free = asyncio.Semaphore(self.slots)
         self._task = asyncio.get_running_loop().create_task(self._dispatch())
 
     async def stop(self) -> None:
@@ -80,6 +86,7 @@ class Coalescer:
         held: list[_Call] = []  # calls taken from the queue that belong to another key
         while True:
             first = held.pop(0) if held else await self._queue.get()
+            await self._free.acquire()  # released when the batch has run (_run)
             batch = [first]
             until = loop.time() + self.max_wait
             while len(batch) < self.max_batch:
@@ -89,17 +96,26 @@ class Coalescer:
                 batch += same
                 if len(batch) >= self.max_batch:
                     break
-                remaining = until - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    call = await asyncio.wait_for(self._queue.get(), remaining)
-                except asyncio.TimeoutError:
-                    break
+                if not self._queue.empty():  # arrived while the workers were busy
+                    call = self._queue.get_nowait()
+                else:
+                    remaining = until - loop.time()
+                    if remaining <= 0:
+                        break
+                    try:
+                        call = await asyncio.wait_for(self._queue.get(), remaining)
+                    except asyncio.TimeoutError:
+                        break
                 (batch if call.key == first.key else held).append(call)
             loop.create_task(self._run(batch))
 
     async def _run(self, batch: list[_Call]) -> None:
+        try:
+            await self._run_calls(batch)
+        finally:
+            self._free.release()
+
+    async def _run_calls(self, batch: list[_Call]) -> None:
         now = time.monotonic()
         live = []
         for c in batch:
@@ -125,7 +141,7 @@ class Coalescer:
                     live[0].future.set_exception(e)
                 return
             for c in live:  # attribute the failure: run each call alone
-                await self._run([c])
+                await self._run_calls([c])
             return
         for c, r in zip(live, results):
             if not c.future.done():

@@ -16,11 +16,14 @@ MiB = 1024 * 1024
 class ServerSettings:
     data_dir: str | None = field(default=None, metadata={"help": "store directory (default: the default data dir)"})
     address: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to listen on (port 0: any free port)"})
-    workers: int = field(default=2, metadata={"help": "threads running CPU work (embedding, FAISS, torch)"})
+    workers: int = field(default=1, metadata={"help": "threads running reads' CPU work (embedding, search, model), a "
+                                                      "batch each; writes run on a thread of their own"})
     threads: int = field(default=0, metadata={"help": "torch and FAISS threads each worker's work may use "
                                                       "(0: cores / workers, at least 1)"})
     max_batch: int = field(default=32, metadata={"help": "PredictNext/Rerank calls coalesced into one model batch"})
-    max_wait_ms: float = field(default=2.0, metadata={"help": "how long a batch waits for more calls"})
+    max_wait_ms: float = field(default=0.0, metadata={"help": "how long a batch waits for more calls once a worker is "
+                                                           "free (calls that came while the workers were busy join "
+                                                           "it anyway)"})
     max_queue: int = field(default=256, metadata={"help": "calls admitted at once; beyond: RESOURCE_EXHAUSTED"})
     max_message_mb: int = field(default=16, metadata={"help": "largest request/response message, in MiB"})
     grace_seconds: float = field(default=10.0, metadata={"help": "on SIGTERM/SIGINT, time in-flight calls get to finish"})

@@ -68,6 +68,8 @@ class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
         self.executor = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="nextpara-cpu")
+        # writes (one at a time: the write lock) on a thread of their own, so a long AddDocuments never holds up reads
+        self.write_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nextpara-write")
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
@@ -82,7 +84,7 @@ class Runtime:
                                     settings.read_only)  # reads that ask for min_index_version
         self._backup_lock = asyncio.Lock()  # one Backup at a time
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
-                                   settings.max_queue, on_batch=metrics.batch.observe)
+                                   settings.max_queue, on_batch=metrics.batch.observe, slots=settings.workers)
 
     # ---- lifecycle --------------------------------------------------------------------
     def load(self) -> None:
@@ -112,15 +114,15 @@ class Runtime:
     def serving(self) -> bool:
         return self.store is not None and self.predictor is not None
 
-    async def run(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+    async def run(self, fn, *args, executor=None):
+        return await asyncio.get_running_loop().run_in_executor(executor or self.executor, fn, *args)
 
     async def run_locked(self, fn, *args):
         """Run ``fn`` in the executor holding the write lock until it has really finished: every write, reload
         and snapshot goes through here. A caller that is cancelled (the client went away, shutdown) cannot stop
         the thread, so the lock waits for it before the next one may start; the cancellation is raised after."""
         async with self._write_lock:
-            work = asyncio.ensure_future(self.run(fn, *args))
+            work = asyncio.ensure_future(self.run(fn, *args, executor=self.write_executor))
             running = self.metrics.writes_running.labels(fn.__name__.strip("_"))
             running.inc()
             work.add_done_callback(lambda _: running.dec())
@@ -187,6 +189,7 @@ class Runtime:
         await self.coalescer.stop()
         await self.snapshot_if_changed()
         self.executor.shutdown(wait=True)
+        self.write_executor.shutdown(wait=True)
         if self.store:
             self.store.close()
 
