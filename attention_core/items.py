@@ -36,6 +36,7 @@ class ResolvedItems:
     texts: list[str | None]  # per item: its text (given, or stored for an id), None for a raw vector
     exclude: set[int] = field(default_factory=set)  # stored paragraphs these items stand for
     dropped: int = 0  # oldest items dropped to keep the last ``keep_last``
+    ids: list[int | None] = field(default_factory=list)  # per item: its stored paragraph id, None for a text or vector
 
 
 class EmbeddingLRU:
@@ -152,14 +153,15 @@ class ItemResolver:
                 continue
             vectors = np.zeros((p.n, self.store.dim), np.float32)
             item_texts: list[str | None] = [None] * p.n
+            item_ids: list[int | None] = [None] * p.n
             exclude = set(p.ids.values())
             for i, t in p.texts.items():
                 vectors[i], item_texts[i] = text_vectors[t], t
             for i, pid in p.ids.items():
-                vectors[i], item_texts[i] = id_vectors[pid], stored[pid]
+                vectors[i], item_texts[i], item_ids[i] = id_vectors[pid], stored[pid], pid
             if p.vector_at:
                 vectors[p.vector_at] = p.vectors
             for t in item_texts:
                 exclude.update(same_text.get(t, ()) if t is not None else ())
-            out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped))
+            out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped, item_ids))
         return out

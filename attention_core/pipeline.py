@@ -115,14 +115,20 @@ class RerankPipeline:
         return generate_candidates(self.store, q, last, exclude, n or self.n_candidates, context_texts,
                                    self.model.cfg.word_candidates), q
 
-    def lexical_features(self, context_texts: list[list[str | None]],
-                         candidate_texts: list[list[str | None]]) -> list[np.ndarray] | None:
+    def lexical_features(self, context_texts: list[list[str | None]], candidate_texts: list[list[str | None]],
+                         candidate_ids: list[list[int | None]] | None = None) -> list[np.ndarray] | None:
         """Word-overlap features per query, (K_i, max_context + 2); None if the model does not use them.
-        A None text (a raw vector given by the caller) counts as no text."""
+        A None text (a raw vector given by the caller) counts as no text. A candidate with a stored id
+        (``candidate_ids``) takes its row from the lexicon's cache by id, as retrieval does: a batch job that names
+        stored paragraphs tokenises each once."""
         if self.lexicon is None:
             return None
-        return self._word_features(context_texts, self.lexicon.matrix([t for texts in candidate_texts for t in texts]),
-                                   [len(c) for c in candidate_texts])
+        texts = [t for ts in candidate_texts for t in ts]
+        ids = [i for ids in candidate_ids for i in ids] if candidate_ids is not None else [None] * len(texts)
+        stored = {i: t for i, t in zip(ids, texts) if i is not None}
+        by_id = self.lexicon.paragraph_rows(list(stored), lambda missing: {i: stored[i] for i in missing}) if stored else {}
+        rows = [by_id[i] if i is not None else self.lexicon.row(t) for i, t in zip(ids, texts)]
+        return self._word_features(context_texts, lexical.stack(rows), [len(c) for c in candidate_texts])
 
     def stored_lexical_features(self, context_texts: list[list[str | None]], candidate_ids: list[np.ndarray],
                                 rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:

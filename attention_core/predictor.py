@@ -186,7 +186,8 @@ class Predictor:
             return out
         index_version = self.store.index_generation
         t0 = time.perf_counter()
-        lexical = self.pipeline.lexical_features([ctx[i].texts for i in ok], [cands[i].texts for i in ok])
+        lexical = self.pipeline.lexical_features([ctx[i].texts for i in ok], [cands[i].texts for i in ok],
+                                                 [cands[i].ids for i in ok])
         scores, _, _ = self.pipeline.score([ctx[i].vectors for i in ok], [cands[i].vectors for i in ok],
                                            lexical_features=lexical)
         self.observe("rerank", time.perf_counter() - t0)
