@@ -45,10 +45,12 @@ class Embedder(Protocol):
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model, loaded lazily on first use, CPU, offline.
 
-    Batches of 32 (sentence-transformers' own default): 64 measured 8% slower on PEPs paragraphs
-    (bench/results/embed_speed.md), since longer batches pad more."""
+    Batches of 8 (sentence-transformers sorts a call's texts by length; each batch pads to its longest text and
+    attention costs the square of that): on 2 cores, 1.75x the paragraphs/s of its default 32 for calls of 64 texts
+    (a coalesced batch of 16 four-paragraph PredictNext calls) and 1.13x for a build's one big call, vectors within
+    2e-7 of batch 32's (bench/results/embed_batch.md)."""
 
-    def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int = 32, int8: bool = False):
+    def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int = 8, int8: bool = False):
         self.model_path = str(model_path)
         self.name = name
         self.batch_size = batch_size
