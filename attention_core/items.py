@@ -14,6 +14,7 @@ equals one of its texts (given, or stored for an id). A raw vector has no text a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -40,30 +41,37 @@ class ResolvedItems:
 
 
 class EmbeddingLRU:
-    """Vectors of texts through a bounded in-memory LRU keyed by the text; the model runs outside the lock.
-    ``observe(seconds)`` is called with the time of each model call."""
+    """Vectors of texts through a bounded in-memory LRU keyed by a 16-byte hash of the text (memory per entry: the
+    vector and the hash, however long the text); the model runs outside the lock. A writing tool's calls repeat
+    all but one paragraph of the previous call: those cost no model time. ``observe(seconds)`` is called with the
+    time of each model call."""
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray], dim: int, size: int = 4096):
         self.embed_fn, self.dim, self.size = embed, dim, size
         self.observe: Callable[[float], None] = lambda seconds: None
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+
+    @staticmethod
+    def key(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), np.float32)
+        keys = {t: self.key(t) for t in texts}
         with self._lock:
-            found = {t: self._cache[t] for t in texts if t in self._cache}
+            found = {t: self._cache[k] for t, k in keys.items() if k in self._cache}
             for t in found:
-                self._cache.move_to_end(t)
-        missing = [t for t in dict.fromkeys(texts) if t not in found]
+                self._cache.move_to_end(keys[t])
+        missing = [t for t in keys if t not in found]
         if missing:
             t0 = time.perf_counter()
             vecs = self.embed_fn(missing)
             self.observe(time.perf_counter() - t0)
             found.update(zip(missing, vecs))
             with self._lock:
-                self._cache.update(zip(missing, vecs))
+                self._cache.update((keys[t], v) for t, v in zip(missing, vecs))
                 while len(self._cache) > self.size:
                     self._cache.popitem(last=False)
         return np.stack([found[t] for t in texts])

@@ -146,3 +146,26 @@ def test_a_request_reads_each_stored_row_once(trained_store):
         again, answered = reads(predictor, [ids, ids[1:]])
         # the context's rows and the answer's (with ANSWER_SLACK more per query), not every candidate's
         assert set(ids) | answered <= again and len(again - set(ids)) <= 2 * (10 + ANSWER_SLACK) < len(first)
+
+
+def test_a_growing_document_embeds_only_its_new_paragraph(trained_store):
+    """A writing tool sends its last four paragraphs, one further each call: the three it sent before come from the
+    embedding cache (keyed by the text's hash), and only the new one reaches the model."""
+    p = Predictor.open(trained_store)
+    try:
+        embedded: list[int] = []
+        embed = p._embed.embed_fn
+        p._embed.embed_fn = lambda texts: (embedded.append(len(texts)), embed(texts))[1]  # counts, then embeds
+        store = p.store
+        ids, docs, _, _ = store.paragraph_table()
+        rows = doc_ids_in_order(store, docs[0])[:7]
+        texts = [q.text for q in store.get_paragraphs(rows)]
+        first = p.predict_next(texts[0:4])
+        for end in range(5, 8):
+            p.predict_next(texts[end - 4:end])
+        new = [t for i, t in enumerate(texts[4:7], start=4) if t not in texts[:i]]  # a repeated paragraph is cached
+        assert embedded == [len(set(texts[0:4]))] + [1] * len(new)
+        again = p.predict_next(texts[0:4])  # cached vectors give the same answer as embedded ones
+        assert [x.paragraph_id for x in again.predictions] == [x.paragraph_id for x in first.predictions]
+    finally:
+        p.close()
