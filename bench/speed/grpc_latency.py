@@ -3,12 +3,17 @@
     python -m bench.speed.grpc_latency --data-dir /tmp/peps-bench [--seconds 10] [--output NAME]
 
 Starts `nextpara serve --read-only` as a separate process on 127.0.0.1 (NEXTPARA_* settings in the
-environment apply to it, e.g. NEXTPARA_WORKERS and NEXTPARA_THREADS), then measures, for contexts
-given as stored ids and as texts (4 paragraphs of a test document each): the in-process
-Predictor.predict_next one call at a time, and PredictNext through gRPC at concurrency 1, 8,
-16 and 32 (one client per thread). Every measurement uses contexts no earlier one used, so text
-contexts always pay for embedding (no embedding-cache hits); warm-up calls (which load the
-embedding model) are outside both the latencies and the QPS window.
+environment apply to it, e.g. NEXTPARA_WORKERS and NEXTPARA_THREADS), then measures three workloads of
+4-paragraph contexts from test documents: ``ids`` (stored paragraph ids), ``texts`` (four texts no earlier
+call sent: every call embeds four) and ``growing`` (a writing tool's calls: a document's last four paragraphs as
+text, advancing by one paragraph per call, so each call repeats three texts of the previous one and embeds
+one; each client writes its own documents). For each: the in-process Predictor.predict_next one call at a
+time, and PredictNext through gRPC at concurrency 1, 8, 16 and 32 (one client per thread). Measurements use
+contexts no earlier one used; warm-up calls (which load the embedding model) are outside both the latencies
+and the QPS window. In the same run, two references: what MiniLM alone embeds on this machine (paragraphs/s,
+the store's embedder over the text workload's paragraphs, 128 per call: the ceiling of the ``texts``
+workload, which needs four per call), and sentence-transformers' ``util.semantic_search`` of one stored vector over the
+store (B1, no model), p50.
 Prints a table, writes bench/results/grpc_latency.{json,md} (or NAME.{json,md}).
 """
 
@@ -28,6 +33,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def contexts_from(data_dir: str, n: int):
+    """(id contexts, text contexts, growing-document streams: runs of up to 16 successive text contexts of a test
+    document)."""
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.store.store import open_store
 
@@ -35,8 +42,15 @@ def contexts_from(data_dir: str, n: int):
         seq = ParagraphSequences(store)
         queries = [q for q in seq.queries("test", 4, min_context=4, limit=n, seed=3)]
         ids = [[int(seq.ids[r]) for r in q.context] for q in queries]
-        texts = [[p.text for p in store.get_paragraphs(c)] for c in ids]
-    return ids, texts
+        texts, growing = [], []
+        for doc, rows in seq.doc_rows.items():
+            if seq.split[doc] == "test" and len(rows) >= 8:
+                doc_texts = [p.text for p in store.get_paragraphs([int(seq.ids[r]) for r in rows])]
+                texts += [doc_texts[j - 4:j] for j in range(4, len(doc_texts) + 1, 4)]  # no paragraph in two of them
+                windows = [doc_texts[j - 4:j] for j in range(4, len(doc_texts) + 1)]
+                growing += [windows[s:s + 16] for s in range(0, len(windows), 16)]  # a stretch of writing each
+        texts = [texts[i] for i in np.random.default_rng(3).permutation(len(texts))]
+    return ids, texts, growing
 
 
 def percentiles(ms: list[float]) -> dict:
@@ -44,11 +58,13 @@ def percentiles(ms: list[float]) -> dict:
             "calls": len(ms)}
 
 
-def in_process(data_dir, contexts, seconds, warmup):
+def in_process(data_dir, streams, seconds, warmup):
+    """One call at a time, through the streams of contexts one after another."""
     from nextpara.attention_core.predictor import Predictor
 
     predictor = Predictor.open(data_dir)
     predictor.predict_next(warmup, top_k=10)  # loads the embedding model
+    contexts = [c for stream in streams for c in stream]
     times, start, i = [], time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
@@ -59,7 +75,8 @@ def in_process(data_dir, contexts, seconds, warmup):
     return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
 
 
-def through_grpc(address, contexts, concurrency, seconds, warmup):
+def through_grpc(address, streams, concurrency, seconds, warmup):
+    """``concurrency`` clients, client k calling with streams k, k + concurrency, ... in turn, each in order."""
     from nextpara.client import Client
 
     times: list[float] = []
@@ -69,15 +86,16 @@ def through_grpc(address, contexts, concurrency, seconds, warmup):
 
     def worker(k):
         local = []
+        mine = [c for stream in streams[k::concurrency] for c in stream]
         with Client(address, timeout=60) as c:
             c.predict_next(warmup, top_k=10)
             started.wait()
-            i = k
+            i = 0
             while time.perf_counter() < window["stop"]:
                 t0 = time.perf_counter()
-                c.predict_next(contexts[i % len(contexts)], top_k=10)
+                c.predict_next(mine[i % len(mine)], top_k=10)
                 local.append((time.perf_counter() - t0) * 1000)
-                i += concurrency
+                i += 1
         with lock:
             times.extend(local)
 
@@ -93,6 +111,34 @@ def through_grpc(address, contexts, concurrency, seconds, warmup):
     return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
 
 
+def references(data_dir, texts, seconds):
+    """(MiniLM paragraphs/s, util.semantic_search p50 ms of one stored vector over the store). MiniLM embeds the text
+    workload's paragraphs 128 per call (what a coalesced batch of 32 four-paragraph calls hands it)."""
+    import torch
+    from nextpara.store.embedders import embedder_for_store
+    from nextpara.store.store import open_store
+    from sentence_transformers import util
+
+    with open_store(data_dir, readonly=True) as store:
+        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+        paragraphs = list(dict.fromkeys(t for c in texts for t in c))
+        embedder.embed(paragraphs[:32])  # loads the model
+        done, start, i = 0, time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            call = paragraphs[i % len(paragraphs):i % len(paragraphs) + 128]
+            embedder.embed(call)
+            done, i = done + len(call), i + 128
+        ceiling = done / (time.perf_counter() - start)
+        ids = store.paragraph_table()[0]
+        corpus = torch.from_numpy(store.vectors(ids))
+        times = []
+        for v in corpus[:: max(1, len(ids) // 200)][:200]:
+            t0 = time.perf_counter()
+            util.semantic_search(v[None], corpus, top_k=10)
+            times.append((time.perf_counter() - t0) * 1000)
+    return round(ceiling, 1), round(float(np.median(times)), 2)
+
+
 def main() -> int:
     parser = argument_parser(__doc__, __file__)
     parser.add_argument("--data-dir", required=True)
@@ -101,29 +147,46 @@ def main() -> int:
     args = parser.parse_args()
     from nextpara.server.process import ServerProcess
 
-    ids, texts = contexts_from(args.data_dir, 2000)
-    slices = iter(range(0, 2000, 200))  # a fresh 200 contexts per measurement
+    ids, texts, growing = contexts_from(args.data_dir, 2000)
+    per = {"ids": len(ids) // 5, "texts": len(texts) // 5}  # a fresh fifth of the contexts per measurement
+    slices = {kind: iter(range(0, n * 5, n)) for kind, n in per.items()}
 
-    def fresh(pool):
-        s = next(slices)
-        return pool[s:s + 200]
+    def fresh(kind):
+        s = next(slices[kind])
+        return [[c] for c in (ids if kind == "ids" else texts)[s:s + per[kind]]]  # streams of one context each
 
-    results = {"in_process": {"ids": in_process(args.data_dir, fresh(ids), args.seconds, texts[-1]),
-                              "texts": in_process(args.data_dir, fresh(texts), args.seconds, texts[-1])}, "grpc": {}}
+    growing_streams = iter(range(0, len(growing), max(1, len(growing) // 5)))
+
+    def fresh_documents():
+        s = next(growing_streams)
+        return growing[s:s + max(1, len(growing) // 5)]
+
+    kinds = {"ids": ("ids", fresh), "texts": ("texts", fresh), "growing": (None, lambda _: fresh_documents())}
+    results = {"in_process": {kind: in_process(args.data_dir, pick(pool), args.seconds, texts[-1])
+                              for kind, (pool, pick) in kinds.items()}, "grpc": {}}
     with ServerProcess.local(args.data_dir, "--read-only", metrics=False) as server:
-        for kind, contexts in (("ids", ids), ("texts", texts)):
-            results["grpc"][kind] = {str(c): through_grpc(server.address, fresh(contexts), c, args.seconds, texts[-1])
+        for kind, (pool, pick) in kinds.items():
+            results["grpc"][kind] = {str(c): through_grpc(server.address, pick(pool), c, args.seconds, texts[-1])
                                      for c in (1, 8, 16, 32)}
+    ceiling, reference = references(args.data_dir, texts, args.seconds)
     record = {**stamp(__file__), "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
-              "results": results}
+              "settings": {k: v for k, v in os.environ.items() if k.startswith("NEXTPARA_")},
+              "results": results, "minilm_paragraphs_per_second": ceiling, "semantic_search_p50_ms": reference}
     lines = [f"# PredictNext latency ({record['date']})", "", f"Command: `{record['command']}`", "",
-             f"Machine: {record['machine']}; server and clients share it.", "",
-             "| path | context | concurrency | p50 ms | p99 ms | QPS |", "| --- | --- | --- | --- | --- | --- |"]
-    for kind in ("ids", "texts"):
+             f"Machine: {record['machine']}; server and clients share it. Server settings from the environment: "
+             f"{record['settings'] or 'none (the defaults)'}.", "",
+             f"References in the same run: MiniLM alone embeds {ceiling} paragraphs/s (the `texts` workload embeds 4 "
+             f"per call: {ceiling / 4:.1f} calls/s at most); `util.semantic_search` of one vector over the store: "
+             f"p50 {reference} ms.", "",
+             "| path | context | concurrency | p50 ms | p99 ms | QPS | p50 / semantic_search |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for kind in kinds:
         r = results["in_process"][kind]
-        lines.append(f"| in-process | {kind} | 1 | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} |")
+        lines.append(f"| in-process | {kind} | 1 | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} | "
+                     f"{r['p50_ms'] / reference:.1f}x |")
         for c, r in results["grpc"][kind].items():
-            lines.append(f"| gRPC | {kind} | {c} | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} |")
+            lines.append(f"| gRPC | {kind} | {c} | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} | "
+                         f"{r['p50_ms'] / reference:.1f}x |")
     save(args.output, record, "\n".join(lines) + "\n")
     return 0
 
