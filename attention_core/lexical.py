@@ -163,7 +163,26 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
         raise ValueError(f"{candidates.shape[0]} candidate rows for queries of {at[-1]} candidates in all")
     out = np.zeros((at[-1], F), np.float32)
     indptr, indices, data = candidates.indptr, candidates.indices, candidates.data
-    table = None  # (N_BUCKETS, L + 1): columns 0..L-1 the context rows right-aligned, L the whole context
+    table = _table(L + 1)  # columns 0..L-1 the context rows right-aligned, L the whole context; all zero between queries
+    try:
+        _gather(contexts, indptr, indices, data, at, out, table, L)
+    except BaseException:
+        _TABLES.__dict__.pop(L + 1, None)  # left half-written: the next call makes a new one
+        raise
+    return [out[a:b] for a, b in zip(at[:-1], at[1:])]
+
+
+_TABLES = threading.local()  # per thread: a (N_BUCKETS, width) float32 table by width, 6 MB for L = 4, made once
+
+
+def _table(width: int) -> np.ndarray:
+    table = _TABLES.__dict__.get(width)
+    if table is None:
+        table = _TABLES.__dict__[width] = np.zeros((N_BUCKETS, width), np.float32)
+    return table
+
+
+def _gather(contexts, indptr, indices, data, at, out, table, L) -> None:
     for q, ctx in enumerate(contexts):
         if ctx is None or at[q] == at[q + 1] or ctx.shape[0] == 0:
             continue
@@ -173,8 +192,6 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
         norm = float(np.sqrt((whole ** 2).sum()))
         if norm == 0:  # no context paragraph has text: nothing to compare, the flag stays 0
             continue
-        if table is None:
-            table = np.zeros((N_BUCKETS, L + 1), np.float32)
         n = ctx.shape[0]
         for j in range(n):
             table[ctx.indices[ctx.indptr[j]:ctx.indptr[j + 1]], L - n + j] = ctx.data[ctx.indptr[j]:ctx.indptr[j + 1]]
@@ -188,4 +205,3 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
             out[at[q] + rows, :L + 1] = np.add.reduceat(products, starts, axis=0)
             out[at[q] + rows, L + 1] = 1.0
         table[buckets] = 0.0
-    return [out[a:b] for a, b in zip(at[:-1], at[1:])]
