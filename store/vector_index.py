@@ -17,6 +17,10 @@ search stops being cheap around 50K. HNSW needed efSearch 512 to keep recall@100
 vectors (0.90 with 256, 0.82 with 128), at about 3 ms; IVF was slower than HNSW at equal recall
 (nprobe 128 of 2,000 lists: 0.91 at 9 ms), so auto chooses HNSW.
 
+A flat index is searched by VectorTable itself (one torch matrix product over the table's vectors and a top-k,
+faster than FAISS's flat scan here: bench/results/profile_request_after.md); the FAISS flat index is still kept in
+step with the table (its ids, adds and removes), though no search reads it.
+
 Any other string is passed to ``faiss.index_factory`` (``IDMap2,`` is prefixed unless it is
 an IVF index, which keeps ids itself: IDMap2 over IVF cannot remove ids).
 Flat and IVF indexes remove vectors; the others (HNSW...) cannot, so removed ids become
