@@ -6,7 +6,7 @@ trained with ``word_candidates``, two searches of the store's word index (SQLite
 last paragraph's words and the whole context's, each ``n_words`` deep; merged in that order
 without duplicates. Word search finds what vectors miss: the names and terms a document repeats. Excluded ids (the context and every paragraph with identical text)
 are filtered out by the store's search, which still gives every row ``n`` results from one batched
-FAISS call for many queries; so are the ids a retrieval filter does not allow (``allow``, from
+search for many queries; so are the ids a retrieval filter does not allow (``allow``, from
 ``store.resolve_filter``): every source searches only among them.
 """
 
@@ -21,7 +21,7 @@ from nextpara.store.store import ParagraphStore
 def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]],
                      allow: np.ndarray | None = None) -> list[list[int]]:
     """Top-n ids per query row, never one of that row's excluded ids, only ids of ``allow`` when given; one batched
-    FAISS call."""
+    search."""
     _, ids = store.search(queries, n, exclude, allow)
     return [[int(i) for i in row if i >= 0] for row in ids]
 
@@ -33,8 +33,8 @@ def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_v
     (with ``n_words`` and the context's texts) the word index's results for the last paragraph's words and for the
     whole context's. A context paragraph without text (a raw vector) adds no words. ``allow``: the only ids any
     source may return (None: any)."""
-    # both vector sources in one FAISS call: an exact search reads every stored vector once per call (memory-bound),
-    # so two query sets stacked cost little more than one (bench/results/profile_request.md)
+    # both vector sources in one search: an exact search reads every stored vector once per call (memory-bound), so
+    # two query sets stacked cost little more than one (bench/results/profile_request.md)
     both = search_excluding(store, np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude], allow)
     sources = [both[:len(query_vectors)], both[len(query_vectors):]]
     if n_words and context_texts is not None:

@@ -37,7 +37,7 @@ class ResolvedItems:
     texts: list[str | None]  # per item: its text (given, or stored for an id), None for a raw vector
     exclude: set[int] = field(default_factory=set)  # stored paragraphs these items stand for
     dropped: int = 0  # oldest items dropped to keep the last ``keep_last``
-    ids: list[int | None] = field(default_factory=list)  # per item: its stored paragraph id, None for a text or vector
+    ids: list[int | None] | None = None  # per item: its stored paragraph id (None for a text or vector); None: unknown
 
 
 class EmbeddingLRU:

@@ -63,7 +63,7 @@ class Lexicon:
             raise ValueError(f"an IDF vector has {N_BUCKETS} buckets, got shape {idf.shape}")
         self.idf = np.asarray(idf, np.float32)
         self._cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._by_id: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._by_id: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
@@ -119,17 +119,14 @@ class Lexicon:
                        ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Rows of stored paragraphs by id; ``read_texts(ids)`` is called once, for the ids not cached, and an id
         it does not return (a paragraph deleted since its id was found) is left out. This cache forgets the oldest
-        rows first (not the least used: a lookup is a plain dict read, the thousands of a batch cost well under a
+        rows first (not the least used: a lookup is a plain read, so the thousands of a batch cost well under a
         millisecond), and only past ID_CACHE_SIZE."""
         ids = [int(i) for i in ids]
         out = {i: row for i in ids if (row := self._by_id.get(i)) is not None}  # one atomic read each (GIL)
         missing = [i for i in ids if i not in out]
         read = {i: self.weigh(text) for i, text in (read_texts(missing) if missing else {}).items()}
         if read:
-            with self._lock:
-                self._by_id.update(read)
-                while len(self._by_id) > ID_CACHE_SIZE:
-                    del self._by_id[next(iter(self._by_id))]
+            self._put(self._by_id, read, ID_CACHE_SIZE)
         return {**out, **read}
 
 

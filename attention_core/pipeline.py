@@ -124,7 +124,8 @@ class RerankPipeline:
         if self.lexicon is None:
             return None
         texts = [t for ts in candidate_texts for t in ts]
-        ids = [i for ids in candidate_ids for i in ids] if candidate_ids is not None else [None] * len(texts)
+        ids = ([i for ids, ts in zip(candidate_ids, candidate_texts) for i in (ids if ids is not None else [None] * len(ts))]
+               if candidate_ids is not None else [None] * len(texts))
         stored = {i: t for i, t in zip(ids, texts) if i is not None}
         by_id = self.lexicon.paragraph_rows(list(stored), lambda missing: {i: stored[i] for i in missing}) if stored else {}
         rows = [by_id[i] if i is not None else self.lexicon.row(t) for i, t in zip(ids, texts)]
@@ -137,8 +138,8 @@ class RerankPipeline:
                                    [len(ids) for ids in candidate_ids])
 
     def _word_features(self, context_texts, candidates, sizes) -> list[np.ndarray]:
-        """One sparse product for the whole batch; a query with raw vectors on either side (the batch-job case) has no
-        words to compare: zeros, no work."""
+        """The whole batch in one call (lexical.features_many); a query with raw vectors on either side (the batch-job
+        case) has no words to compare: zeros, no work."""
         contexts = [self.lexicon.matrix(ct[-self.max_context:]) if any(ct[-self.max_context:]) else None
                     for ct in context_texts]
         return lexical.features_many(contexts, candidates, sizes, self.max_context)

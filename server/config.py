@@ -17,7 +17,8 @@ class ServerSettings:
     data_dir: str | None = field(default=None, metadata={"help": "store directory (default: the default data dir)"})
     address: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to listen on (port 0: any free port)"})
     workers: int = field(default=1, metadata={"help": "threads running reads' CPU work (embedding, search, model), a "
-                                                      "batch each; writes run on a thread of their own"})
+                                                      "batch each; writes run on a thread of their own (they do "
+                                                      "not queue behind reads)"})
     threads: int = field(default=0, metadata={"help": "torch and FAISS threads each worker's work may use "
                                                       "(0: cores / workers, at least 1)"})
     max_batch: int = field(default=32, metadata={"help": "PredictNext/Rerank calls coalesced into one model batch"})

@@ -1,8 +1,9 @@
 """Everything the servicer calls: the store, the predictor, the batcher and the single writer.
 
-The servicer reaches the store and the predictor only through a Runtime. CPU work runs in a
-bounded thread pool. PredictNext and Rerank go through the Coalescer (small batches); writes
-are serialized by one asyncio lock and run in the pool too. The predictor is swapped atomically
+The servicer reaches the store and the predictor only through a Runtime. Reads' CPU work runs in a
+bounded thread pool (``--workers``); PredictNext and Rerank go through the Coalescer, which forms a
+batch when a worker is free. Writes are serialized by one asyncio lock and run on a thread of their
+own, so they do not queue behind reads. The predictor is swapped atomically
 on reload, so a response's model and index versions always come from one predictor.
 """
 
@@ -68,7 +69,8 @@ class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
         self.executor = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="nextpara-cpu")
-        # writes (one at a time: the write lock) on a thread of their own, so a long AddDocuments never holds up reads
+        # writes (one at a time: the write lock) on a thread of their own: a long AddDocuments does not queue reads
+        # behind it (both still share the cores)
         self.write_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nextpara-write")
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None

@@ -307,7 +307,8 @@ class ParagraphStore:
 
     def search(self, queries: np.ndarray, k: int, exclude: Sequence[Iterable[int]] | None = None,
                allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, ids) by inner product for each query row (a single vector is one row), in one FAISS call.
+        """Top-k (scores, ids) by inner product for each query row (a single vector is one row), in one search of the
+        vector table for all rows (vector_table.py: a matrix product for a flat index, FAISS for the others).
 
         ``exclude[i]``: ids never returned for row i. ``allow``: the only ids any row may return (None: all; a
         filter's ``Allowed.allow``). ``allow`` and what every row excludes are filtered inside the search

@@ -8,10 +8,11 @@ built from them on load). Ids are kept sorted, so an id's row
 is a binary search. The snapshot's vectors stay memory-mapped until a write replaces the array
 (never written in place).
 
-A search restricted to some ids (a retrieval filter) runs inside FAISS with an id selector, or, when few ids are
-allowed (at most EXACT_FILTERED_MAX) or the index answered a row short (an HNSW graph or the probed IVF lists
-can miss the allowed ids of a narrow filter), as an exact scan of the allowed vectors: k results wherever k
-paragraphs pass.
+A flat index (or an IVF index not trained yet) is searched here, by an exact scan of the table's vectors (_exact:
+one torch matrix product and a top-k, faster than FAISS's flat scan). An approximate index (HNSW, IVF) is searched
+by FAISS; restricted to some ids (a retrieval filter) with an id selector, or, when few ids are allowed (at most
+EXACT_FILTERED_MAX) or the index answered a row short (an HNSW graph or the probed IVF lists can miss the allowed
+ids of a narrow filter), by an exact scan of the allowed vectors: k results wherever k paragraphs pass.
 
 Not thread-safe on its own: the store (store.py) holds its lock around every write and every read of the arrays.
 """
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 # Allowed vectors scanned exactly rather than searched through the index: about 1 ms for 10,000 vectors of 384 dims
 # (a flat scan costs about 0.1 ms per 1,000, bench/results/index_scale.md), where HNSW's graph misses narrow filters.
 EXACT_FILTERED_MAX = 10_000
+SCAN_SCORES = 1 << 24  # an exact scan scores queries in blocks of at most this many (query, vector) pairs: 64 MB
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
 
 
 class VectorTable:
@@ -191,9 +194,11 @@ class VectorTable:
     def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None,
                blocked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id
-        order; short rows padded with -1. One matrix product and torch's top-k: on 2 cores, for PEPs' 43,588 x 384, a
-        query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS keeps each query's
-        top k in a heap as it scans; torch selects from the finished score matrix)."""
+        order; short rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time
+        (queries in blocks): on 2 cores, for PEPs' 43,588 x 384, a query costs about a third of FAISS's flat search,
+        and a batch of 32 about a fifth (FAISS keeps each query's top k in a heap as it scans; torch selects from the
+        finished scores). torch's top-k picks freely among scores tied at the k-th place: a row with such a tie is
+        settled here, lowest ids first, as a stable sort would."""
         import torch
 
         vectors = self.vectors if rows is None else self.vectors[rows]
@@ -202,6 +207,28 @@ class VectorTable:
         out_s, out_i = np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)
         if kk == 0:
             return out_s, out_i
+        table = torch.from_numpy(vectors)  # a memory-mapped snapshot is read-only: torch only reads it
+        block = max(1, SCAN_SCORES // len(ids))
+        for start in range(0, len(queries), block):
+            with torch.no_grad():
+                scores = torch.from_numpy(np.ascontiguousarray(queries[start:start + block], dtype=np.float32)) @ table.T
+                if blocked is not None and len(blocked):
+                    scores[:, torch.from_numpy(np.asarray(blocked, dtype=np.int64))] = -torch.inf
+                top_s, top = torch.topk(scores, min(kk + 1, len(ids)), dim=1)  # one more: is the k-th place tied?
+            top_s, top = top_s.numpy(), top.numpy()
+            tied = np.flatnonzero(top_s[:, kk - 1] == top_s[:, kk]) if kk < len(ids) else np.zeros(0, np.int64)
+            for r in tied:  # the k-th place is shared with a row left out: the lowest rows among the tied win
+                row = scores[r].numpy()
+                above = np.flatnonzero(row > top_s[r, kk - 1])
+                top[r, :kk] = np.concatenate([above, np.flatnonzero(row == top_s[r, kk - 1])[:kk - len(above)]])
+                top_s[r, :kk] = row[top[r, :kk]]
+            top_s, top = top_s[:, :kk], top[:, :kk]
+            order = np.lexsort((top, -top_s), axis=1)  # best first, ties in row (= id) order
+            top_s, top = np.take_along_axis(top_s, order, 1), np.take_along_axis(top, order, 1)
+            found = top_s > -np.inf  # fewer than k rows that are not blocked
+            out_s[start:start + block, :kk] = np.where(found, top_s, -np.inf)
+            out_i[start:start + block, :kk] = np.where(found, ids[top], -1)
+        return out_s, out_i
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # a memory-mapped snapshot is read-only; torch only reads it
             scores = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)) @ torch.from_numpy(vectors).T

@@ -163,8 +163,8 @@ def test_a_replica_behind_its_writer_answers_from_what_it_holds(tmp_path):
 
 
 def test_a_batch_of_queries_gets_each_query_its_own_features():
-    """features_many scores every candidate of a batch against every context in one product: the products across
-    queries must not leak into a query's features, and a query without words gets zeros."""
+    """features_many fills one bucket table per query in turn: nothing of one query's context may leak into another
+    query's features, and a query without words gets zeros."""
     lx = lexical.Lexicon.fit(["alpha beta", "gamma delta", "epsilon alpha", "zeta"])
     contexts = [lx.matrix(["alpha beta", "gamma"]), None, lx.matrix(["zeta delta"]), lx.matrix(["epsilon"])]
     texts = [["gamma alpha", "zeta"], ["alpha"], ["delta", "alpha zeta", None], [None, None]]

@@ -7,7 +7,9 @@ environment apply to it, e.g. NEXTPARA_WORKERS and NEXTPARA_THREADS), then measu
 4-paragraph contexts from test documents: ``ids`` (stored paragraph ids), ``texts`` (four texts no earlier
 call sent: every call embeds four) and ``growing`` (a writing tool's calls: a document's last four paragraphs as
 text, advancing by one paragraph per call, so each call repeats three texts of the previous one and embeds
-one; each client writes its own documents). For each: the in-process Predictor.predict_next one call at a
+one; a document is cut into stretches of 16 calls, each stretch sent by one client, the first call of a
+stretch embedding four; the text workload ran first on the same server, and its cache of 4,096 texts may hold a
+few of these documents' paragraphs). For each: the in-process Predictor.predict_next one call at a
 time, and PredictNext through gRPC at concurrency 1, 8, 16 and 32 (one client per thread). Measurements use
 contexts no earlier one used; warm-up calls (which load the embedding model) are outside both the latencies
 and the QPS window. In the same run, two references: what MiniLM alone embeds on this machine (paragraphs/s,
@@ -45,7 +47,7 @@ def contexts_from(data_dir: str, n: int):
         queries = [queries[i] for i in np.random.default_rng(3).permutation(len(queries))[:n]]
         ids = [[int(seq.ids[r]) for r in q.context] for q in queries]
         texts, growing = [], []
-        for doc, rows in seq.doc_rows.items():
+        for rows in seq.doc_rows.values():
             if len(rows) >= 8:
                 doc_texts = [p.text for p in store.get_paragraphs([int(seq.ids[r]) for r in rows])]
                 texts += [doc_texts[j - 4:j] for j in range(4, len(doc_texts) + 1, 4)]  # no paragraph in two of them

@@ -1,0 +1,54 @@
+"""Exact search of a flat index (VectorTable._exact: a torch matrix product and top-k, in blocks of queries) against a
+sort of the same scores by NumPy: the same scores in the same order, each the true score of the id it names, with
+exclusions and filters respected, whatever the block size; exact ties in id order. (Copies of one vector at
+different rows of the product can score a last bit apart, so near ties may come in either order.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from nextpara.store import vector_table
+from nextpara.store.vector_index import VectorIndex, choose_index
+from nextpara.store.vector_table import VectorTable
+
+
+def table(vectors: np.ndarray, ids: np.ndarray) -> VectorTable:
+    index = VectorIndex(choose_index("flat", len(ids)), vectors.shape[1])
+    index.add(vectors, ids)
+    return VectorTable(vectors.shape[1], "flat", index, ids, vectors)
+
+
+def check(t, vectors, ids, queries, k, exclude=(), allow=None):
+    ok = ~np.isin(ids, list(exclude)) & (np.isin(ids, allow) if allow is not None else True)
+    scores = queries @ vectors[ok].T
+    want = -np.sort(-scores, axis=1)[:, :k]
+    got_s, got = t.search(queries, k, np.asarray(exclude, np.int64), allow=allow)
+    n = want.shape[1]
+    np.testing.assert_allclose(got_s[:, :n], want, atol=1e-6)
+    assert (got[:, n:] == -1).all() and np.isneginf(got_s[:, n:]).all()
+    assert np.isin(got[:, :n], ids[ok]).all()  # never an excluded id or one the filter leaves out
+    true = (queries[:, None, :] * vectors[np.searchsorted(ids, got[:, :n])]).sum(-1)
+    np.testing.assert_allclose(got_s[:, :n], true, atol=1e-6)  # each score is its id's
+
+
+@pytest.mark.parametrize("scan_scores", [1 << 24, 50])  # one block, and blocks of a query or two
+def test_exact_search_matches_a_stable_sort(monkeypatch, scan_scores):
+    monkeypatch.setattr(vector_table, "SCAN_SCORES", scan_scores)
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((40, 8)).astype(np.float32)
+    vectors = np.concatenate([base, base[:10], base[:10]])  # thirty paragraphs share ten vectors: ties
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(100, 100 + 3 * len(vectors), 3)  # ascending, not contiguous
+    t = table(vectors, ids)
+    queries = np.concatenate([vectors[:5], rng.standard_normal((5, 8)).astype(np.float32)])
+    exclude = ids[[0, 41, 7]]
+    for k in (1, 3, 25, 59, 75):
+        check(t, vectors, ids, queries, k, exclude)
+        check(t, vectors, ids, queries, k, exclude, allow=ids[::2])
+
+
+def test_the_lowest_ids_win_a_tie_for_the_last_place():
+    vectors = np.tile(np.array([[1.0, 0.0, 0.0]], np.float32), (7, 1))
+    t = table(vectors, np.arange(2, 9))
+    assert t.search(vectors[:1], 3, np.array([], np.int64))[1].tolist() == [[2, 3, 4]]
+    assert t.search(vectors[:1], 3, np.array([3]), allow=np.arange(2, 9))[1].tolist() == [[2, 4, 5]]
