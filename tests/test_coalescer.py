@@ -10,59 +10,44 @@ from concurrent.futures import ThreadPoolExecutor
 from nextpara.server.batching import Coalescer
 
 
-def test_calls_that_arrive_while_the_worker_is_busy_run_as_one_batch():
+def behind_a_busy_worker(max_batch: int, keys: list[str]) -> tuple[list, list]:
+    """Call 0 (key "a") holds the only worker while calls 1.. (one per key of ``keys``) arrive; then it is let go.
+    Returns (each call's result in order, the batches run as (key, payloads))."""
     release = threading.Event()
-    batches: list[list[int]] = []
-
-    def run_batch(key, payloads):
-        batches.append(list(payloads))
-        if payloads == [0]:
-            release.wait(10)  # the first call holds the only worker while the others arrive
-        return [p * 10 for p in payloads]
-
-    async def main():
-        with ThreadPoolExecutor(1) as pool:
-            co = Coalescer(run_batch, pool, max_batch=32, max_wait=0.0, max_queue=100, slots=1)
-            co.start()
-            first = asyncio.ensure_future(co.submit("k", 0, None))
-            while not batches:
-                await asyncio.sleep(0.001)
-            rest = [asyncio.ensure_future(co.submit("k", i, None)) for i in range(1, 11)]
-            await asyncio.sleep(0.05)  # all ten queued behind the busy worker
-            release.set()
-            results = await asyncio.gather(first, *rest)
-            await co.stop()
-            return results
-
-    results = asyncio.run(main())
-    assert results == [i * 10 for i in range(11)]
-    assert batches == [[0], list(range(1, 11))]
-
-
-def test_a_batch_never_exceeds_max_batch_and_keys_never_mix():
     batches: list[tuple[str, list[int]]] = []
-    release = threading.Event()
 
     def run_batch(key, payloads):
         batches.append((key, list(payloads)))
         if payloads == [0]:
             release.wait(10)
-        return payloads
+        return [p * 10 for p in payloads]
 
     async def main():
         with ThreadPoolExecutor(1) as pool:
-            co = Coalescer(run_batch, pool, max_batch=4, max_wait=0.0, max_queue=100, slots=1)
+            co = Coalescer(run_batch, pool, max_batch=max_batch, max_wait=0.0, max_queue=100, slots=1)
             co.start()
             first = asyncio.ensure_future(co.submit("a", 0, None))
             while not batches:
                 await asyncio.sleep(0.001)
-            rest = [asyncio.ensure_future(co.submit("ab"[i % 2], i, None)) for i in range(1, 11)]
-            await asyncio.sleep(0.05)
+            rest = [asyncio.ensure_future(co.submit(key, i, None)) for i, key in enumerate(keys, start=1)]
+            await asyncio.sleep(0.05)  # all queued behind the busy worker
             release.set()
-            await asyncio.gather(first, *rest)
+            results = await asyncio.gather(first, *rest)
             await co.stop()
+            return results
 
-    asyncio.run(main())
+    return asyncio.run(main()), batches
+
+
+def test_calls_that_arrive_while_the_worker_is_busy_run_as_one_batch():
+    results, batches = behind_a_busy_worker(32, ["a"] * 10)
+    assert results == [i * 10 for i in range(11)]
+    assert batches == [("a", [0]), ("a", list(range(1, 11)))]
+
+
+def test_a_batch_never_exceeds_max_batch_and_keys_never_mix():
+    results, batches = behind_a_busy_worker(4, ["ab"[i % 2] for i in range(1, 11)])
+    assert results == [i * 10 for i in range(11)]
     assert all(len(p) <= 4 for _, p in batches)
     assert all(all("ab"[i % 2] == key for i in p) for key, p in batches[1:])
     assert sorted(i for _, p in batches for i in p) == list(range(11))
