@@ -194,11 +194,10 @@ def _gather(contexts, indptr, indices, data, at, out, table, L) -> None:
             table[ctx.indices[ctx.indptr[j]:ctx.indptr[j + 1]], L - n + j] = ctx.data[ctx.indptr[j]:ctx.indptr[j + 1]]
         table[buckets, L] = whole / norm
         lo, hi = indptr[at[q]], indptr[at[q + 1]]
-        row_len = np.diff(indptr[at[q]:at[q + 1] + 1])
-        rows = np.flatnonzero(row_len)  # candidates with words
+        starts = indptr[at[q]:at[q + 1] + 1] - lo  # each candidate's first non-zero, and the end
+        rows = np.flatnonzero(np.diff(starts))  # candidates with words
         if len(rows):
             products = table[indices[lo:hi]] * data[lo:hi, None]  # (non-zeros, L + 1)
-            starts = (indptr[at[q]:at[q + 1]] - lo)[rows]
-            out[at[q] + rows, :L + 1] = np.add.reduceat(products, starts, axis=0)
+            out[at[q] + rows, :L + 1] = np.add.reduceat(products, starts[rows], axis=0)
             out[at[q] + rows, L + 1] = 1.0
         table[buckets] = 0.0

@@ -213,7 +213,8 @@ class RerankPipeline:
             kept[kept] = np.isin(every[kept], present)
             bounds = np.cumsum([0, *(len(row_ids) for row_ids in ids)])  # each query's slice of ``every``
             at = np.concatenate([[0], np.cumsum(kept)])[bounds]  # ... and of what is kept
-            ids = [every[kept][a:b] for a, b in zip(at[:-1], at[1:])]
+            every = every[kept]
+            ids = [every[a:b] for a, b in zip(at[:-1], at[1:])]
             cand_vecs = [vectors[a:b] for a, b in zip(at[:-1], at[1:])]
             lap("rows")
             if self.lexicon is not None:

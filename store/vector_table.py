@@ -229,16 +229,3 @@ class VectorTable:
             out_s[start:start + block, :kk] = np.where(found, top_s, -np.inf)
             out_i[start:start + block, :kk] = np.where(found, ids[top], -1)
         return out_s, out_i
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # a memory-mapped snapshot is read-only; torch only reads it
-            scores = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)) @ torch.from_numpy(vectors).T
-            if blocked is not None and len(blocked):
-                scores[:, torch.from_numpy(np.asarray(blocked, dtype=np.int64))] = -torch.inf
-            top_s, top = torch.topk(scores, kk, dim=1, sorted=False)
-        top_s, top = top_s.numpy(), top.numpy()
-        order = np.lexsort((top, -top_s), axis=1)  # best first, ties in row (= id) order
-        top_s, top = np.take_along_axis(top_s, order, 1), np.take_along_axis(top, order, 1)
-        found = top_s > -np.inf  # fewer than k rows that are not blocked
-        out_s[:, :kk] = np.where(found, top_s, -np.inf)
-        out_i[:, :kk] = np.where(found, ids[top], -1)
-        return out_s, out_i
