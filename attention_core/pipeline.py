@@ -22,7 +22,6 @@ from .candidates import generate_candidates
 from .model import NextParagraphModel
 
 SCORE_BATCH = 256
-ANSWER_SLACK = 16  # rows read beyond the answer's, so a paragraph deleted since the search leaves no hole in it
 STAGES = ("encode", "search", "rows", "word_features", "model", "answer")  # of retrieve(), as observed
 
 
@@ -181,9 +180,9 @@ class RerankPipeline:
         candidate row read once, word features computed once, and one model call scores them all.
 
         A model that reads words gets every candidate's word row from the lexicon's cache (a stored paragraph's
-        text is read and tokenised once per process); the rows of each query's first ``keep`` + ANSWER_SLACK (all if
-        None) are read for the answer, and ``Scored.paragraphs`` holds the first ``keep`` of them. A candidate whose row has gone (a read-only replica whose writer
-        deleted it since the replica loaded its index) is dropped. ``allow``: the only ids any query may retrieve (a
+        text is read and tokenised once per process); ``Scored.paragraphs`` holds the rows of each query's first ``keep``
+        (all if None), read once for the batch. A candidate whose row has gone (a read-only replica whose writer
+        deleted it since the replica loaded its index) is dropped, and the next one takes its place. ``allow``: the only ids any query may retrieve (a
         retrieval filter's, resolved by the store; None: any). ``observe(stage, seconds)`` gets the time of each
         stage of each chunk: STAGES, in that order."""
         out: list[Scored] = []
@@ -231,16 +230,31 @@ class RerankPipeline:
                 att = result["attention"][i][:, order[0], :].numpy() if need_weights and len(order) else None  # (h, L)
                 ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
                                      attention=att))
-            deep = None if keep is None else keep + ANSWER_SLACK
-            wanted = np.unique(np.concatenate([r.ids[:deep] for r in ranked])) if ranked else np.zeros(0, np.int64)
-            rows = {**read, **self.store.find_paragraphs([int(i) for i in wanted if int(i) not in read])}
-            for r in ranked:  # the answer's rows; a paragraph deleted since it was found (on a replica) is dropped
-                looked = len(r.ids[:deep])
-                gone = np.zeros(len(r.ids), bool)
-                gone[:looked] = [int(i) not in rows for i in r.ids[:looked]]
-                r.ids, r.scores, r.retrieval_scores = r.ids[~gone], r.scores[~gone], r.retrieval_scores[~gone]
-                shown = looked - int(gone.sum())
-                r.paragraphs = [rows[int(i)] for i in r.ids[:shown if keep is None else min(shown, keep)]]
+            self._answer_rows(ranked, keep, read)
             out += ranked
             lap("answer")
         return out
+
+    def _answer_rows(self, ranked: list[Scored], keep: int | None, rows: dict[int, Paragraph]) -> None:
+        """Set each query's ``paragraphs``: the stored rows of its first ``keep`` ids (all if None); ``rows`` holds those
+        already read. A paragraph deleted since it was found (on a replica) is dropped from ``ids`` and the next one
+        read in its place: only the rows shown are read, and more only when one has gone."""
+        looked = [0] * len(ranked)  # per query: ids whose row has been looked for
+        while True:
+            want = [len(r.ids) if keep is None else min(keep, len(r.ids)) for r in ranked]
+            todo = {int(i) for r, a, w in zip(ranked, looked, want) for i in r.ids[a:w]} - rows.keys()
+            if todo:
+                rows.update(self.store.find_paragraphs(sorted(todo)))
+            again = False
+            for n, (r, a, w) in enumerate(zip(ranked, looked, want)):
+                gone = np.array([int(i) not in rows for i in r.ids[a:w]], bool)
+                if gone.any():
+                    keep_mask = np.ones(len(r.ids), bool)
+                    keep_mask[a:w] = ~gone
+                    r.ids, r.scores, r.retrieval_scores = r.ids[keep_mask], r.scores[keep_mask], r.retrieval_scores[keep_mask]
+                    again = True
+                looked[n] = w - int(gone.sum())
+            if not again:
+                break
+        for r, shown in zip(ranked, looked):
+            r.paragraphs = [rows[int(i)] for i in r.ids[:shown]]
