@@ -16,6 +16,14 @@ groups, all from content (docs/evaluation.md):
   whole candidate against that last sentence; and backwards, the candidate's last sentence against the
   first context paragraph's first sentence (a candidate that *precedes* the context).
 - ``shape``: the candidate's length in tokens (log) and whether it ends with a colon or a question mark.
+- ``novel``: what the last paragraph adds to the context: the TF-IDF cosine between the candidate and the last
+  paragraph's words that no earlier context paragraph has (the thread the next paragraph should take up, where an
+  earlier paragraph of the document shares only the document's words), and the share of the candidate's weight on
+  words the context does not have.
+- ``depth``: how far into its document a paragraph reads, from its vector alone: a ridge regression from the
+  embedding to the relative position (0 first, 1 last), fitted on the *training* documents' paragraphs; the
+  candidate's predicted depth minus the last context paragraph's, and the candidate's own. Positions train it;
+  only vectors feed it (docs/evaluation.md).
 
 The document id of a candidate is read only to compute direction accuracy, never as a feature.
 """
@@ -27,7 +35,6 @@ import re
 import sys
 import time
 import zlib
-from pathlib import Path
 
 import numpy as np
 
@@ -47,8 +54,9 @@ def last_sentence(text: str) -> str:
     return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
 
 
-GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11)}
-VARIANTS = [(), ("ranks",), ("seam",), ("shape",), ("ranks", "seam"), ("ranks", "seam", "shape")]
+GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11), "novel": slice(11, 13), "depth": slice(13, 15)}
+VARIANTS = [(), ("ranks",), ("seam",), ("shape",), ("novel",), ("ranks", "seam"), ("ranks", "seam", "shape"),
+            ("depth",), ("novel", "depth"), ("ranks", "seam", "shape", "novel", "depth")]
 
 
 def main() -> int:
@@ -60,7 +68,7 @@ def main() -> int:
     import torch
     from nextpara.attention_core import lexical
     from nextpara.attention_core.candidates import search_excluding
-    from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
+    from nextpara.attention_core.general import served_model
     from nextpara.attention_core.metrics import hit_rank, summarize
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
@@ -71,7 +79,7 @@ def main() -> int:
     seq = ParagraphSequences(store)
     docs = np.asarray(seq.doc_ids)
     texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
-    model, meta = load_checkpoint(Path(args.data_dir) / CHECKPOINT, store.embedder_name, store.dim)
+    model, meta = served_model(store)  # the store's own model, else the general model
     pipeline = RerankPipeline(model, store, 100)
     lexicon = pipeline.lexicon
     whole, first, last = (lexicon.matrix(texts), lexicon.matrix([first_sentence(t) for t in texts]),
@@ -79,6 +87,12 @@ def main() -> int:
     n_tokens = np.array([len(lexical.TOKEN.findall(t)) for t in texts])
     print(f"loaded {len(seq)} paragraphs and their sentence rows, {time.perf_counter() - t0:.0f}s", flush=True)
 
+    train_rows = seq.split_rows("train")
+    doc_len = {d: len(r) for d, r in seq.doc_rows.items()}
+    relative = np.array([seq.positions[r] / max(1, doc_len[seq.doc_ids[r]] - 1) for r in train_rows])
+    X = seq.vectors[train_rows]
+    weights = np.linalg.solve(X.T @ X + 1.0 * np.eye(X.shape[1]), X.T @ (relative - relative.mean()))
+    depth = seq.vectors @ weights + relative.mean()  # every paragraph's predicted depth, from its vector alone
     qs = seq.queries("validation", 4, limit=args.queries, seed=1)
     ctx = [seq.vectors[q.context] for q in qs]
     exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in qs]
@@ -93,7 +107,7 @@ def main() -> int:
     for i, q in enumerate(qs):
         ids = list(dict.fromkeys(sum((s[i] for s in sources), [])))
         rows = np.asarray([seq.row_of_id[j] for j in ids], np.int64)
-        f = np.zeros((len(rows), 11), np.float32)
+        f = np.zeros((len(rows), 15), np.float32)
         for s, source in enumerate(sources):
             rank = {j: k for k, j in enumerate(source[i])}
             f[:, s] = [1.0 / (1 + rank[j]) if j in rank else 0.0 for j in ids]
@@ -105,6 +119,18 @@ def main() -> int:
         f[:, 8] = np.log1p(n_tokens[rows])
         f[:, 9] = [texts[r].rstrip().endswith(":") for r in rows]
         f[:, 10] = [texts[r].rstrip().endswith("?") for r in rows]
+        earlier = set(whole[q.context[:-1]].indices.tolist())
+        novel = whole[c_last].copy()
+        novel.data[np.isin(novel.indices, list(earlier))] = 0.0
+        norm = np.sqrt((novel.data ** 2).sum())
+        if norm > 0:
+            f[:, 11] = (whole[rows] @ (novel / norm).T).toarray().ravel()
+        cand = whole[rows]
+        in_context = np.isin(cand.indices, whole[q.context].indices)
+        owner = np.repeat(np.arange(len(rows)), np.diff(cand.indptr))
+        f[:, 12] = np.bincount(owner, np.where(in_context, 0.0, cand.data ** 2), minlength=len(rows))  # rows have norm 1
+        f[:, 13] = depth[rows] - depth[c_last]
+        f[:, 14] = depth[rows]
         lists.append(rows)
         feats.append(f)
     words = pipeline.lexical_features([[texts[r] for r in q.context] for q in qs], [[texts[r] for r in l] for l in lists])
@@ -168,7 +194,7 @@ def main() -> int:
         print(f"{name}: R@1 {m['recall@1']:.4f} MRR@10 {m['mrr@10']:.4f} direction {m['direction']:.3f}", flush=True)
 
     stamp = record.stamp(__file__)
-    about = f"model {meta['model_version']}"
+    about = f"model {meta['model_version']} ({meta.get('source', 'trained')})"
     lines = [f"# Seam probe: cheap signals beside the trained model ({stamp['date']})", "",
              f"Command: `{stamp['command']}`", "", f"Model: {about}; {len(qs)} validation queries (L = 4); stage-1 "
              f"recall {in_list.mean():.3f} with {np.mean([len(l) for l in lists]):.0f} candidates on average. "
