@@ -94,6 +94,7 @@ def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
         raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}",
                                  reason=Reason.EMBEDDER_MISMATCH, metadata={"modelDim": emb.get("dim"), "storeDim": expect_dim})
     model = NextParagraphModel(RerankerConfig(**{"lexical": False, **meta["model_config"]}))  # older: no lexical
+    # (and no novel_words: the field's default, False, is theirs)
     try:
         state = load_file(str(path))
     except SafetensorError as e:

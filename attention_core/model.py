@@ -52,6 +52,7 @@ class RerankerConfig:
     lexical: bool = True  # word-overlap features of the texts (lexical.py); checkpoints from before have False
     word_candidates: int = 0  # stage 1 also takes this many from the word index per query, for the last paragraph's
     #                           words and the whole context's (candidates.py); 0, as checkpoints from before: vectors only
+    novel_words: bool = False  # word features of what the last paragraph adds (lexical.py); checkpoints from before: False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -63,7 +64,11 @@ class RerankerConfig:
 
     @property
     def n_features(self) -> int:
-        return self.max_context + 5 + (lexical.n_features(self.max_context) if self.lexical else 0)
+        return self.max_context + 5 + (self.n_word_features if self.lexical else 0)
+
+    @property
+    def n_word_features(self) -> int:
+        return lexical.n_features(self.max_context, self.novel_words)
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
@@ -147,7 +152,7 @@ class NextParagraphModel(nn.Module):
             # weight of the TF-IDF cosine to the last paragraph added to the scores, fitted on the validation
             # split after training (training.py: tune_lexical_boost)
             self.register_buffer("lexical_boost", torch.zeros(()))
-            self.lexical_linear = nn.Linear(lexical.n_features(L), 1)  # a direct path: overlap adds to the score
+            self.lexical_linear = nn.Linear(cfg.n_word_features, 1)  # a direct path: overlap adds to the score
             nn.init.zeros_(self.lexical_linear.weight)
             nn.init.zeros_(self.lexical_linear.bias)
 
@@ -190,7 +195,7 @@ class NextParagraphModel(nn.Module):
 
     def forward(self, context, context_mask, candidates, candidate_mask, need_weights: bool = False,
                 lexical_features: torch.Tensor | None = None):
-        """Score candidates (B,K,D) for context (B,L,D); ``lexical_features`` (B,K,max_context+2) when
+        """Score candidates (B,K,D) for context (B,L,D); ``lexical_features`` (B,K,cfg.n_word_features) when
         cfg.lexical (None: no texts, all zero).
 
         Returns dict: ``query`` (B,D), ``scores`` (B,K) (-inf where candidate_mask is False),
@@ -208,7 +213,7 @@ class NextParagraphModel(nn.Module):
         feats = self.features(context, context_mask, candidates, candidate_mask, query)  # (B, K, F)
         if self.cfg.lexical:
             if lexical_features is None:
-                lexical_features = candidates.new_zeros(B, K, lexical.n_features(self.cfg.max_context))
+                lexical_features = candidates.new_zeros(B, K, self.cfg.n_word_features)
             feats = torch.cat([feats, lexical_features], dim=-1)
         c = self.in_proj(candidates) + self.type_emb.weight[1]  # (B, K, d)
         attend = context_mask[:, None, :].expand(B, K, context.shape[1])  # (B, K, L)

@@ -116,7 +116,7 @@ class RerankPipeline:
 
     def lexical_features(self, context_texts: list[list[str | None]], candidate_texts: list[list[str | None]],
                          candidate_ids: list[list[int | None]] | None = None) -> list[np.ndarray] | None:
-        """Word-overlap features per query, (K_i, max_context + 2); None if the model does not use them.
+        """Word-overlap features per query, (K_i, model.cfg.n_word_features); None if the model does not use them.
         A None text (a raw vector given by the caller) counts as no text. A candidate with a stored id
         (``candidate_ids``) takes its row from the lexicon's cache by id, as retrieval does: a batch job that names
         stored paragraphs tokenises each once."""
@@ -141,13 +141,13 @@ class RerankPipeline:
         case) has no words to compare: zeros, no work."""
         contexts = [self.lexicon.matrix(ct[-self.max_context:]) if any(ct[-self.max_context:]) else None
                     for ct in context_texts]
-        return lexical.features_many(contexts, candidates, sizes, self.max_context)
+        return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words)
 
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
               lexical_features: list[np.ndarray] | None = None):
         """Model scores per query (list of (K_i,) arrays), queries (B,D), attention per query (h,K_i,L) or None.
-        ``lexical_features``: per query (K_i, max_context + 2), from lexical_features(); None: no texts."""
+        ``lexical_features``: per query (K_i, model.cfg.n_word_features), from lexical_features(); None: no texts."""
         scores, queries, attention = [], [], []
         for s in range(0, len(contexts), SCORE_BATCH):
             x, m = pad_contexts(contexts[s:s + SCORE_BATCH], self.max_context)

@@ -136,13 +136,13 @@ class Trainer:
         (all zero, as for a caller that gives raw vectors) so that the model also scores without them."""
         if self.words is None:
             return None
-        L = self.model.cfg.max_context
+        cfg = self.model.cfg
         out = []
         for ctx, rows in zip(contexts, lists):
             if train and self.rng.random() < self.cfg.text_dropout:
-                out.append(np.zeros((len(rows), lexical.n_features(L)), np.float32))
+                out.append(np.zeros((len(rows), cfg.n_word_features), np.float32))
             else:
-                out.append(lexical.features(self.words[ctx], self.words[rows], L))
+                out.append(lexical.features(self.words[ctx], self.words[rows], cfg.max_context, cfg.novel_words))
         return out
 
     def mine(self, queries: list[Query]) -> list[np.ndarray]:

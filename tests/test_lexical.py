@@ -39,6 +39,26 @@ def test_features_agree_with_a_hand_computed_example():
     np.testing.assert_array_equal(only_vectors, 0.0)
 
 
+def test_what_the_last_paragraph_adds_by_hand():
+    """novel: the cosine to the last paragraph's words that no earlier context paragraph has, and the share of the
+    candidate's weight on words the context lacks; the first L + 2 columns are those without novel."""
+    lx = lexical.Lexicon(np.ones(lexical.N_BUCKETS, np.float32))  # every word weighs 1: rows are plain unit vectors
+    context = lx.matrix(["alpha beta", "beta gamma"])  # the last adds gamma; beta the document had already
+    candidates = lx.matrix(["gamma delta", "beta delta", "alpha", "epsilon", None])
+    got = lexical.features(context, candidates, 4, novel=True)
+    assert got.shape == (5, lexical.n_features(4, True)) == (5, 8)
+    np.testing.assert_allclose(got[:, :6], lexical.features(context, candidates, 4), rtol=1e-6)
+    h = 1 / math.sqrt(2)
+    np.testing.assert_allclose(got[:, 6], [h, 0, 0, 0, 0], atol=1e-6)  # only gamma is new in the last paragraph
+    np.testing.assert_allclose(got[:, 7], [0.5, 0.5, 0, 1, 0], atol=1e-6)  # delta, epsilon: words the context lacks
+    only_last = lexical.features(lx.matrix(["beta gamma"]), candidates[:1], 4, novel=True)
+    np.testing.assert_allclose(only_last[0, 6], only_last[0, 3], rtol=1e-6)  # no earlier paragraph: all of it is new
+    rows = lexical.stack([lx.row(t) for t in ("gamma delta", "alpha", "epsilon")])
+    batch = lexical.features_many([context, None, context], rows, [1, 1, 1], 4, novel=True)
+    np.testing.assert_allclose(batch[0][0], got[0], rtol=1e-6)
+    assert not batch[1].any() and batch[2][0, 7] == pytest.approx(1.0)
+
+
 def test_checkpoint_carries_the_idf_vector_and_older_checkpoints_load(tmp_path):
     model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2))
     idf = torch.rand(lexical.N_BUCKETS)
