@@ -15,10 +15,19 @@
 
 Every embedder has a ``name`` (its identity, recorded in the store and the cache key) and
 a ``dim`` (None until known, for remote models).
+
+**bfloat16.** On a CPU with bfloat16 instructions (AVX512_BF16 or AMX) a sentence-transformers model runs under
+torch's bfloat16 autocast: its matrix products in bfloat16, sums and normalisations in float32. On 2 cores that
+embeds 1.4-1.8x the paragraphs per second, each vector within cosine 0.99996 of the float32 one
+(bench/results/embed_batch.md): far closer than two embedders that deserve two names (``minilm-int8`` is at
+0.976), so the name, the store's identity and the cache key stay the same, and stores built on either kind of
+CPU serve each other's queries. Elsewhere bfloat16 is emulated and slower: float32. ``NEXTPARA_BF16=0`` (or
+``1``) overrides the choice, e.g. for vectors equal to the last bit across machines.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -42,19 +51,42 @@ class Embedder(Protocol):
         ...
 
 
+@functools.cache
+def cpu_has_bf16() -> bool:
+    """True on a CPU with bfloat16 dot products (AVX512_BF16 or AMX: the flags Linux lists in /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def use_bf16() -> bool:
+    """Whether text models run under bfloat16 autocast: ``NEXTPARA_BF16`` (0 or 1) if set, else cpu_has_bf16()."""
+    setting = os.environ.get("NEXTPARA_BF16", "").strip()
+    if setting not in ("", "0", "1"):
+        raise InvalidInputError(f"NEXTPARA_BF16={setting!r}: expected 0 (float32) or 1 (bfloat16 autocast), or unset "
+                                "(bfloat16 where the CPU has instructions for it)")
+    return setting == "1" if setting else cpu_has_bf16()
+
+
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model, loaded lazily on first use, CPU, offline.
 
-    Batches of 8 (sentence-transformers sorts a call's texts by length; each batch pads to its longest text and
-    attention costs the square of that): on 2 cores, 1.75x the paragraphs/s of its default 32 for calls of 64 texts
-    (a coalesced batch of 16 four-paragraph PredictNext calls) and 1.13x for a build's one big call, vectors within
-    2e-7 of batch 32's (bench/results/embed_batch.md)."""
+    Batches of 8 in float32, 16 under bfloat16 autocast (sentence-transformers sorts a call's texts by length; each
+    batch pads to its longest text and attention costs the square of that; bfloat16 products want bigger matrices):
+    on 2 cores, float32 batch 8 runs 1.8x the paragraphs/s of batch 32 for calls of 64 texts (a coalesced batch of 16
+    four-paragraph PredictNext calls) and 1.15x for a build's one big call, vectors within 2e-7 of batch 32's;
+    bfloat16 batch 16 runs 1.5x float32 batch 8 for calls of 64 and 1.8x for a build (bench/results/embed_batch.md)."""
 
-    def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int = 8, int8: bool = False):
+    def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int | None = None, int8: bool = False,
+                 bf16: bool | None = None):
         self.model_path = str(model_path)
         self.name = name
-        self.batch_size = batch_size
         self.int8 = int8
+        self.bf16 = (use_bf16() if bf16 is None else bf16) and not int8  # see the module's docstring
+        self.batch_size = batch_size or (16 if self.bf16 else 8)
         self._model = None
         self._dim: int | None = None
 
@@ -87,9 +119,13 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                                 normalize_embeddings=False, show_progress_bar=False)
-        return unit_rows(vecs, where=f"{self.name} output")
+        import torch
+
+        model = self.model
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            vecs = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                normalize_embeddings=False, show_progress_bar=False)
+        return unit_rows(np.asarray(vecs, dtype=np.float32), where=f"{self.name} output")
 
 
 def quantize_linear_int8(model):

@@ -36,6 +36,24 @@ def test_minilm_int8_is_close_to_fp32_and_named_apart(minilm):
     assert embedder_for_store("minilm-int8", MINILM_INT8_NAME, 384).name == MINILM_INT8_NAME
 
 
+def test_bfloat16_autocast_is_within_cosine_0_9999_of_float32_and_the_setting_is_checked(monkeypatch):
+    """The same embedder either way (bfloat16 is emulated on a CPU without instructions for it: slower, still right)."""
+    from nextpara.store import embedders
+
+    fp32, bf16 = (make_embedder("minilm") for _ in range(2))
+    fp32.bf16, bf16.bf16 = False, True
+    a, b = fp32.embed(TEXTS), bf16.embed(TEXTS)
+    assert b.dtype == np.float32 and bf16.name == fp32.name and not np.array_equal(a, b)
+    assert ((a * b).sum(1) > 0.9999).all()
+    monkeypatch.setenv("NEXTPARA_BF16", "0")
+    assert not make_embedder("minilm").bf16
+    monkeypatch.setenv("NEXTPARA_BF16", "1")
+    assert make_embedder("minilm").bf16 and not make_embedder("minilm-int8").bf16
+    monkeypatch.setenv("NEXTPARA_BF16", "yes")
+    with pytest.raises(InvalidInputError, match="NEXTPARA_BF16='yes': expected 0"):
+        embedders.use_bf16()
+
+
 def test_cache_hits_cost_no_model_time(minilm, tmp_path):
     cached = CachedEmbedder(minilm, tmp_path / "cache.sqlite")
     first = cached.embed(TEXTS + TEXTS[:1])
