@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import record
+from bench.quality.lists import scored_lists
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 KINDS = ("hit", "same document, after the target", "same document, before the context", "another document",
@@ -48,35 +49,26 @@ def main() -> int:
     counts = dict.fromkeys(KINDS, 0)
     behind: list[int] = []  # how far after the target a same-document top answer is
     oracle_rank = {"same document": [], "after the context": []}
-    for s in range(0, len(qs), 128):
-        chunk = qs[s:s + 128]
-        ctx = [seq.vectors[q.context] for q in chunk]
-        ctx_texts = [[texts[r] for r in q.context] for q in chunk]
-        exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in chunk]
-        ids, _ = pipeline.candidates(ctx, exclude, context_texts=ctx_texts)
-        rows = [np.asarray([seq.row_of_id[int(j)] for j in l], np.int64) for l in ids]
-        words = pipeline.lexical_features(ctx_texts, [[texts[r] for r in l] for l in rows],
-                                          [[int(j) for j in l] for l in ids])
-        scores, _, _ = pipeline.score(ctx, [seq.vectors[l] for l in rows], lexical_features=words)
-        for q, l, sc in zip(chunk, rows, scores):
-            target = seq.text_class[q.target]
-            order = l[np.argsort(-sc, kind="stable")]
-            hit = seq.text_class[order] == target
-            same = docs[order] == docs[q.target]
-            for name, keep in (("same document", same | hit), ("after the context", (same & (pos[order] > pos[q.context[-1]])) | hit)):
-                found = np.flatnonzero(hit[keep][:10])
-                oracle_rank[name].append(int(found[0]) + 1 if len(found) else 10**9)
-            if not hit.any():
-                counts["target not among the candidates"] += 1
-            elif hit[0]:
-                counts["hit"] += 1
-            elif same[0]:
-                after = pos[order[0]] > pos[q.target]
-                counts["same document, after the target" if after else "same document, before the context"] += 1
-                if after:
-                    behind.append(int(pos[order[0]] - pos[q.target]))
-            else:
-                counts["another document"] += 1
+    lists, scores = scored_lists(pipeline, seq, texts, qs)
+    for q, l, sc in zip(qs, lists, scores):
+        target = seq.text_class[q.target]
+        order = l[np.argsort(-sc, kind="stable")]
+        hit = seq.text_class[order] == target
+        same = docs[order] == docs[q.target]
+        for name, keep in (("same document", same | hit), ("after the context", (same & (pos[order] > pos[q.context[-1]])) | hit)):
+            found = np.flatnonzero(hit[keep][:10])
+            oracle_rank[name].append(int(found[0]) + 1 if len(found) else 10**9)
+        if not hit.any():
+            counts["target not among the candidates"] += 1
+        elif hit[0]:
+            counts["hit"] += 1
+        elif same[0]:
+            after = pos[order[0]] > pos[q.target]
+            counts["same document, after the target" if after else "same document, before the context"] += 1
+            if after:
+                behind.append(int(pos[order[0]] - pos[q.target]))
+        else:
+            counts["another document"] += 1
     n = len(qs)
     oracles = {name: summarize(np.array(r), n_boot=500) for name, r in oracle_rank.items()}
     steps = np.bincount(np.minimum(behind, 6), minlength=7)[1:] if behind else np.zeros(6, int)

@@ -31,6 +31,7 @@ import zlib
 import numpy as np
 
 from bench import record
+from bench.quality.lists import scored_lists
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -88,19 +89,7 @@ def main() -> int:
     def mine(split: str, n: int, seed: int):
         """Stage-1 lists (rows) of a split's queries, as serving makes them, with the model's scores."""
         qs = seq.queries(split, 4, limit=n, seed=seed)
-        lists, base = [], []
-        for s in range(0, len(qs), 256):
-            chunk = qs[s:s + 256]
-            ctx = [seq.vectors[q.context] for q in chunk]
-            ctx_texts = [[texts[r] for r in q.context] for q in chunk]
-            exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in chunk]
-            ids, _ = pipeline.candidates(ctx, exclude, context_texts=ctx_texts)
-            rows = [np.asarray([seq.row_of_id[int(j)] for j in l], np.int64) for l in ids]
-            words = pipeline.lexical_features(ctx_texts, [[texts[r] for r in l] for l in rows],
-                                              [[int(j) for j in l] for l in ids])
-            scores, _, _ = pipeline.score(ctx, [seq.vectors[l] for l in rows], lexical_features=words)
-            lists += rows
-            base += scores
+        lists, base = scored_lists(pipeline, seq, texts, qs)
         target = np.array([seq.text_class[q.target] for q in qs])
         positive = [seq.text_class[l] == c for l, c in zip(lists, target)]
         print(f"mined {len(qs)} {split} lists, {time.perf_counter() - t0:.0f}s", flush=True)
