@@ -170,7 +170,7 @@ def main() -> int:
     train_on = {n: Path(d) for n, d in stores.items() if n != args.leave_out}
     variant = f"without {args.leave_out}" if args.leave_out else "all (shipped)"
     if args.eval and args.eval_queries != 2000:
-        variant += f", {args.eval_queries or 'every'} test queries"
+        variant += f", {args.eval_queries} test queries" if args.eval_queries else ", every test query"
     work = Path(args.work)
     if (work / "store").exists():
         raise SystemExit(f"{work / 'store'} exists: give an empty --work (the mixture is built there from the --store dirs)")
