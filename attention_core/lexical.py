@@ -23,9 +23,10 @@ that gives raw vectors has no text: the flag is 0 and the model scores from the 
 With ``novel`` (a model config's ``novel_words``; ``n_features(L, True)`` = L + 4), two more: the cosine to
 what the last paragraph *adds*, its row without the words any earlier context paragraph has (the thread the
 next paragraph takes up, where an earlier paragraph of the document shares only the document's words), and
-the share of the candidate's weight on words the context does not have. Stacked on the trained model they
-raised PEPs' validation R@1 0.084 -> 0.090 (bench/results/seam_probe_novel_peps.md), the only cheap signal
-of those tried that moved it.
+the share of the candidate's weight on words the context does not have. Stacked on the general model by a
+small fitted MLP they moved PEPs' validation R@1 0.084 -> 0.090, overlapping intervals
+(bench/results/seam_probe_novel_peps.md): the largest move of the cheap signals tried, and a hint, not a
+proof; the model trained with them is the test (bench/quality/experiments.py, variant ``novel``).
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def _gather(contexts, indptr, indices, data, at, out, table, L, novel) -> None:
             table[ctx.indices[ctx.indptr[j]:ctx.indptr[j + 1]], L - n + j] = ctx.data[ctx.indptr[j]:ctx.indptr[j + 1]]
         table[buckets, L] = whole / norm
         if novel:
-            last = ctx.indices[ctx.indptr[n - 1]:], ctx.data[ctx.indptr[n - 1]:]
+            last = ctx.indices[ctx.indptr[n - 1]:ctx.indptr[n]], ctx.data[ctx.indptr[n - 1]:ctx.indptr[n]]
             added = np.where(np.isin(last[0], ctx.indices[:ctx.indptr[n - 1]]), 0.0, last[1])
             added_norm = float(np.sqrt((added ** 2).sum()))
             if added_norm > 0:

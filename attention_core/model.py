@@ -57,6 +57,8 @@ class RerankerConfig:
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.novel_words and not self.lexical:
+            raise ValueError("novel_words are word features: they need lexical")
         if self.word_candidates < 0:
             raise ValueError(f"word_candidates ({self.word_candidates}) must be 0 or more")
         if min(self.embed_dim, self.d_model, self.n_heads, self.max_context) < 1:

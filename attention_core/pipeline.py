@@ -240,20 +240,22 @@ class RerankPipeline:
         already read. A paragraph deleted since it was found (on a replica) is dropped from ``ids`` and the next one
         read in its place: only the rows shown are read, and more only when one has gone."""
         looked = [0] * len(ranked)  # per query: ids whose row has been looked for
+        gone: set[int] = set()  # ids looked for and not found
         while True:
             want = [len(r.ids) if keep is None else min(keep, len(r.ids)) for r in ranked]
-            todo = {int(i) for r, a, w in zip(ranked, looked, want) for i in r.ids[a:w]} - rows.keys()
+            todo = {int(i) for r, a, w in zip(ranked, looked, want) for i in r.ids[a:w]} - rows.keys() - gone
             if todo:
                 rows.update(self.store.find_paragraphs(sorted(todo)))
+                gone |= todo - rows.keys()
             again = False
             for n, (r, a, w) in enumerate(zip(ranked, looked, want)):
-                gone = np.array([int(i) not in rows for i in r.ids[a:w]], bool)
-                if gone.any():
+                lost = np.array([int(i) not in rows for i in r.ids[a:w]], bool)
+                if lost.any():
                     keep_mask = np.ones(len(r.ids), bool)
-                    keep_mask[a:w] = ~gone
+                    keep_mask[a:w] = ~lost
                     r.ids, r.scores, r.retrieval_scores = r.ids[keep_mask], r.scores[keep_mask], r.retrieval_scores[keep_mask]
                     again = True
-                looked[n] = w - int(gone.sum())
+                looked[n] = w - int(lost.sum())
             if not again:
                 break
         for r, shown in zip(ranked, looked):

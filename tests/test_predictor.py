@@ -172,6 +172,7 @@ def test_a_growing_document_embeds_only_its_new_paragraph(trained_store):
 def test_an_answer_paragraph_deleted_since_its_search_gives_its_place_to_the_next(trained_store, tmp_path):
     """A read-only replica may rank a paragraph its writer has deleted since the replica loaded its index: the answer
     leaves it out and shows the next one, reading rows only for what it shows."""
+    import re
     import shutil
 
     from nextpara.attention_core.pipeline import Scored
@@ -188,7 +189,25 @@ def test_an_answer_paragraph_deleted_since_its_search_gives_its_place_to_the_nex
         store.delete_documents([docs[list(ids).index(b[0])]])
         scored = [Scored(ids=ranking.copy(), scores=np.arange(6.0)[::-1], retrieval_scores=np.zeros(6)),
                   Scored(ids=ranking[3:].copy(), scores=np.arange(3.0)[::-1], retrieval_scores=np.zeros(3))]
-        predictor.pipeline._answer_rows(scored, 3, {})
+        asked: list[int] = []
+        db = store.tables.db
+        db.set_trace_callback(lambda sql: asked.extend(int(i) for i in re.findall(r"\d+", sql.split(" IN ", 1)[1]))
+                              if "FROM paragraphs" in sql and " IN " in sql else None)
+        try:
+            predictor.pipeline._answer_rows(scored, 3, {})
+        finally:
+            db.set_trace_callback(None)
         assert [p.id for p in scored[0].paragraphs] == [a[0], c[0], d[0]]
         assert list(scored[0].ids) == [a[0], c[0], d[0], d[1]] and list(scored[0].scores) == [5.0, 2.0, 1.0, 0.0]
         assert [p.id for p in scored[1].paragraphs] == [c[0], d[0], d[1]]
+        scored = [Scored(ids=ranking.copy(), scores=np.arange(6.0)[::-1], retrieval_scores=np.zeros(6))]
+        asked.clear()
+        db.set_trace_callback(lambda sql: asked.extend(int(i) for i in re.findall(r"\d+", sql.split(" IN ", 1)[1]))
+                              if "FROM paragraphs" in sql and " IN " in sql else None)
+        try:
+            predictor.pipeline._answer_rows(scored, 2, {})
+        finally:
+            db.set_trace_callback(None)
+        assert [p.id for p in scored[0].paragraphs] == [a[0], c[0]]
+        # the rows shown (and at most the gone ones they replace), never the ones below them
+        assert {a[0], c[0]} <= set(asked) <= {a[0], b[0], b[1], c[0]}
