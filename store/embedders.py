@@ -21,8 +21,8 @@ torch's bfloat16 autocast: its matrix products in bfloat16, sums and normalisati
 embeds 1.4-1.8x the paragraphs per second, each vector within cosine 0.99996 of the float32 one
 (bench/results/embed_batch.md): far closer than two embedders that deserve two names (``minilm-int8`` is at
 0.976), so the name, the store's identity and the cache key stay the same, and stores built on either kind of
-CPU serve each other's queries. Elsewhere bfloat16 is emulated and slower: float32. ``NEXTPARA_BF16=0`` (or
-``1``) overrides the choice, e.g. for vectors equal to the last bit across machines.
+CPU serve each other's queries (the embedding cache, keyed by the name, serves either precision's vectors to
+both). Elsewhere bfloat16 is emulated and slower: float32. ``NEXTPARA_BF16=0`` (or ``1``) overrides the choice.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ VARIANTS = {
     "d128": ({"d_model": 128}, {}),
     "p2lr3e-4": ({}, {"phase2_lr": 3e-4}),  # from here on the default width is 128
     "p2lr3e-4_x8": ({}, {"phase2_lr": 3e-4, "phase2_epochs": 8, "patience": 3}),
+    "novel": ({"novel_words": True}, {}),  # word features of what the last paragraph adds (lexical.py)
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
-    "novel": ({"novel_words": True}, {}),
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
     "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "phase1_epochs": 2}),

@@ -4,9 +4,9 @@
 
 For each validation query (L = 4, the serving pipeline: stage 1 then the model), the top answer is one of:
 the target (a hit); a paragraph of the context's own document *after* the target (the model read the
-thread but jumped ahead); one of that document *before* the context (the protocol excludes the 8
-paragraphs before the target, so these are at least 9 back: the document's earlier material); a
-paragraph of another document; or the target never reached the model (stage 1). Beside it, two oracles
+thread but jumped ahead); one of that document *before* the context (at least 5 paragraphs before the
+target: the context's 4 and their copies are excluded, as in the protocol's main table); a paragraph of
+another document; or the target never reached the model (stage 1). Beside it, two oracles
 applied to the model's own ranking (documents and positions read here for the yardstick only, never by
 the product, docs/evaluation.md): keep only the context's document's candidates, and keep only those
 after the context. The second is what reading direction perfectly would be worth to this model.
