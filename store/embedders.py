@@ -16,18 +16,20 @@
 Every embedder has a ``name`` (its identity, recorded in the store and the cache key) and
 a ``dim`` (None until known, for remote models).
 
-**bfloat16.** On a CPU with bfloat16 instructions (AVX512_BF16 or AMX) a sentence-transformers model runs under
-torch's bfloat16 autocast: its matrix products in bfloat16, sums and normalisations in float32. On 2 cores that
-embeds 1.4-1.8x the paragraphs per second, each vector within cosine 0.99996 of the float32 one
-(bench/results/embed_batch.md): far closer than two embedders that deserve two names (``minilm-int8`` is at
-0.976), so the name, the store's identity and the cache key stay the same, and stores built on either kind of
-CPU serve each other's queries (the embedding cache, keyed by the name, serves either precision's vectors to
-both). Elsewhere bfloat16 is emulated and slower: float32. ``NEXTPARA_BF16=0`` (or ``1``) overrides the choice.
+**bfloat16, opt in.** With ``NEXTPARA_BF16=1`` a sentence-transformers model runs under torch's bfloat16
+autocast (its matrix products in bfloat16, sums and normalisations in float32), in batches of 16. On a CPU with
+bfloat16 instructions (AVX512_BF16 or AMX; elsewhere bfloat16 is emulated and slower) that embeds 1.4-1.8x the
+paragraphs per second, each vector within cosine 0.99996 of the float32 one (bench/results/embed_batch.md): far
+closer than two embedders that deserve two names (``minilm-int8`` is at 0.976), so the name, the store's identity
+and the cache key stay the same. It is not the default because a bfloat16 vector depends on the texts it was
+batched with at the 1e-3 level (float32's at 2e-7): the same text scores a few thousandths apart from one call to
+the next, and a batch job's output would depend on how it was split (tests/test_batch.py compares engines).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -36,6 +38,8 @@ import numpy as np
 from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason
 
 from .unit_vectors import unit_rows
+
+log = logging.getLogger(__name__)
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_INT8_NAME = MINILM_NAME + ":int8"
@@ -63,12 +67,15 @@ def cpu_has_bf16() -> bool:
 
 
 def use_bf16() -> bool:
-    """Whether text models run under bfloat16 autocast: ``NEXTPARA_BF16`` (0 or 1) if set, else cpu_has_bf16()."""
+    """Whether text models run under bfloat16 autocast: ``NEXTPARA_BF16=1`` (0 or unset: float32). Asked on a CPU
+    without bfloat16 instructions, it says so in the log: there it is slower than float32."""
     setting = os.environ.get("NEXTPARA_BF16", "").strip()
     if setting not in ("", "0", "1"):
-        raise InvalidInputError(f"NEXTPARA_BF16={setting!r}: expected 0 (float32) or 1 (bfloat16 autocast), or unset "
-                                "(bfloat16 where the CPU has instructions for it)")
-    return setting == "1" if setting else cpu_has_bf16()
+        raise InvalidInputError(f"NEXTPARA_BF16={setting!r}: expected 1 (bfloat16 autocast) or 0 (float32, the default)")
+    if setting == "1" and not cpu_has_bf16():
+        log.warning("NEXTPARA_BF16=1 on a CPU without bfloat16 instructions (avx512_bf16, amx_bf16): embedding will be "
+                    "slower than in float32")
+    return setting == "1"
 
 
 class SentenceTransformerEmbedder:

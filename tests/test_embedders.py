@@ -37,7 +37,8 @@ def test_minilm_int8_is_close_to_fp32_and_named_apart(minilm):
 
 
 def test_bfloat16_autocast_is_within_cosine_0_9999_of_float32_and_the_setting_is_checked(monkeypatch):
-    """The same embedder either way (bfloat16 is emulated on a CPU without instructions for it: slower, still right)."""
+    """NEXTPARA_BF16=1: the same embedder (bfloat16 is emulated on a CPU without instructions for it: slower, still
+    right); unset, float32."""
     from nextpara.store import embedders
 
     fp32, bf16 = (make_embedder("minilm") for _ in range(2))
@@ -45,13 +46,15 @@ def test_bfloat16_autocast_is_within_cosine_0_9999_of_float32_and_the_setting_is
     a, b = fp32.embed(TEXTS), bf16.embed(TEXTS)
     assert bf16.name == fp32.name and not np.array_equal(a, b)
     assert ((a * b).sum(1) > 0.9999).all()
+    monkeypatch.delenv("NEXTPARA_BF16", raising=False)
+    assert (make_embedder("minilm").bf16, make_embedder("minilm").batch_size) == (False, 8)  # float32 by default
     monkeypatch.setenv("NEXTPARA_BF16", "0")
-    assert (make_embedder("minilm").bf16, make_embedder("minilm").batch_size) == (False, 8)
+    assert not make_embedder("minilm").bf16
     monkeypatch.setenv("NEXTPARA_BF16", "1")
     assert (make_embedder("minilm").bf16, make_embedder("minilm").batch_size) == (True, 16)
     assert not make_embedder("minilm-int8").bf16
     monkeypatch.setenv("NEXTPARA_BF16", "yes")
-    with pytest.raises(InvalidInputError, match="NEXTPARA_BF16='yes': expected 0"):
+    with pytest.raises(InvalidInputError, match="NEXTPARA_BF16='yes': expected 1"):
         embedders.use_bf16()
 
 
