@@ -7,7 +7,7 @@ text of a batch is padded to the longest, and attention costs the square of that
 trades padding against matrix size. The bundled MiniLM embeds a seeded sample of PEPs paragraphs: in calls of
 4 (one PredictNext with four new texts), 64 (a coalesced batch of 16 such calls) and one call of all the
 rest (a build), at batch sizes 4 to 64, each after a warm-up, in float32 and under bfloat16 autocast (the
-embedder's choice on a CPU with bfloat16 instructions, store/embedders.py). Paragraphs/s per cell, the largest
+embedder's opt-in NEXTPARA_BF16=1, store/embedders.py). Paragraphs/s per cell, the largest
 difference of any vector from the float32 batch-32 vectors (padding must not change what a text embeds to), and
 for bfloat16 the smallest cosine to them. Prints a table, writes bench/results/embed_batch.{json,md}.
 """
