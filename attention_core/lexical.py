@@ -25,8 +25,9 @@ what the last paragraph *adds*, its row without the words any earlier context pa
 next paragraph takes up, where an earlier paragraph of the document shares only the document's words), and
 the share of the candidate's weight on words the context does not have. Stacked on the general model by a
 small fitted MLP they moved PEPs' validation R@1 0.084 -> 0.090, overlapping intervals
-(bench/results/seam_probe_novel_peps.md): the largest move of the cheap signals tried, and a hint, not a
-proof; the model trained with them is the test (bench/quality/experiments.py, variant ``novel``).
+(bench/results/seam_probe_novel_peps.md); trained into the model (bench/quality/experiments.py, variant
+``novel``) they did not move it: validation R@1 0.100 and MRR@10 0.158 against the default's 0.105 and 0.158
+the same day (bench/results/experiments.md). Off by default; kept, tested, for corpora where they may pay.
 """
 
 from __future__ import annotations
