@@ -187,27 +187,26 @@ def test_an_answer_paragraph_deleted_since_its_search_gives_its_place_to_the_nex
         a, b, c, d = list(firsts.values())[:4]
         ranking = np.array([a[0], b[0], b[1], c[0], d[0], d[1]])
         store.delete_documents([docs[list(ids).index(b[0])]])
+        def answer(scored: list, keep: int) -> set[int]:
+            """_answer_rows on ``scored``; the paragraph ids it asked SQLite for."""
+            asked: list[int] = []
+            db = store.tables.db
+            db.set_trace_callback(lambda sql: asked.extend(int(i) for i in re.findall(r"\d+", sql.split(" IN ", 1)[1]))
+                                  if "FROM paragraphs" in sql and " IN " in sql else None)
+            try:
+                predictor.pipeline._answer_rows(scored, keep, {})
+            finally:
+                db.set_trace_callback(None)
+            return set(asked)
+
         scored = [Scored(ids=ranking.copy(), scores=np.arange(6.0)[::-1], retrieval_scores=np.zeros(6)),
                   Scored(ids=ranking[3:].copy(), scores=np.arange(3.0)[::-1], retrieval_scores=np.zeros(3))]
-        asked: list[int] = []
-        db = store.tables.db
-        db.set_trace_callback(lambda sql: asked.extend(int(i) for i in re.findall(r"\d+", sql.split(" IN ", 1)[1]))
-                              if "FROM paragraphs" in sql and " IN " in sql else None)
-        try:
-            predictor.pipeline._answer_rows(scored, 3, {})
-        finally:
-            db.set_trace_callback(None)
+        answer(scored, 3)
         assert [p.id for p in scored[0].paragraphs] == [a[0], c[0], d[0]]
         assert list(scored[0].ids) == [a[0], c[0], d[0], d[1]] and list(scored[0].scores) == [5.0, 2.0, 1.0, 0.0]
         assert [p.id for p in scored[1].paragraphs] == [c[0], d[0], d[1]]
         scored = [Scored(ids=ranking.copy(), scores=np.arange(6.0)[::-1], retrieval_scores=np.zeros(6))]
-        asked.clear()
-        db.set_trace_callback(lambda sql: asked.extend(int(i) for i in re.findall(r"\d+", sql.split(" IN ", 1)[1]))
-                              if "FROM paragraphs" in sql and " IN " in sql else None)
-        try:
-            predictor.pipeline._answer_rows(scored, 2, {})
-        finally:
-            db.set_trace_callback(None)
+        asked = answer(scored, 2)
         assert [p.id for p in scored[0].paragraphs] == [a[0], c[0]]
         # the rows shown (and at most the gone ones they replace), never the ones below them
-        assert {a[0], c[0]} <= set(asked) <= {a[0], b[0], b[1], c[0]}
+        assert {a[0], c[0]} <= asked <= {a[0], b[0], b[1], c[0]}
