@@ -169,6 +169,8 @@ def main() -> int:
         raise SystemExit("--install ships the model trained on every corpus: not with --leave-out")
     train_on = {n: Path(d) for n, d in stores.items() if n != args.leave_out}
     variant = f"without {args.leave_out}" if args.leave_out else "all (shipped)"
+    if args.per_corpus_queries != 10000:
+        variant += f", at most {args.per_corpus_queries:,} training queries per corpus"
     if args.eval and args.eval_queries != 2000:
         variant += f", {args.eval_queries} test queries" if args.eval_queries else ", every test query"
     work = Path(args.work)
