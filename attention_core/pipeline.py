@@ -227,10 +227,12 @@ class RerankPipeline:
             for i, (row_ids, vecs) in enumerate(zip(ids, cand_vecs)):
                 sc = result["scores"][i, :len(row_ids)].numpy()
                 order = np.argsort(-sc, kind="stable")
-                att = result["attention"][i][:, order[0], :].numpy() if need_weights and len(order) else None  # (h, L)
-                ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order],
-                                     attention=att))
+                ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order]))
             self._answer_rows(ranked, keep, read)
+            if need_weights:  # the cross-attention of the top paragraph shown (after any deleted one gave its place)
+                for i, (r, row_ids) in enumerate(zip(ranked, ids)):
+                    if len(r.ids):
+                        r.attention = result["attention"][i][:, int(np.flatnonzero(row_ids == r.ids[0])[0]), :].numpy()
             out += ranked
             lap("answer")
         return out
