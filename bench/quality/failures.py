@@ -82,7 +82,7 @@ def main() -> int:
               ", ".join(f"k = {k}: {c}" for k, c in zip(["1", "2", "3", "4", "5", "6+"], steps)) + ".", "",
               "The model's ranking restricted by an oracle (yardsticks only):", "",
               "| restricted to | R@1 | MRR@10 |", "| --- | --- | --- |",
-              *(f"| none (the product) | {counts['hit'] / n:.3f} | - |",),
+              f"| none (the product) | {counts['hit'] / n:.3f} | - |",
               *(f"| {name} | {m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] | {m['mrr@10']:.3f} |"
                 for name, m in oracles.items())]
     name = args.output or f"failures_{Path(args.data_dir).name}"

@@ -119,16 +119,7 @@ def main() -> int:
         f[:, 8] = np.log1p(n_tokens[rows])
         f[:, 9] = [texts[r].rstrip().endswith(":") for r in rows]
         f[:, 10] = [texts[r].rstrip().endswith("?") for r in rows]
-        earlier = set(whole[q.context[:-1]].indices.tolist())
-        novel = whole[c_last].copy()
-        novel.data[np.isin(novel.indices, list(earlier))] = 0.0
-        norm = np.sqrt((novel.data ** 2).sum())
-        if norm > 0:
-            f[:, 11] = (whole[rows] @ (novel / norm).T).toarray().ravel()
-        cand = whole[rows]
-        in_context = np.isin(cand.indices, whole[q.context].indices)
-        owner = np.repeat(np.arange(len(rows)), np.diff(cand.indptr))
-        f[:, 12] = np.bincount(owner, np.where(in_context, 0.0, cand.data ** 2), minlength=len(rows))  # rows have norm 1
+        f[:, 11:13] = lexical.features(whole[q.context], whole[rows], 4, novel=True)[:, -2:]  # the model's own
         f[:, 13] = depth[rows] - depth[c_last]
         f[:, 14] = depth[rows]
         lists.append(rows)
