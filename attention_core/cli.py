@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--word-candidates", type=int, default=None,
                    help="stage-1 candidates from the word index per source (last paragraph's words, whole context's); "
                         "0: vectors only (default from RerankerConfig)")
+    p.add_argument("--scorer", choices=("full", "fast"), default="full",
+                   help="full: the candidates attend to the context (default); fast: an MLP over the similarity and "
+                        "word features alone, half the model's time, no attention weights (bench/README.md: its accuracy)")
     p.add_argument("--no-lexical", action="store_true",
                    help="score from the vectors alone, without the word overlap of the texts")
     p.add_argument("--from-scratch", action="store_true",
@@ -64,8 +67,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train_flow import train
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
-    model_cfg = {k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
-                                   "word_candidates": args.word_candidates}.items() if v is not None}
+    from .model import SCORERS
+
+    model_cfg = {**SCORERS[args.scorer], **{k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
+                                                              "word_candidates": args.word_candidates}.items()
+                                            if v is not None}}
     if args.no_lexical:
         model_cfg["lexical"] = False
     outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)

@@ -45,6 +45,8 @@ def attention_example(evaluation) -> dict | None:
     ctx = evaluation.context(q, evaluation.L)
     scored = evaluation.pipeline.retrieve([ctx], [evaluation.exclude_ids(q, evaluation.L)],
                                           [evaluation.context_texts(q, evaluation.L)], need_weights=True)[0]
+    if scored.attention is None:  # a scorer without cross-attention (the fast one) has no weights to show
+        return None
     L = evaluation.pipeline.max_context
     weights = scored.attention[:, L - len(ctx):]  # (h, n): drop padding positions
     texts = [p.text for p in evaluation.store.get_paragraphs([int(evaluation.seq.ids[r]) for r in q.context[-evaluation.L:]])]

@@ -14,6 +14,10 @@ embeddings:
   over the attended context and similarity features (cosine to each context paragraph, to the
   query, the pool's density around the candidate). The cross-attention weights over context
   positions, per head, are what a caller sees as "which paragraphs drove the choice".
+  The ``fast`` scorer (SCORERS) has neither the cross-attention nor the candidate's own vector: an MLP over
+  the similarity features (the pool density among them) and the word features alone, half the cost, and
+  no attention weights to show. On PEPs' validation split it scored as the full one does (bench/README.md,
+  A cheaper scorer); without the pool density too it lost about 0.01 MRR@10.
   With ``n_list_layers`` > 0 the candidates then attend to each other (self-attention over the
   list), so a candidate's score can depend on the company it keeps in the list.
   With ``lexical`` the features also hold word overlap (TF-IDF cosines) between the candidate's
@@ -36,6 +40,8 @@ from torch import nn
 from . import lexical
 
 POOL_TOP = 20  # neighbours in the candidate pool used for the density feature
+# named scorer configurations (``nextpara train --scorer``): changes from RerankerConfig's defaults
+SCORERS = {"full": {}, "fast": {"n_scorer_layers": 0, "candidate_tokens": False}}
 
 
 @dataclass
@@ -53,12 +59,18 @@ class RerankerConfig:
     word_candidates: int = 0  # stage 1 also takes this many from the word index per query, for the last paragraph's
     #                           words and the whole context's (candidates.py); 0, as checkpoints from before: vectors only
     novel_words: bool = False  # word features of what the last paragraph adds (lexical.py); checkpoints from before: False
+    pool_density: bool = True  # the candidate-pool density feature (a K x K product and top-k per query); False: 0
+    candidate_tokens: bool = True  # each candidate's own vector, projected, feeds the score; False (with no scorer or
+    #                                list layers): the score reads only the similarity and word features
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.novel_words and not self.lexical:
             raise ValueError("novel_words are word features: they need lexical")
+        if not self.candidate_tokens and (self.n_scorer_layers or self.n_list_layers):
+            raise ValueError("scorer and list layers read candidate tokens: candidate_tokens=False needs "
+                             f"n_scorer_layers=0 and n_list_layers=0, not {self.n_scorer_layers} and {self.n_list_layers}")
         if self.word_candidates < 0:
             raise ValueError(f"word_candidates ({self.word_candidates}) must be 0 or more")
         if min(self.embed_dim, self.d_model, self.n_heads, self.max_context) < 1:
@@ -145,7 +157,8 @@ class NextParagraphModel(nn.Module):
         self.feat_proj = nn.Linear(cfg.n_features, d)
         # optional: the candidates, each already informed by the context and its features, read each other
         self.list_blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_list_layers))
-        self.score_mlp = nn.Sequential(nn.LayerNorm(2 * d), nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
+        width = 2 * d if cfg.candidate_tokens else d  # [candidate token; features] or the features alone
+        self.score_mlp = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, d), nn.GELU(), nn.Linear(d, 1))
         nn.init.zeros_(self.score_mlp[-1].weight)  # an untrained scorer ranks by cos(query, candidate)
         nn.init.zeros_(self.score_mlp[-1].bias)
         self.query_scale = nn.Parameter(torch.tensor(20.0))  # logit scale of cos(query, candidate)
@@ -183,17 +196,21 @@ class NextParagraphModel(nn.Module):
         mean_ctx = cos_ctx.sum(-1, keepdim=True) / context_mask.sum(1).clamp(min=1)[:, None, None]  # (B, K, 1)
         others = masked[..., :-1].max(-1, keepdim=True).values if masked.shape[-1] > 1 else torch.zeros_like(max_ctx)
         margin = cos_ctx[..., -1:] - others  # (B, K, 1): closer to the last than to any earlier paragraph
-        # density: mean cosine to the candidate's POOL_TOP nearest others in its own list. Padding and the
-        # candidate itself are -inf and left out of the mean, so a score never depends on what else is batched.
+        density = self.density(candidates, candidate_mask) if self.cfg.pool_density else torch.zeros_like(max_ctx)
+        pad = self.cfg.max_context - cos_ctx.shape[-1]
+        cos_ctx = F.pad(cos_ctx, (pad, 0))  # (B, K, max_context): right-aligned like the context
+        return torch.cat([cos_ctx, cos_q, max_ctx, mean_ctx, margin, density], dim=-1)
+
+    @staticmethod
+    def density(candidates, candidate_mask):
+        """(B,K,1): each candidate's mean cosine to its POOL_TOP nearest others in its own list. Padding and the
+        candidate itself are -inf and left out of the mean, so a score never depends on what else is batched."""
         K = candidates.shape[1]
         pool = candidates @ candidates.transpose(1, 2)  # (B, K, K)
         neighbours = candidate_mask[:, None, :] & ~torch.eye(K, dtype=torch.bool, device=pool.device)  # (B, K, K)
         top = pool.masked_fill(~neighbours, float("-inf")).topk(min(POOL_TOP, max(K - 1, 1)), dim=-1).values
         real = torch.isfinite(top)
-        density = top.masked_fill(~real, 0.0).sum(-1, keepdim=True) / real.sum(-1, keepdim=True).clamp(min=1)  # (B, K, 1)
-        pad = self.cfg.max_context - cos_ctx.shape[-1]
-        cos_ctx = F.pad(cos_ctx, (pad, 0))  # (B, K, max_context): right-aligned like the context
-        return torch.cat([cos_ctx, cos_q, max_ctx, mean_ctx, margin, density], dim=-1)
+        return top.masked_fill(~real, 0.0).sum(-1, keepdim=True) / real.sum(-1, keepdim=True).clamp(min=1)
 
     def forward(self, context, context_mask, candidates, candidate_mask, need_weights: bool = False,
                 lexical_features: torch.Tensor | None = None):
@@ -201,7 +218,7 @@ class NextParagraphModel(nn.Module):
         cfg.lexical (None: no texts, all zero).
 
         Returns dict: ``query`` (B,D), ``scores`` (B,K) (-inf where candidate_mask is False),
-        ``attention`` (B,h,K,L) from the last scorer layer when need_weights.
+        ``attention`` (B,h,K,L) from the last scorer layer when need_weights (None: no scorer layer).
         """
         query, ctx_states = self.encode(context, context_mask)
         return self.score(query, ctx_states, context, context_mask, candidates, candidate_mask, need_weights,
@@ -217,18 +234,21 @@ class NextParagraphModel(nn.Module):
             if lexical_features is None:
                 lexical_features = candidates.new_zeros(B, K, self.cfg.n_word_features)
             feats = torch.cat([feats, lexical_features], dim=-1)
-        c = self.in_proj(candidates) + self.type_emb.weight[1]  # (B, K, d)
-        attend = context_mask[:, None, :].expand(B, K, context.shape[1])  # (B, K, L)
-        weights = None
-        for block in self.scorer:
-            c, weights = block(c, ctx_states, mask=attend, need_weights=need_weights)
         f = self.feat_proj(feats)  # (B, K, d)
-        if len(self.list_blocks):
-            c = c + f
-            among = candidate_mask[:, None, :].expand(B, K, K)  # (B, K, K): keys that are real candidates
-            for block in self.list_blocks:
-                c, _ = block(c, mask=among)
-        h = torch.cat([c, f], dim=-1)  # (B, K, 2d)
+        weights = None
+        if self.cfg.candidate_tokens:
+            c = self.in_proj(candidates) + self.type_emb.weight[1]  # (B, K, d)
+            attend = context_mask[:, None, :].expand(B, K, context.shape[1])  # (B, K, L)
+            for block in self.scorer:
+                c, weights = block(c, ctx_states, mask=attend, need_weights=need_weights)
+            if len(self.list_blocks):
+                c = c + f
+                among = candidate_mask[:, None, :].expand(B, K, K)  # (B, K, K): keys that are real candidates
+                for block in self.list_blocks:
+                    c, _ = block(c, mask=among)
+            h = torch.cat([c, f], dim=-1)  # (B, K, 2d)
+        else:
+            h = f  # (B, K, d)
         scores = self.query_scale * feats[..., self.cfg.max_context] + self.score_mlp(h).squeeze(-1)  # (B, K)
         if self.cfg.lexical:
             last = lexical_features[..., self.cfg.max_context - 1]  # (B, K): cosine to the last paragraph's words

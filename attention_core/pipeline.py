@@ -146,7 +146,8 @@ class RerankPipeline:
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
               lexical_features: list[np.ndarray] | None = None):
-        """Model scores per query (list of (K_i,) arrays), queries (B,D), attention per query (h,K_i,L) or None.
+        """Model scores per query (list of (K_i,) arrays), queries (B,D), attention per query (h,K_i,L) or None
+        (not asked for, or a model without cross-attention).
         ``lexical_features``: per query (K_i, model.cfg.n_word_features), from lexical_features(); None: no texts."""
         scores, queries, attention = [], [], []
         for s in range(0, len(contexts), SCORE_BATCH):
@@ -156,10 +157,10 @@ class RerankPipeline:
             out = self.model(x, m, c, cm, need_weights=need_weights, lexical_features=lex)
             for i, cand in enumerate(candidates[s:s + SCORE_BATCH]):
                 scores.append(out["scores"][i, :len(cand)].numpy())
-                if need_weights:
+                if need_weights and out["attention"] is not None:
                     attention.append(out["attention"][i, :, :len(cand)].numpy())
             queries.append(out["query"].numpy())
-        return scores, np.concatenate(queries), attention if need_weights else None
+        return scores, np.concatenate(queries), attention if need_weights and attention else None
 
     def rank(self, contexts: list[np.ndarray], candidate_ids: list[np.ndarray], candidate_vectors: list[np.ndarray],
              lexical_features: list[np.ndarray] | None = None) -> list[Scored]:
@@ -229,7 +230,8 @@ class RerankPipeline:
                 order = np.argsort(-sc, kind="stable")
                 ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order]))
             self._answer_rows(ranked, keep, read)
-            if need_weights:  # the cross-attention of the top paragraph shown (after any deleted one gave its place)
+            if need_weights and result["attention"] is not None:  # the cross-attention of the top paragraph shown
+                # (after any deleted one gave its place); a model with no scorer layer has none
                 for i, (r, row_ids) in enumerate(zip(ranked, ids)):
                     if len(r.ids):
                         r.attention = result["attention"][i][:, int(np.flatnonzero(row_ids == r.ids[0])[0]), :].numpy()

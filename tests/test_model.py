@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
-from nextpara.attention_core.model import MultiHeadAttention, NextParagraphModel, RerankerConfig
+from nextpara.attention_core.model import SCORERS, MultiHeadAttention, NextParagraphModel, RerankerConfig
 from nextpara.errors import FailedPreconditionError, StoreMismatchError
 
 
@@ -79,6 +79,33 @@ def test_any_embedding_dimension(dim):
     # an untrained model's query is the residual it starts from: last + 0.5 * mean of the context
     last, mean = ctx[1, -1], ctx[1, 6:].mean(0)
     torch.testing.assert_close(out["query"][1], torch.nn.functional.normalize(last + 0.5 * mean, dim=0))
+
+
+def test_the_fast_scorer_reads_only_the_features():
+    """The fast scorer: no candidate token, no cross-attention (so no weights to show); two candidates with the same
+    similarity and word features (the pool density too: each is the other's only neighbour) score the same, while
+    the full scorer, which reads each candidate's own vector, tells them apart."""
+    torch.manual_seed(2)
+    fast = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2, **SCORERS["fast"])).eval()
+    full = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2)).eval()
+    for model in (fast, full):
+        for p in model.score_mlp[-1].parameters():
+            torch.nn.init.normal_(p)
+    assert sum(p.numel() for p in fast.parameters()) < sum(p.numel() for p in full.parameters())
+    ctx = torch.nn.functional.normalize(torch.randn(1, 4, 48), dim=-1)
+    # a candidate and its mirror through the plane orthogonal to the context: same cosines, another vector
+    a = torch.nn.functional.normalize(torch.randn(48), dim=0)
+    basis, _ = torch.linalg.qr(ctx[0].T)  # (48, 4): the context's span
+    inside = basis @ (basis.T @ a)
+    cand = torch.stack([a, 2 * inside - a])[None]  # (1, 2, 48)
+    masks = torch.ones(1, 4, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool)
+    out = fast(ctx, masks[0], cand, masks[1], need_weights=True)
+    assert out["attention"] is None
+    torch.testing.assert_close(out["scores"][0, 0], out["scores"][0, 1])
+    scores = full(ctx, masks[0], cand, masks[1])["scores"]
+    assert (scores[0, 0] - scores[0, 1]).abs() > 1e-4
+    with pytest.raises(ValueError, match=r"candidate_tokens=False needs n_scorer_layers=0 and n_list_layers=0, not 1 and 0"):
+        RerankerConfig(candidate_tokens=False)
 
 
 def test_config_errors_name_the_values():

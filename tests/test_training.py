@@ -75,6 +75,25 @@ def test_predictable_sequences_are_learned(predictable_store):
     assert methods["B1"]["recall@1"] < 0.3  # cosine alone does not see the rotation
 
 
+def test_the_fast_scorer_is_a_train_option_and_serves_without_attention(tmp_path):
+    """``nextpara train --scorer fast`` (what a user types) trains the cheaper scorer, which learns the rotation through
+    the query head's cosine, serves predictions, and has no cross-attention weights to show."""
+    from conftest import run_cli
+    from nextpara.attention_core.predictor import Predictor
+    store_dir = vector_store(tmp_path, "rotation32", predictable_docs(n_docs=200))
+    r = run_cli("train", "--data-dir", str(store_dir), "--scorer", "fast", "--phase1-epochs", "6", "--phase2-epochs", "2",
+                "--batch-size", "64", "--lr", "0.003", "--val-queries", "200", "--n-candidates", "30",
+                "--d-model", "64", "--layers", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads(r.stdout)["model"]
+    assert meta["model_config"]["candidate_tokens"] is False and meta["model_config"]["n_scorer_layers"] == 0
+    assert meta["metrics"]["validation"]["recall@1"] > 0.9
+    with Predictor.open(store_dir) as predictor:
+        context = [int(i) for i in predictor.store.ids_of_documents(["chain-0"])[:4]]
+        result = predictor.predict_next(context, top_k=3, include_attention=True)
+    assert len(result.predictions) == 3 and result.attention is None
+
+
 def test_training_is_deterministic_under_a_seed(predictable_store):
     cfg = TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=64, val_queries=50, n_candidates=20,
                       max_train_queries=500)

@@ -166,7 +166,7 @@ def main() -> int:
         "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, torch threads "
                    f"{torch.get_num_threads()}",
         "model": {"version": predictor.model_version, **{k: getattr(model.cfg, k) for k in ("d_model", "n_heads",
-                  "n_context_layers", "n_scorer_layers", "n_list_layers")}},
+                  "n_context_layers", "n_scorer_layers", "n_list_layers", "candidate_tokens", "pool_density")}},
         "rows": len(rows), "context_length": 8, "candidates": 100,
         "rows_per_second": {k: round(v, 1) for k, v in results.items()},
         "batched_over_loop": round(speedup, 2),
