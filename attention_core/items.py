@@ -127,9 +127,11 @@ class ItemResolver:
                                   field=lambda j: f"{where}[{p.vector_at[j] + dropped}].vector")
         return p
 
-    def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None
-                     ) -> list[ResolvedItems | NextparaError]:
-        """Resolve every list; a list with a bad item gets its error in its place."""
+    def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None,
+                     exclusions: bool = True) -> list[ResolvedItems | NextparaError]:
+        """Resolve every list; a list with a bad item gets its error in its place. ``exclusions``: find the stored
+        paragraphs each list stands for (its ids and every paragraph of the same text: what retrieval must not return;
+        one lookup by text hash per item); reranking given candidates searches nothing and leaves ``exclude`` empty."""
         parsed: list[_Parsed | NextparaError] = []
         for items in lists:
             try:
@@ -143,7 +145,7 @@ class ItemResolver:
         stored = {pid: p.text for pid, p in found.items()}
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         text_vectors = dict(zip(texts, self.embed(texts)))
-        same_text = self.store.ids_by_text([*texts, *stored.values()]) if texts or stored else {}
+        same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
         id_vectors = dict(zip(stored, self.store.vectors(list(stored)))) if stored else {}
         out: list[ResolvedItems | NextparaError] = []
         for p in parsed:
@@ -162,7 +164,7 @@ class ItemResolver:
             vectors = np.zeros((p.n, self.store.dim), np.float32)
             item_texts: list[str | None] = [None] * p.n
             item_ids: list[int | None] = [None] * p.n
-            exclude = set(p.ids.values())
+            exclude = set(p.ids.values()) if exclusions else set()
             for i, t in p.texts.items():
                 vectors[i], item_texts[i] = text_vectors[t], t
             for i, pid in p.ids.items():

@@ -178,8 +178,8 @@ class Predictor:
         predict_next_batch)."""
         if len(contexts) != len(candidate_lists):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(candidate_lists)} candidate lists")
-        ctx = self._resolve(contexts, "context", self.max_context, return_errors)
-        cands = self._resolve(candidate_lists, "candidates", None, return_errors)
+        ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False)  # no search
+        cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False)
         out = [c if isinstance(c, NextparaError) else k for c, k in zip(ctx, cands)]
         ok = [i for i, r in enumerate(out) if isinstance(r, ResolvedItems)]
         if not ok:
@@ -197,8 +197,8 @@ class Predictor:
                                   len(ctx[i].vectors), ctx[i].dropped)
         return out
 
-    def _resolve(self, lists, where: str, keep_last: int | None, return_errors: bool) -> list:
-        resolved = self._items.resolve_many(lists, where, keep_last)
+    def _resolve(self, lists, where: str, keep_last: int | None, return_errors: bool, exclusions: bool = True) -> list:
+        resolved = self._items.resolve_many(lists, where, keep_last, exclusions)
         if not return_errors:
             for r in resolved:
                 if isinstance(r, NextparaError):

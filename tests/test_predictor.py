@@ -146,6 +146,33 @@ def test_a_request_reads_each_stored_row_once(trained_store):
         assert set(ids) | answered <= again and len(again - set(ids)) <= 2 * 10 < len(first)
 
 
+def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
+    """Rerank searches nothing, so it needs no exclusions: the texts' copies (a lookup by text hash of every item,
+    which retrieval needs to exclude them) are not looked up; the stored rows are read once, and the scores are
+    those of the same candidates given as vectors."""
+    import re
+
+    with Predictor.open(trained_store) as predictor:
+        ids = [int(i) for i in predictor.store.paragraph_table()[0][30:60]]
+        statements: list[str] = []
+        db = predictor.store.tables.db
+        db.set_trace_callback(statements.append)
+        try:
+            by_id = predictor.rerank_batch([ids[:4]], [ids[4:]])[0]
+        finally:
+            db.set_trace_callback(None)
+        assert not [s for s in statements if "text_hash IN" in s], statements
+        read = [int(i) for s in statements if "FROM paragraphs WHERE id IN" in s
+                for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")]
+        assert sorted(read) == sorted(ids), statements  # each row once: the context's, then the candidates'
+        texts = {p.id: p.text for p in predictor.store.get_paragraphs(ids)}
+        by_text = predictor.rerank_batch([[texts[i] for i in ids[:4]]], [[texts[i] for i in ids[4:]]])[0]
+        score_of = lambda r: dict(zip(r.order, r.scores))  # noqa: E731
+        assert score_of(by_text).keys() == score_of(by_id).keys() == set(range(len(ids) - 4))
+        np.testing.assert_allclose([score_of(by_text)[k] for k in range(26)], [score_of(by_id)[k] for k in range(26)],
+                                   atol=1e-3)
+
+
 def test_a_growing_document_embeds_only_its_new_paragraph(trained_store):
     """A writing tool sends its last four paragraphs, one further each call: the three it sent before come from the
     embedding cache (keyed by the text's hash), and only the new one reaches the model."""
