@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
@@ -41,15 +42,16 @@ def weights_version(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()[:12]
 
 
+LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True}
+
+
 def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: dict) -> dict:
     """Save atomically; returns the full metadata written (with model_version)."""
     path = Path(path)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    from dataclasses import asdict
-
-    config = asdict(model.cfg)
-    if not config["word_candidates"]:  # written only when used, so that older nextpara versions load the checkpoint
-        del config["word_candidates"]
+    # fields added since the first checkpoints are written only when they differ from what came before them, so that
+    # older nextpara versions load the checkpoint of any model they could run
+    config = {k: v for k, v in asdict(model.cfg).items() if not (k in LATER_FIELDS and LATER_FIELDS[k] == v)}
     meta = {**meta, "model_config": config, "model_version": weights_version(state),
             "code_version": code_version(), "format": 1,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -93,8 +95,14 @@ def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
     if expect_dim is not None and emb.get("dim") != expect_dim:
         raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}",
                                  reason=Reason.EMBEDDER_MISMATCH, metadata={"modelDim": emb.get("dim"), "storeDim": expect_dim})
-    model = NextParagraphModel(RerankerConfig(**{"lexical": False, **meta["model_config"]}))  # older: no lexical
-    # (and no novel_words: the field's default, False, is theirs)
+    known = {f.name for f in fields(RerankerConfig)}
+    unknown = sorted(set(meta["model_config"]) - known)
+    if unknown:
+        raise FailedPreconditionError(f"{path} was saved by a newer nextpara ({meta.get('code_version', 'unknown')}): "
+                                      f"its model has settings this version lacks: {', '.join(unknown)}",
+                                      reason=Reason.MODEL_UNREADABLE)
+    # a field a checkpoint lacks has its LATER_FIELDS value (the RerankerConfig default), but lexical: the oldest had none
+    model = NextParagraphModel(RerankerConfig(**{"lexical": False, **meta["model_config"]}))
     try:
         state = load_file(str(path))
     except SafetensorError as e:

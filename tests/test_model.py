@@ -5,8 +5,8 @@ import pickle
 
 import pytest
 import torch
-from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
-from nextpara.attention_core.model import SCORERS, MultiHeadAttention, NextParagraphModel, RerankerConfig
+from nextpara.attention_core.checkpoint import LATER_FIELDS, load_checkpoint, save_checkpoint
+from nextpara.attention_core.model import SCORERS, MultiHeadAttention, NextParagraphModel, RerankerConfig, scorer_name
 from nextpara.errors import FailedPreconditionError, StoreMismatchError
 
 
@@ -93,7 +93,8 @@ def test_the_fast_scorer_reads_only_the_features():
             torch.nn.init.normal_(p)
     assert sum(p.numel() for p in fast.parameters()) < sum(p.numel() for p in full.parameters())
     ctx = torch.nn.functional.normalize(torch.randn(1, 4, 48), dim=-1)
-    # a candidate and its mirror through the plane orthogonal to the context: same cosines, another vector
+    # a candidate and its mirror through the context's span: the same cosines to the context and to the query (an
+    # untrained query head's output is zero, so the query lies in that span), another vector
     a = torch.nn.functional.normalize(torch.randn(48), dim=0)
     basis, _ = torch.linalg.qr(ctx[0].T)  # (48, 4): the context's span
     inside = basis @ (basis.T @ a)
@@ -108,6 +109,14 @@ def test_the_fast_scorer_reads_only_the_features():
         RerankerConfig(candidate_tokens=False)
 
 
+def test_a_config_names_its_scorer():
+    """What `nextpara info` and GetInfo say serves: a checkpoint's config names its scorer (a field it lacks has its
+    default, as when it loads)."""
+    assert scorer_name({}) == scorer_name({"d_model": 64}) == "full"
+    assert scorer_name(SCORERS["fast"]) == scorer_name({**SCORERS["fast"], "pool_density": True}) == "fast"
+    assert scorer_name({"pool_density": False}) == scorer_name({"n_list_layers": 1}) == "custom"
+
+
 def test_config_errors_name_the_values():
     with pytest.raises(ValueError, match=r"d_model \(100\) must be divisible by n_heads \(3\)"):
         RerankerConfig(d_model=100, n_heads=3)
@@ -116,15 +125,21 @@ def test_config_errors_name_the_values():
         model.encode(torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool))
 
 
-def test_checkpoint_round_trip_gives_identical_scores(tmp_path):
+@pytest.mark.parametrize("changes", [{}, SCORERS["fast"], {"pool_density": False}], ids=["full", "fast", "no_density"])
+def test_checkpoint_round_trip_gives_identical_scores(tmp_path, changes):
+    """Every scorer configuration loads as saved. A setting added since the first checkpoints is written only when it
+    differs from what came before it, so a default model's checkpoint holds none of them (older nextpara versions
+    load it), and a checkpoint that lacks them loads as before."""
     torch.manual_seed(1)
-    model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2)).eval()
+    model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2, **changes)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     meta = save_checkpoint(tmp_path / "model.safetensors", model,
                            {"embedder": {"name": "e", "dim": 48}, "corpus_fingerprint": "abc"})
+    assert set(meta["model_config"]) & set(LATER_FIELDS) == set(changes) & set(LATER_FIELDS)
     loaded, meta2 = load_checkpoint(tmp_path / "model.safetensors", "e", 48)
+    assert loaded.cfg == model.cfg
     assert meta2["model_version"] == meta["model_version"] and meta2["model_config"]["d_model"] == 32
     assert meta2["corpus_fingerprint"] == "abc" and meta2["code_version"]
     ctx, cand = torch.randn(2, 8, 48), torch.randn(2, 10, 48)
@@ -133,6 +148,23 @@ def test_checkpoint_round_trip_gives_identical_scores(tmp_path):
         torch.testing.assert_close(model(ctx, m1, cand, m2)["scores"], loaded(ctx, m1, cand, m2)["scores"], rtol=0, atol=0)
     with pytest.raises(StoreMismatchError, match="trained on embedder 'e', the store uses 'other'"):
         load_checkpoint(tmp_path / "model.safetensors", "other", 48)
+
+
+def test_a_checkpoint_from_a_newer_version_is_refused_by_name(tmp_path):
+    """A model setting this version does not know (a newer nextpara saved it) is a clear refusal, not a TypeError."""
+    import json
+
+    from nextpara.attention_core.checkpoint import META_KEY, read_checkpoint_meta
+    from safetensors.torch import load_file, save_file
+
+    model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2))
+    save_checkpoint(tmp_path / "model.safetensors", model, {"embedder": {"name": "e", "dim": 16}})
+    meta = read_checkpoint_meta(tmp_path / "model.safetensors")
+    meta["model_config"]["seam_reader"] = True
+    save_file(load_file(str(tmp_path / "model.safetensors")), str(tmp_path / "model.safetensors"),
+              metadata={META_KEY: json.dumps(meta)})
+    with pytest.raises(FailedPreconditionError, match=r"saved by a newer nextpara .*settings this version lacks: seam_reader"):
+        load_checkpoint(tmp_path / "model.safetensors", "e", 16)
 
 
 class _Exploit:
