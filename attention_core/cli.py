@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "0: vectors only (default from RerankerConfig)")
     p.add_argument("--scorer", choices=("full", "fast"), default="full",
                    help="full: the candidates attend to the context (default); fast: an MLP over the similarity and "
-                        "word features alone, half the model's time, no attention weights (bench/README.md: its accuracy)")
+                        "word features alone, half the model's time, no attention weights (bench/README.md: its "
+                        "accuracy). The general model is a full one: a fast model trains from scratch, and the guard "
+                        "may keep the general model (--force serves the fast one)")
     p.add_argument("--no-lexical", action="store_true",
                    help="score from the vectors alone, without the word overlap of the texts")
     p.add_argument("--from-scratch", action="store_true",
@@ -133,7 +135,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         serves = f"{model['source']} {model['model_version']}" + (
             f" ({model['started_from']})" if model.get("started_from") else
-            " (no model of its own: `nextpara train` trains one)" if model["source"] == "general" else "")
+            " (no model of its own: `nextpara train` trains one)" if model["source"] == "general" else "") + (
+            f", {model['scorer']} scorer")
     if "validation" in model:
         v = model["validation"]
         serves += (f"\nvalidation    MRR@10 {fmt(v['model'])}, Recall@1 {fmt(v['model'], 'recall@1')}; "

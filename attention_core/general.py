@@ -22,7 +22,7 @@ from nextpara.store.store import ParagraphStore
 
 from . import lexical
 from .checkpoint import CHECKPOINT, load_checkpoint, weights_version
-from .model import NextParagraphModel
+from .model import NextParagraphModel, scorer_name
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,8 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
 
 def describe_served(store: ParagraphStore) -> dict:
     """Which model serves ``store`` and its validation figures beside B1's, without loading any weights:
-    ``source`` "trained", "general" or "none" (with ``reason``), ``model_version``, and ``validation``
+    ``source`` "trained", "general" or "none" (with ``reason``), ``model_version``, ``scorer`` (model.SCORERS' name
+    of its configuration, or "custom"), and ``validation``
     ({"model": ..., "B1": ...}, summarize() dicts) when a `nextpara train` measured them on this store."""
     from .checkpoint import read_checkpoint_meta
     from .guard import read_report
@@ -114,7 +115,8 @@ def describe_served(store: ParagraphStore) -> dict:
     if own.exists():
         meta = read_checkpoint_meta(own)
         guard = meta.get("metrics", {}).get("guard", {})
-        out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", "")}
+        out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
+               "scorer": scorer_name(meta.get("model_config", {}))}
         if guard:
             out["validation"] = {"model": guard["new"], "B1": guard["B1"]}
         return out
@@ -125,7 +127,7 @@ def describe_served(store: ParagraphStore) -> dict:
     mismatch = fits(meta, store)
     if mismatch:
         return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
-    out = {"source": "general", "model_version": meta["model_version"]}
+    out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
     report = read_report(store.data_dir)  # the last `nextpara train` kept the general model: its figures here
     if report and "replaced" in report["figures"] and report["replaced"].startswith("the general model"):
         out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}

@@ -14,9 +14,9 @@ embeddings:
   over the attended context and similarity features (cosine to each context paragraph, to the
   query, the pool's density around the candidate). The cross-attention weights over context
   positions, per head, are what a caller sees as "which paragraphs drove the choice".
-  The ``fast`` scorer (SCORERS) has neither the cross-attention nor the candidate's own vector: an MLP over
-  the similarity features (the pool density among them) and the word features alone, half the cost, and
-  no attention weights to show. On PEPs' validation split it scored as the full one does (bench/README.md,
+  The ``fast`` scorer (SCORERS) has no cross-attention and no candidate token (the candidate's vector
+  enters only through its cosines): an MLP over the similarity features (the pool density among them)
+  and the word features, half the cost, and no attention weights to show. On PEPs' validation split it scored as the full one does (bench/README.md,
   A cheaper scorer); without the pool density too it lost about 0.01 MRR@10.
   With ``n_list_layers`` > 0 the candidates then attend to each other (self-attention over the
   list), so a candidate's score can depend on the company it keeps in the list.
@@ -42,6 +42,7 @@ from . import lexical
 POOL_TOP = 20  # neighbours in the candidate pool used for the density feature
 # named scorer configurations (``nextpara train --scorer``): changes from RerankerConfig's defaults
 SCORERS = {"full": {}, "fast": {"n_scorer_layers": 0, "candidate_tokens": False}}
+SCORER_FIELDS = ("n_scorer_layers", "n_list_layers", "candidate_tokens", "pool_density")  # what names a scorer
 
 
 @dataclass
@@ -255,3 +256,14 @@ class NextParagraphModel(nn.Module):
             scores = scores + self.lexical_linear(lexical_features).squeeze(-1) + self.lexical_boost * last
         scores = scores.masked_fill(~candidate_mask, float("-inf"))
         return {"query": query, "scores": scores, "attention": weights}
+
+
+def scorer_name(config: dict) -> str:
+    """The SCORERS name of a model config (a checkpoint's ``model_config``: a field it lacks has its default), or
+    "custom" for another mix of the fields that make a scorer."""
+    default = RerankerConfig()
+    have = {k: config.get(k, getattr(default, k)) for k in SCORER_FIELDS}
+    for name, changes in SCORERS.items():
+        if have == {k: changes.get(k, getattr(default, k)) for k in SCORER_FIELDS}:
+            return name
+    return "custom"

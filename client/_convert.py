@@ -174,7 +174,8 @@ def info_result(r: pb.GetInfoResponse) -> Info:
     m = r.model
     model = ModelInfo(m.source, m.version, m.started_from, m.reason,
                       _figures(m.validation) if m.HasField("validation") else None,
-                      _figures(m.cosine_validation) if m.HasField("cosine_validation") else None) if r.HasField("model") else None
+                      _figures(m.cosine_validation) if m.HasField("cosine_validation") else None,
+                      m.scorer) if r.HasField("model") else None
     return Info(r.embedder, r.dim, r.documents, r.paragraphs, r.index_type, r.index_factory, r.model_version,
                 r.index_version, r.max_context, r.max_message_bytes, r.server_version, model)
 

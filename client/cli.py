@@ -143,6 +143,8 @@ def cmd_predict(args) -> int:
         print("\nattention of the top prediction over the context (rows: heads; columns: oldest -> newest):")
         for h, weights in enumerate(r.attention):
             print(f"  head {h}: " + "  ".join(f"{w:.2f}" for w in weights))
+    elif args.explain and r.predictions:
+        print("\nno attention weights: this model has no cross-attention (trained with --scorer fast)")
     print(f"\nmodel {r.model_version}, index generation {r.index_version}, {r.context_used} context paragraphs used"
           + (f", {r.context_dropped} oldest dropped" if r.context_dropped else ""))
     return 0
@@ -180,7 +182,8 @@ def _model_line(i) -> str:
         return i.model_version or "none"
     if m.source == "none":
         return f"none: {m.reason}"
-    line = f"{m.source} {m.version}" + (f" ({m.started_from})" if m.started_from else "")
+    line = (f"{m.source} {m.version}" + (f" ({m.started_from})" if m.started_from else "")
+            + (f", {m.scorer} scorer" if m.scorer else ""))
     if m.validation and m.cosine_validation:
         v, b = m.validation, m.cosine_validation
         line += (f"; validation MRR@10 {v.mrr_at_10:.3f} [{v.mrr_at_10_ci[0]:.3f}, {v.mrr_at_10_ci[1]:.3f}], cosine "

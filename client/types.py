@@ -132,6 +132,7 @@ class ModelInfo:
     reason: str = ""
     validation: ValidationFigures | None = None
     cosine_validation: ValidationFigures | None = None
+    scorer: str = ""  # "full" or "fast" (`nextpara train --scorer`), "custom"; empty from a server before it
 
 
 @dataclass(frozen=True)

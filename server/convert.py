@@ -197,7 +197,7 @@ def model_info(m: dict) -> pb.ModelInfo:
     v = m.get("validation", {})
     return pb.ModelInfo(source=m["source"], version=m.get("model_version", ""), started_from=m.get("started_from", ""),
                         reason=m.get("reason", ""), validation=validation_figures(v.get("model")),
-                        cosine_validation=validation_figures(v.get("B1")))
+                        cosine_validation=validation_figures(v.get("B1")), scorer=m.get("scorer", ""))
 
 
 def reload_response(versions: tuple[str, int]) -> pb.ReloadResponse:

@@ -71,6 +71,7 @@ def test_a_store_without_a_model_is_served_by_the_general_model(untrained_store)
             info = c.info()
             result = c.predict_next(docs[0].paragraphs[:3], top_k=5)
         assert info.model_version == info.model.version == GENERAL_VERSION and info.model.source == "general"
+        assert info.model.scorer == "full"
         assert info.model.validation is None  # no `nextpara train` has measured it on this store
     finally:
         server.stop()
@@ -170,7 +171,7 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
 def test_getinfo_says_which_model_serves_and_its_figures_beside_cosine(client):
     """The live server's store has a model of its own (conftest: trained, the guard's figures in its metadata)."""
     m = client.info().model
-    assert m.source == "trained" and m.version == client.info().model_version
+    assert m.source == "trained" and m.version == client.info().model_version and m.scorer == "full"
     assert m.started_from.startswith("from scratch")  # conftest's small model differs from the general model's shape
     for f in (m.validation, m.cosine_validation):
         assert f.queries > 0 and f.mrr_at_10_ci[0] <= f.mrr_at_10 <= f.mrr_at_10_ci[1]

@@ -88,6 +88,9 @@ def test_the_fast_scorer_is_a_train_option_and_serves_without_attention(tmp_path
     meta = json.loads(r.stdout)["model"]
     assert meta["model_config"]["candidate_tokens"] is False and meta["model_config"]["n_scorer_layers"] == 0
     assert meta["metrics"]["validation"]["recall@1"] > 0.9
+    info = run_cli("info", "--data-dir", str(store_dir))
+    assert info.returncode == 0 and f"trained {meta['model_version']} (from scratch" in info.stdout, info.stdout
+    assert ", fast scorer" in info.stdout, info.stdout
     with Predictor.open(store_dir) as predictor:
         context = [int(i) for i in predictor.store.ids_of_documents(["chain-0"])[:4]]
         result = predictor.predict_next(context, top_k=3, include_attention=True)

@@ -362,20 +362,22 @@ class GetInfoResponse(_message.Message):
     def __init__(self, embedder: _Optional[str] = ..., dim: _Optional[int] = ..., documents: _Optional[int] = ..., paragraphs: _Optional[int] = ..., index_type: _Optional[str] = ..., index_factory: _Optional[str] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., max_context: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("source", "version", "started_from", "reason", "validation", "cosine_validation")
+    __slots__ = ("source", "version", "started_from", "reason", "validation", "cosine_validation", "scorer")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STARTED_FROM_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_FIELD_NUMBER: _ClassVar[int]
     COSINE_VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    SCORER_FIELD_NUMBER: _ClassVar[int]
     source: str
     version: str
     started_from: str
     reason: str
     validation: ValidationFigures
     cosine_validation: ValidationFigures
-    def __init__(self, source: _Optional[str] = ..., version: _Optional[str] = ..., started_from: _Optional[str] = ..., reason: _Optional[str] = ..., validation: _Optional[_Union[ValidationFigures, _Mapping]] = ..., cosine_validation: _Optional[_Union[ValidationFigures, _Mapping]] = ...) -> None: ...
+    scorer: str
+    def __init__(self, source: _Optional[str] = ..., version: _Optional[str] = ..., started_from: _Optional[str] = ..., reason: _Optional[str] = ..., validation: _Optional[_Union[ValidationFigures, _Mapping]] = ..., cosine_validation: _Optional[_Union[ValidationFigures, _Mapping]] = ..., scorer: _Optional[str] = ...) -> None: ...
 
 class ValidationFigures(_message.Message):
     __slots__ = ("mrr_at_10", "mrr_at_10_low", "mrr_at_10_high", "recall_at_1", "recall_at_1_low", "recall_at_1_high", "queries")
