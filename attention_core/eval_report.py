@@ -12,7 +12,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 LABELS = {"B1": "B1 cosine(last)", "B2": "B2 cosine(mean)", "B3": "B3 successors of last's neighbours",
-          "B4": "B4 linear map", "head": "query head alone", "full": "full pipeline (attention rerank)"}
+          "B4": "B4 linear map", "head": "query head alone", "full": "full pipeline (reranked)"}
 
 
 def _ci(m: dict, key: str) -> str:

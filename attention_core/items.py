@@ -10,6 +10,7 @@ SQLite query), raw vectors checked by the store's one vector check
 
 What a context excludes from predictions: the ids it gives, and every stored paragraph whose text
 equals one of its texts (given, or stored for an id). A raw vector has no text and excludes nothing.
+Reranking searches nothing: it resolves with ``exclusions=False`` and ``exclude`` stays empty.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ MAX_ITEMS = 10_000
 class ResolvedItems:
     vectors: np.ndarray  # (n, D) unit vectors
     texts: list[str | None]  # per item: its text (given, or stored for an id), None for a raw vector
-    exclude: set[int] = field(default_factory=set)  # stored paragraphs these items stand for
+    exclude: set[int] = field(default_factory=set)  # stored paragraphs these items stand for (empty: not looked up)
     dropped: int = 0  # oldest items dropped to keep the last ``keep_last``
     ids: list[int | None] | None = None  # per item: its stored paragraph id (None for a text or vector); None: unknown
 

@@ -149,7 +149,7 @@ def test_a_request_reads_each_stored_row_once(trained_store):
 def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
     """Rerank searches nothing, so it needs no exclusions: the texts' copies (a lookup by text hash of every item,
     which retrieval needs to exclude them) are not looked up; the stored rows are read once, and the scores are
-    those of the same candidates given as vectors."""
+    those of the same paragraphs given as texts."""
     import re
 
     with Predictor.open(trained_store) as predictor:
