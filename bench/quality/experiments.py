@@ -46,6 +46,7 @@ VARIANTS = {
     "no_density": ({"pool_density": False}, {}),
     "features_only": ({"n_scorer_layers": 0, "candidate_tokens": False, "pool_density": False}, {}),
     "fast_density": ({"n_scorer_layers": 0, "candidate_tokens": False}, {}),  # the features-only MLP with the density
+    "full": ({}, {}),  # the default scorer under its own name: the reference of a same-day fast_density run
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
