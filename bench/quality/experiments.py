@@ -47,6 +47,9 @@ VARIANTS = {
     "features_only": ({"n_scorer_layers": 0, "candidate_tokens": False, "pool_density": False}, {}),
     "fast_density": ({"n_scorer_layers": 0, "candidate_tokens": False}, {}),  # the features-only MLP with the density
     "full": ({}, {}),  # the default scorer under its own name: the reference of a same-day fast_density run
+    # deeper stage 1 when scoring is cheap: candidates per vector source (query head, last paragraph), 100 by default
+    "fast_c150": ({"n_scorer_layers": 0, "candidate_tokens": False}, {"n_candidates": 150}),
+    "fast_c200": ({"n_scorer_layers": 0, "candidate_tokens": False}, {"n_candidates": 200}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
