@@ -16,8 +16,9 @@ embeddings:
   positions, per head, are what a caller sees as "which paragraphs drove the choice".
   The ``fast`` scorer (SCORERS) has no cross-attention and no candidate token (the candidate's vector
   enters only through its cosines): an MLP over the similarity features (the pool density among them)
-  and the word features, half the cost, and no attention weights to show. On PEPs' validation split it scored as the full one does (bench/README.md,
-  A cheaper scorer); without the pool density too it lost about 0.01 MRR@10.
+  and the word features, half the cost, and no attention weights to show. On the three corpora's
+  validation splits it scored as the full one does (bench/README.md, A cheaper scorer); without the
+  pool density too it lost about 0.01 MRR@10.
   With ``n_list_layers`` > 0 the candidates then attend to each other (self-attention over the
   list), so a candidate's score can depend on the company it keeps in the list.
   With ``lexical`` the features also hold word overlap (TF-IDF cosines) between the candidate's

@@ -27,6 +27,7 @@ from bench.record import RESULTS, argument_parser, save
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 NAME = "experiments"
 
+FAST = {"n_scorer_layers": 0, "candidate_tokens": False}  # `--scorer fast`, written out: a record keeps its meaning
 VARIANTS = {
     "default": ({}, {}),
     "phase1x8": ({}, {"phase1_epochs": 8}),
@@ -45,11 +46,11 @@ VARIANTS = {
     # cheaper scorers (issue of throughput): the K x K pool density off; then no cross-attention or candidate token
     "no_density": ({"pool_density": False}, {}),
     "features_only": ({"n_scorer_layers": 0, "candidate_tokens": False, "pool_density": False}, {}),
-    "fast_density": ({"n_scorer_layers": 0, "candidate_tokens": False}, {}),  # the features-only MLP with the density
+    "fast_density": (FAST, {}),  # the features-only MLP with the density
     "full": ({}, {}),  # the default scorer under its own name: the reference of a same-day fast_density run
     # deeper stage 1 when scoring is cheap: candidates per vector source (query head, last paragraph), 100 by default
-    "fast_c150": ({"n_scorer_layers": 0, "candidate_tokens": False}, {"n_candidates": 150}),
-    "fast_c200": ({"n_scorer_layers": 0, "candidate_tokens": False}, {"n_candidates": 200}),
+    "fast_c150": (FAST, {"n_candidates": 150}),
+    "fast_c200": (FAST, {"n_candidates": 200}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
