@@ -160,69 +160,69 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
     (``sizes[i]`` rows for query i; a candidate without words is an empty row). A query whose context is None (raw
     vectors: no words) gets zeros.
 
-    Linear in the batch, a few array operations per query: the query's context rows (and its whole-context row) are
-    written into a dense bucket table, every non-zero of its candidates gathers its bucket's row of that table, and
-    the products are summed per candidate; then the table is cleared. (One sparse product for the whole batch costs
-    every candidate against every context: quadratic, seconds for a rerank-batch chunk of 512 rows.)"""
+    The whole batch in a few array operations, linear in its size: every (query, bucket) that a query's context has
+    becomes one row of a small table (its weight in each context paragraph, right-aligned, and in the whole context);
+    each candidate non-zero finds its query's row for its bucket by a binary search, and one sparse product sums
+    them per candidate. (One sparse product of every candidate against every context would be quadratic: seconds
+    for a rerank-batch chunk of 512 rows.)"""
     L, F = max_context, n_features(max_context, novel)
     at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # query q's rows: at[q]:at[q + 1]
     if at[-1] != candidates.shape[0]:
         raise ValueError(f"{candidates.shape[0]} candidate rows for queries of {at[-1]} candidates in all")
     out = np.zeros((at[-1], F), np.float32)
-    indptr, indices, data = candidates.indptr, candidates.indices, candidates.data
-    # columns 0..L-1 the context rows right-aligned, L the whole context; with ``novel``, L + 1 what the last row
-    # adds, L + 2 one for every word of the context; all zero between queries
-    width = L + (3 if novel else 1)
-    table = _table(width)
-    try:
-        _gather(contexts, indptr, indices, data, at, out, table, L, novel)
-    except BaseException:
-        _TABLES.__dict__.pop(width, None)  # left half-written: the next call makes a new one
-        raise
+    table, keys = _context_table(contexts, L, novel)
+    if len(keys):
+        indptr, indices = candidates.indptr, candidates.indices
+        query = np.repeat(np.arange(len(sizes), dtype=np.int64), np.diff(at))  # (rows,): each row's query
+        in_some = np.zeros(N_BUCKETS, bool)
+        in_some[keys % N_BUCKETS] = True
+        nz = np.flatnonzero(in_some[indices])  # the non-zeros whose word some context of the batch has
+        row_of = np.repeat(np.arange(at[-1], dtype=np.int64), np.diff(indptr))[nz]  # (those,): each one's row
+        key = query[row_of] * N_BUCKETS + indices[nz]
+        where = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+        hit = keys[where] == key  # the word is in its own query's context
+        weights, row_of = candidates.data[nz[hit]], row_of[hit]
+        matched = sparse.csr_matrix((weights, where[hit], np.concatenate([[0], np.cumsum(np.bincount(
+            row_of, minlength=at[-1]))])), shape=(at[-1], len(keys)))  # (rows, keys): row_of ascends
+        sums = np.asarray(matched @ table)  # (rows, width)
+        worded = (np.diff(indptr) > 0) & np.isin(query, np.unique(keys // N_BUCKETS))  # words on both sides
+        out[:, :L + 1] = sums[:, :L + 1]
+        out[:, L + 1] = worded
+        if novel:
+            out[:, L + 2] = sums[:, L + 1]
+            known = np.bincount(row_of, weights=weights * weights, minlength=at[-1])  # weight² on context words
+            out[:, L + 3] = np.where(worded, np.maximum(0.0, 1.0 - known), 0.0)  # candidate rows have norm 1
+        out[~worded] = 0.0
     return [out[a:b] for a, b in zip(at[:-1], at[1:])]
 
 
-_TABLES = threading.local()  # per thread: a (N_BUCKETS, width) float32 table by width, 6 MB for L = 4, made once
-
-
-def _table(width: int) -> np.ndarray:
-    table = _TABLES.__dict__.get(width)
-    if table is None:
-        table = _TABLES.__dict__[width] = np.zeros((N_BUCKETS, width), np.float32)
-    return table
-
-
-def _gather(contexts, indptr, indices, data, at, out, table, L, novel) -> None:
-    for q, ctx in enumerate(contexts):
-        if ctx is None or at[q] == at[q + 1] or ctx.shape[0] == 0:
-            continue
-        ctx = ctx[-L:]
-        buckets, where = np.unique(ctx.indices, return_inverse=True)
-        whole = np.bincount(where, weights=ctx.data, minlength=len(buckets))
-        norm = float(np.sqrt((whole ** 2).sum()))
-        if norm == 0:  # no context paragraph has text: nothing to compare, the flag stays 0
-            continue
-        n = ctx.shape[0]
-        for j in range(n):
-            table[ctx.indices[ctx.indptr[j]:ctx.indptr[j + 1]], L - n + j] = ctx.data[ctx.indptr[j]:ctx.indptr[j + 1]]
-        table[buckets, L] = whole / norm
-        if novel:
-            last = ctx.indices[ctx.indptr[n - 1]:ctx.indptr[n]], ctx.data[ctx.indptr[n - 1]:ctx.indptr[n]]
-            added = np.where(np.isin(last[0], ctx.indices[:ctx.indptr[n - 1]]), 0.0, last[1])
-            added_norm = float(np.sqrt((added ** 2).sum()))
-            if added_norm > 0:
-                table[last[0], L + 1] = added / added_norm
-            table[buckets, L + 2] = 1.0
-        lo, hi = indptr[at[q]], indptr[at[q + 1]]
-        starts = indptr[at[q]:at[q + 1] + 1] - lo  # each candidate's first non-zero, and the end
-        rows = np.flatnonzero(np.diff(starts))  # candidates with words
-        if len(rows):
-            products = table[indices[lo:hi]] * data[lo:hi, None]  # (non-zeros, width)
-            sums = np.add.reduceat(products, starts[rows], axis=0)
-            out[at[q] + rows, :L + 1] = sums[:, :L + 1]
-            out[at[q] + rows, L + 1] = 1.0
-            if novel:
-                out[at[q] + rows, L + 2] = sums[:, L + 1]
-                known = np.add.reduceat(products[:, L + 2] * data[lo:hi], starts[rows])  # weight² on context words
-                out[at[q] + rows, L + 3] = np.maximum(0.0, 1.0 - known)  # candidate rows have norm 1
-        table[buckets] = 0.0
+def _context_table(contexts: Sequence[sparse.csr_matrix | None], L: int, novel: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(table (U, width), keys (U,)): a row per (query, bucket) of the queries' contexts (their last L rows), keyed
+    ``query * N_BUCKETS + bucket`` in ascending order. Columns 0..L-1 the bucket's weight in each context row,
+    right-aligned; L in the whole context (the normalised sum of its rows); with ``novel``, L + 1 in what the last row
+    adds (its row without the words of any earlier context row, normalised), L + 2 one."""
+    parts = [(q, ctx[-L:] if ctx.shape[0] > L else ctx) for q, ctx in enumerate(contexts)
+             if ctx is not None and ctx.nnz]
+    width = L + (3 if novel else 1)
+    if not parts:
+        return np.zeros((0, width), np.float32), np.zeros(0, np.int64)
+    query = np.concatenate([np.full(ctx.nnz, q, np.int64) for q, ctx in parts])
+    column = np.concatenate([np.repeat(np.arange(L - ctx.shape[0], L), np.diff(ctx.indptr)) for _, ctx in parts])
+    weight = np.concatenate([ctx.data for _, ctx in parts]).astype(np.float32)
+    key = query * N_BUCKETS + np.concatenate([ctx.indices for _, ctx in parts])
+    keys, row = np.unique(key, return_inverse=True)
+    table = np.zeros((len(keys), width), np.float32)
+    table[row, column] = weight  # a bucket occurs once in a row
+    whole = np.bincount(row, weights=weight, minlength=len(keys))
+    owner = keys // N_BUCKETS
+    norm = np.sqrt(np.bincount(owner, weights=whole * whole))  # > 0 for every query present: weights are positive
+    table[:, L] = whole / norm[owner]
+    if novel:
+        last = column == L - 1
+        earlier = np.zeros(len(keys), bool)
+        earlier[row[~last]] = True
+        added = np.where(earlier[row[last]], 0.0, weight[last])
+        added_norm = np.sqrt(np.bincount(query[last], weights=added * added, minlength=norm.shape[0]))
+        table[row[last], L + 1] = np.where(added_norm[query[last]] > 0, added / np.maximum(added_norm[query[last]], 1e-30), 0.0)
+        table[:, L + 2] = 1.0
+    return table, keys

@@ -196,3 +196,47 @@ def test_a_batch_of_queries_gets_each_query_its_own_features():
         np.testing.assert_allclose(batch[q], lexical.features(contexts[q], candidates[q], 4), rtol=1e-6)
     assert not batch[1].any() and not batch[3].any()
     assert batch[0][1, 3] == 0 and batch[2][1, 3] > 0  # "zeta" matches only the context that has it
+
+
+def reference_features(context, candidates, L, novel):
+    """features() written out densely for one query: the definitions of the module docstring, nothing shared with it."""
+    out = np.zeros((candidates.shape[0], lexical.n_features(L, novel)), np.float32)
+    if context is None or context[-L:].nnz == 0:
+        return out
+    ctx, cand = context[-L:].toarray(), candidates.toarray()
+    has_words = cand.any(1)
+    out[:, L - len(ctx):L] = cand @ ctx.T
+    whole = ctx.sum(0)
+    out[:, L] = cand @ (whole / np.linalg.norm(whole))
+    out[:, L + 1] = has_words
+    if novel:
+        added = np.where(ctx[:-1].any(0), 0.0, ctx[-1])
+        if added.any():
+            out[:, L + 2] = cand @ (added / np.linalg.norm(added))
+        out[:, L + 3] = np.where(has_words, 1.0 - (cand ** 2 * ctx.any(0)).sum(1), 0.0)
+    return out
+
+
+def test_features_many_equals_the_dense_definition_on_random_batches():
+    """The batched gather (one table for the batch, a binary search per candidate word) against the dense reference,
+    on random batches: contexts longer and shorter than L, queries without context or without candidates, texts
+    without words, novel on and off."""
+    rng = np.random.default_rng(7)
+    vocab = [f"w{i}" for i in range(60)]
+    lx = lexical.Lexicon.fit([" ".join(rng.choice(vocab, 12)) for _ in range(50)])
+
+    def text():
+        n = int(rng.integers(0, 8))
+        return " ".join(rng.choice(vocab, n)) if n else None
+
+    for _ in range(60):
+        contexts, candidates = [], []
+        for _ in range(int(rng.integers(1, 6))):
+            contexts.append(None if rng.random() < 0.2 else lx.matrix([text() for _ in range(int(rng.integers(1, 10)))]))
+            candidates.append(lx.matrix([text() for _ in range(int(rng.integers(0, 7)))]))
+        L, novel = int(rng.integers(1, 9)), bool(rng.integers(2))
+        got = lexical.features_many(contexts, lexical.stack([(m[i].indices, m[i].data) for m in candidates
+                                                             for i in range(m.shape[0])]),
+                                    [m.shape[0] for m in candidates], L, novel)
+        for ctx, cand, g in zip(contexts, candidates, got):
+            np.testing.assert_allclose(g, reference_features(ctx, cand, L, novel), atol=1e-5)
