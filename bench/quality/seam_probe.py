@@ -24,6 +24,16 @@ groups, all from content (docs/evaluation.md):
   embedding to the relative position (0 first, 1 last), fitted on the *training* documents' paragraphs; the
   candidate's predicted depth minus the last context paragraph's, and the candidate's own. Positions train it;
   only vectors feed it (docs/evaluation.md).
+- ``pool``: where the candidate stands among the other candidates (what the pool density feature starts): its
+  largest cosine to any other candidate, the cosine to the last context paragraph minus that, and log(1 + the
+  number of candidates closer to it than the last context paragraph is). A paragraph next to the context has the
+  last context paragraph among its nearest; a far paragraph of the same document has its own neighbours closer.
+- ``prf``: the cosine to the model's own top 10, weighted by a softmax of their scores (the candidate itself left
+  out): pseudo-relevance feedback inside the list.
+- ``local``: word overlap weighted by the *list's* IDF instead of the corpus's: a word most of the candidates
+  share (the document's names and terms, when the list is mostly the context's document) weighs little, one few
+  of them have weighs most; the cosine of the candidate with the last context paragraph and with the whole
+  context under those weights. Near paragraphs share the local words, far ones only the document's.
 
 The document id of a candidate is read only to compute direction accuracy, never as a feature.
 """
@@ -37,6 +47,7 @@ import time
 import zlib
 
 import numpy as np
+from scipy import sparse
 
 from bench import record
 
@@ -54,7 +65,9 @@ def last_sentence(text: str) -> str:
     return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
 
 
-GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11), "novel": slice(11, 13), "depth": slice(13, 15)}
+GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11), "novel": slice(11, 13), "depth": slice(13, 15),
+          "pool": slice(15, 18), "prf": slice(18, 19), "local": slice(19, 21)}
+N_COLUMNS = 21
 VARIANTS = [(), ("ranks",), ("seam",), ("shape",), ("novel",), ("ranks", "seam"), ("ranks", "seam", "shape"),
             ("depth",), ("novel", "depth"), ("ranks", "seam", "shape", "novel", "depth")]
 
@@ -63,7 +76,15 @@ def main() -> int:
     parser = record.store_parser(__doc__, __file__)
     parser.add_argument("--output", default="seam_probe", help="results name under bench/results/")
     parser.add_argument("--word-candidates", type=int, default=50, help="per word source (0: vectors only)")
+    parser.add_argument("--variants", help="groups to try, e.g. 'pool;local;pool+local' (default: the ten of "
+                        "VARIANTS, which the earlier records ran)")
     args = parser.parse_args()
+    variants = ([tuple(v.split("+")) if v else () for v in args.variants.split(";")] if args.variants else VARIANTS)
+    if () not in variants:
+        variants = [(), *variants]
+    unknown = {g for v in variants for g in v} - GROUPS.keys()
+    if unknown:
+        parser.error(f"unknown groups {sorted(unknown)}; the groups are {sorted(GROUPS)}")
 
     import torch
     from nextpara.attention_core import lexical
@@ -107,7 +128,7 @@ def main() -> int:
     for i, q in enumerate(qs):
         ids = list(dict.fromkeys(sum((s[i] for s in sources), [])))
         rows = np.asarray([seq.row_of_id[j] for j in ids], np.int64)
-        f = np.zeros((len(rows), 15), np.float32)
+        f = np.zeros((len(rows), N_COLUMNS), np.float32)
         for s, source in enumerate(sources):
             rank = {j: k for k, j in enumerate(source[i])}
             f[:, s] = [1.0 / (1 + rank[j]) if j in rank else 0.0 for j in ids]
@@ -122,11 +143,41 @@ def main() -> int:
         f[:, 11:13] = lexical.features(whole[q.context], whole[rows], 4, novel=True)[:, -2:]  # the model's own
         f[:, 13] = depth[rows] - depth[c_last]
         f[:, 14] = depth[rows]
+        v = seq.vectors[rows]
+        among = v @ v.T  # (K, K)
+        np.fill_diagonal(among, -np.inf)
+        to_last = v @ seq.vectors[c_last]
+        f[:, 15] = among.max(1) if len(rows) > 1 else 0.0
+        f[:, 16] = to_last - f[:, 15]
+        f[:, 17] = np.log1p((among > to_last[:, None]).sum(1))
+        w = whole[rows]
+        buckets, df = np.unique(w.indices, return_counts=True)
+        list_idf = np.full(lexical.N_BUCKETS, np.log(len(rows) + 1.0), np.float32)
+        list_idf[buckets] = np.log((len(rows) + 1.0) / (1.0 + df))
+        def local(m):
+            m = m.copy()
+            m.data *= list_idf[m.indices]
+            norms = np.sqrt(np.asarray(m.multiply(m).sum(1)).ravel())
+            return sparse.diags(1.0 / np.maximum(norms, 1e-9)) @ m
+        lw, lc = local(w), local(whole[q.context])
+        f[:, 19] = (lw @ lc[-1].T).toarray().ravel()
+        ctx_sum = np.asarray(lc.sum(0)).ravel()
+        f[:, 20] = lw @ (ctx_sum / max(np.linalg.norm(ctx_sum), 1e-9))
         lists.append(rows)
         feats.append(f)
     words = pipeline.lexical_features([[texts[r] for r in q.context] for q in qs], [[texts[r] for r in l] for l in lists])
     base, _, _ = pipeline.score(ctx, [seq.vectors[l] for l in lists], lexical_features=words)
     print(f"mined and scored {len(qs)} validation lists, {time.perf_counter() - t0:.0f}s", flush=True)
+    for l, sc, f in zip(lists, base, feats):  # prf: the score-weighted top 10, the candidate itself left out
+        v = seq.vectors[l]
+        top = np.argsort(-sc, kind="stable")[:10]
+        w = np.exp(sc[top] - sc[top].max())
+        w /= w.sum()
+        weight = np.zeros(len(l), np.float32)
+        weight[top] = w
+        centre = w @ v[top]  # (D,)
+        others = centre[None, :] - weight[:, None] * v  # (K, D)
+        f[:, 18] = (v * others).sum(1) / np.maximum(np.linalg.norm(others, axis=1), 1e-9)
 
     target_class = np.array([seq.text_class[q.target] for q in qs])
     in_list = np.array([np.isin(seq.text_class[l], c).any() for l, c in zip(lists, target_class)])
@@ -167,8 +218,8 @@ def main() -> int:
         return net
 
     rows_out = []
-    for groups in VARIANTS:
-        cols = np.concatenate([np.arange(40)[GROUPS[g]] for g in groups]).astype(int) if groups else np.zeros(0, int)
+    for groups in variants:
+        cols = np.concatenate([np.arange(N_COLUMNS)[GROUPS[g]] for g in groups]).astype(int) if groups else np.zeros(0, int)
         if groups:
             scores: list = [None] * len(qs)
             for k in (0, 1):
