@@ -42,7 +42,8 @@ def weights_version(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()[:12]
 
 
-LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True}
+LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True,
+                "pool_neighbours": False}
 
 
 def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: dict) -> dict:

@@ -41,6 +41,7 @@ from torch import nn
 from . import lexical
 
 POOL_TOP = 20  # neighbours in the candidate pool used for the density feature
+POOL_NEIGHBOURS = 3  # features of a candidate's nearest in its list, with ``pool_neighbours`` (NextParagraphModel.pool)
 # named scorer configurations (``nextpara train --scorer``): changes from RerankerConfig's defaults
 SCORERS = {"full": {}, "fast": {"n_scorer_layers": 0, "candidate_tokens": False}}
 SCORER_FIELDS = ("n_scorer_layers", "n_list_layers", "candidate_tokens", "pool_density")  # what names a scorer
@@ -64,6 +65,8 @@ class RerankerConfig:
     pool_density: bool = True  # the candidate-pool density feature (a K x K product and top-k per query); False: 0
     candidate_tokens: bool = True  # each candidate's own vector, projected, feeds the score; False (with no scorer or
     #                                list layers): the score reads only the similarity and word features
+    pool_neighbours: bool = False  # where a candidate stands among the others of its list (three features from the
+    #                                pool's K x K cosines: POOL_NEIGHBOURS); checkpoints from before: False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -73,6 +76,8 @@ class RerankerConfig:
         if not self.candidate_tokens and (self.n_scorer_layers or self.n_list_layers):
             raise ValueError("scorer and list layers read candidate tokens: candidate_tokens=False needs "
                              f"n_scorer_layers=0 and n_list_layers=0, not {self.n_scorer_layers} and {self.n_list_layers}")
+        if self.pool_neighbours and not self.pool_density:
+            raise ValueError("pool_neighbours are read from the pool's cosines: they need pool_density")
         if self.word_candidates < 0:
             raise ValueError(f"word_candidates ({self.word_candidates}) must be 0 or more")
         if min(self.embed_dim, self.d_model, self.n_heads, self.max_context) < 1:
@@ -80,7 +85,8 @@ class RerankerConfig:
 
     @property
     def n_features(self) -> int:
-        return self.max_context + 5 + (self.n_word_features if self.lexical else 0)
+        return (self.max_context + 5 + (POOL_NEIGHBOURS if self.pool_neighbours else 0)
+                + (self.n_word_features if self.lexical else 0))
 
     @property
     def n_word_features(self) -> int:
@@ -198,21 +204,34 @@ class NextParagraphModel(nn.Module):
         mean_ctx = cos_ctx.sum(-1, keepdim=True) / context_mask.sum(1).clamp(min=1)[:, None, None]  # (B, K, 1)
         others = masked[..., :-1].max(-1, keepdim=True).values if masked.shape[-1] > 1 else torch.zeros_like(max_ctx)
         margin = cos_ctx[..., -1:] - others  # (B, K, 1): closer to the last than to any earlier paragraph
-        density = self.density(candidates, candidate_mask) if self.cfg.pool_density else torch.zeros_like(max_ctx)
+        pool = [torch.zeros_like(max_ctx)]
+        if self.cfg.pool_density:
+            pool = self.pool(candidates, candidate_mask, cos_ctx[..., -1] if self.cfg.pool_neighbours else None)
         pad = self.cfg.max_context - cos_ctx.shape[-1]
         cos_ctx = F.pad(cos_ctx, (pad, 0))  # (B, K, max_context): right-aligned like the context
-        return torch.cat([cos_ctx, cos_q, max_ctx, mean_ctx, margin, density], dim=-1)
+        return torch.cat([cos_ctx, cos_q, max_ctx, mean_ctx, margin, *pool], dim=-1)
 
     @staticmethod
-    def density(candidates, candidate_mask):
-        """(B,K,1): each candidate's mean cosine to its POOL_TOP nearest others in its own list. Padding and the
-        candidate itself are -inf and left out of the mean, so a score never depends on what else is batched."""
+    def pool(candidates, candidate_mask, to_last=None):
+        """Where each candidate stands in its own list, from the list's K x K cosines; padding and the candidate itself
+        are -inf and left out, so a score never depends on what else is batched. Returns [density]: (B,K,1) the mean
+        cosine to its POOL_TOP nearest others; with ``to_last`` (B,K), each candidate's cosine to the last context
+        paragraph, three more (B,K,1) (POOL_NEIGHBOURS): its largest cosine to another candidate, ``to_last`` minus that,
+        and log(1 + the number of candidates closer to it than the last context paragraph is). The paragraph after the
+        context has the last context paragraph among its nearest; a far paragraph of the same document has its own
+        neighbours closer (bench/README.md, Direction)."""
         K = candidates.shape[1]
-        pool = candidates @ candidates.transpose(1, 2)  # (B, K, K)
-        neighbours = candidate_mask[:, None, :] & ~torch.eye(K, dtype=torch.bool, device=pool.device)  # (B, K, K)
-        top = pool.masked_fill(~neighbours, float("-inf")).topk(min(POOL_TOP, max(K - 1, 1)), dim=-1).values
+        cosines = candidates @ candidates.transpose(1, 2)  # (B, K, K)
+        neighbours = candidate_mask[:, None, :] & ~torch.eye(K, dtype=torch.bool, device=cosines.device)  # (B, K, K)
+        others = cosines.masked_fill(~neighbours, float("-inf"))
+        top = others.topk(min(POOL_TOP, max(K - 1, 1)), dim=-1).values  # (B, K, POOL_TOP)
         real = torch.isfinite(top)
-        return top.masked_fill(~real, 0.0).sum(-1, keepdim=True) / real.sum(-1, keepdim=True).clamp(min=1)
+        density = top.masked_fill(~real, 0.0).sum(-1, keepdim=True) / real.sum(-1, keepdim=True).clamp(min=1)
+        if to_last is None:
+            return [density]
+        nearest = top[..., :1].masked_fill(~real[..., :1], 0.0)  # (B, K, 1): 0 for a list of one
+        closer = (others > to_last[..., None]).sum(-1, keepdim=True)  # (B, K, 1)
+        return [density, nearest, to_last[..., None] - nearest, torch.log1p(closer.float())]
 
     def forward(self, context, context_mask, candidates, candidate_mask, need_weights: bool = False,
                 lexical_features: torch.Tensor | None = None):

@@ -42,12 +42,13 @@ def test_fused_attention_equals_the_formula():
     assert (weights[~mask[:, None].expand_as(weights)] == 0).all()
 
 
-@pytest.mark.parametrize("list_layers", [0, 1])
-def test_scores_do_not_depend_on_what_else_is_batched(list_layers):
+@pytest.mark.parametrize("changes", [{}, {"n_list_layers": 1}, {"pool_neighbours": True}],
+                         ids=["full", "list_layer", "pool_neighbours"])
+def test_scores_do_not_depend_on_what_else_is_batched(changes):
     """A short candidate list padded to a longer one's length scores exactly as alone (the pool-density
     feature once counted padding, so engines batching rows differently disagreed)."""
     torch.manual_seed(1)
-    model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2, n_list_layers=list_layers)).eval()
+    model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2, **changes)).eval()
     for p in model.score_mlp[-1].parameters():  # a trained scorer is not zero: let the features matter
         torch.nn.init.normal_(p)
     unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape), dim=-1)  # noqa: E731
@@ -109,6 +110,27 @@ def test_the_fast_scorer_reads_only_the_features():
         RerankerConfig(candidate_tokens=False)
 
 
+def test_pool_neighbour_features_by_hand():
+    """pool_neighbours: each candidate's largest cosine to another candidate of its list, the cosine to the last
+    context paragraph minus that, and log(1 + the candidates closer to it than the last context paragraph), written
+    out with plain loops over a list padded to a longer one's length (padding never counts)."""
+    torch.manual_seed(3)
+    model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2, pool_neighbours=True)).eval()
+    ctx = torch.nn.functional.normalize(torch.randn(1, 3, 16), dim=-1)
+    cand = torch.nn.functional.normalize(torch.randn(1, 7, 16), dim=-1)
+    mask = torch.tensor([[True] * 5 + [False] * 2])
+    feats = model.features(ctx, torch.ones(1, 3, dtype=torch.bool), cand, mask, ctx[:, -1])
+    assert feats.shape == (1, 7, model.cfg.n_features - model.cfg.n_word_features)
+    got = feats[0, :5, -3:]
+    for i in range(5):
+        to_last = float(cand[0, i] @ ctx[0, -1])
+        others = [float(cand[0, i] @ cand[0, j]) for j in range(5) if j != i]
+        closer = sum(c > to_last for c in others)
+        torch.testing.assert_close(got[i], torch.tensor([max(others), to_last - max(others), math.log1p(closer)]))
+    with pytest.raises(ValueError, match="pool_neighbours are read from the pool's cosines: they need pool_density"):
+        RerankerConfig(pool_neighbours=True, pool_density=False)
+
+
 def test_a_config_names_its_scorer():
     """What `nextpara info` and GetInfo say serves: a checkpoint's config names its scorer (a field it lacks has its
     default, as when it loads)."""
@@ -125,7 +147,8 @@ def test_config_errors_name_the_values():
         model.encode(torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("changes", [{}, SCORERS["fast"], {"pool_density": False}], ids=["full", "fast", "no_density"])
+@pytest.mark.parametrize("changes", [{}, SCORERS["fast"], {"pool_density": False}, {"pool_neighbours": True}],
+                         ids=["full", "fast", "no_density", "pool_neighbours"])
 def test_checkpoint_round_trip_gives_identical_scores(tmp_path, changes):
     """Every scorer configuration loads as saved. A setting added since the first checkpoints is written only when it
     differs from what came before it, so a default model's checkpoint holds none of them (older nextpara versions

@@ -51,6 +51,10 @@ VARIANTS = {
     # deeper stage 1 when scoring is cheap: candidates per vector source (query head, last paragraph), 100 by default
     "fast_c150": (FAST, {"n_candidates": 150}),
     "fast_c200": (FAST, {"n_candidates": 200}),
+    # where a candidate stands among the others of its list (model.py: NextParagraphModel.pool); the seam probe's
+    # ``pool`` group beside the general model first (bench/results/seam_probe_pool_peps.md)
+    "pool_nb": ({"pool_neighbours": True}, {}),
+    "fast_pool_nb": ({**FAST, "pool_neighbours": True}, {}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
