@@ -22,4 +22,7 @@ class TrainConfig:
     patience: int = 2  # epochs without a better validation MRR@10 before stopping
     phase2_lr: float = 0.0  # learning rate of phase 2 (0: the same as lr)
     phase2_query_weight: float = 0.5  # weight of the phase-1 loss kept in phase 2 (keeps the query head)
+    near_weight: float = 0.0  # weight of a second listwise loss whose positives are the target and the near_window
+    #                           paragraphs after it (a locality signal: near the context beats far in its document)
+    near_window: int = 3  # paragraphs after the target that count as near for near_weight
     seed: int = 0

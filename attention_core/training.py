@@ -11,7 +11,9 @@ hard it is. Phase 2, the scorer: candidates are mined exactly as inference mines
 (candidates.py: FAISS with the phase-1 query head and the last paragraph, and the word index when the
 model config asks for ``word_candidates``); queries whose list holds a positive train a
 listwise InfoNCE over the list (no target is inserted: inserting it into a list selected for
-high cosine teaches that high cosine is wrong), plus the phase-1 loss to keep the query head.
+high cosine teaches that high cosine is wrong), plus the phase-1 loss to keep the query head, and with
+``near_weight`` a second listwise term whose positives are the target and the ``near_window`` paragraphs after
+it (positions label the training lists; the model still reads only content).
 Early stopping on validation MRR@10 of the whole pipeline. Deterministic under a seed.
 
 With word-overlap features (lexical.py, on by default) the IDF vector is fitted on the training
@@ -238,9 +240,21 @@ class Trainer:
         for i, (q, rows) in enumerate(batch):
             positive[i, :len(rows)] = torch.from_numpy(self.seq.text_class[rows] == self.seq.text_class[q.target])
         loss = multi_positive_nce(out["scores"], positive)
+        if self.cfg.near_weight:
+            loss = loss + self.cfg.near_weight * multi_positive_nce(out["scores"], self.near_positives(batch, positive))
         if self.cfg.phase2_query_weight:
             loss = loss + self.cfg.phase2_query_weight * self._query_loss(out["query"], queries)
         return loss
+
+    def near_positives(self, batch: list[tuple[Query, np.ndarray]], positive: torch.Tensor) -> torch.Tensor:
+        """(B,K) ``positive`` (the target and its copies) and every candidate whose text is one of the ``near_window``
+        paragraphs after the target in its document (a store's rows are in document order)."""
+        near = positive.clone()
+        for i, (q, rows) in enumerate(batch):
+            last = min(q.target + self.cfg.near_window, int(self.seq.doc_rows[self.seq.doc_ids[q.target]][-1]))
+            after = np.arange(q.target + 1, last + 1)
+            near[i, :len(rows)] |= torch.from_numpy(np.isin(self.seq.text_class[rows], self.seq.text_class[after]))
+        return near
 
     def fit(self) -> dict:
         started = time.perf_counter()

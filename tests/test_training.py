@@ -4,12 +4,13 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from conftest import vector_store
 from nextpara.attention_core.evaluation import Evaluation
 from nextpara.attention_core.metrics import NO_HIT, summarize
 from nextpara.attention_core.model import RerankerConfig
 from nextpara.attention_core.pipeline import RerankPipeline
-from nextpara.attention_core.sequences import ParagraphSequences, split_of
+from nextpara.attention_core.sequences import ParagraphSequences, Query, split_of
 from nextpara.attention_core.train_flow import train
 from nextpara.attention_core.training import TrainConfig, Trainer
 from nextpara.store.corpus import CorpusReader
@@ -141,3 +142,21 @@ def builtin_slice(path, n_docs=50):
     path.write_text("".join(json.dumps({"doc_id": d.doc_id, "title": d.title, "paragraphs": d.paragraphs}) + "\n"
                             for d in docs))
     return path
+
+
+def test_near_positives_are_the_target_and_the_paragraphs_after_it(predictable_store):
+    """near_weight's second loss: its positives are the target and the near_window paragraphs after it in its own
+    document (none past the document's end), and nothing else of the list."""
+    with open_store(predictable_store, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        trainer = Trainer(store, seq, RerankerConfig(embed_dim=32, lexical=False, **SMALL_MODEL),
+                          TrainConfig(near_weight=0.5, near_window=2, val_queries=10, max_train_queries=50))
+        doc = seq.doc_rows["chain-0"]
+        near_end, at_end = Query(doc[:4], int(doc[4])), Query(doc[-5:-1], int(doc[-1]))
+        other = seq.doc_rows["chain-1"]
+        lists = [np.array([doc[4], doc[5], doc[6], doc[7], other[5], doc[1]]), np.array([doc[-1], doc[-2], other[0]])]
+        positive = torch.zeros(2, 6, dtype=torch.bool)
+        positive[0, 0] = positive[1, 0] = True
+        near = trainer.near_positives(list(zip([near_end, at_end], lists)), positive)
+    assert near[0].tolist() == [True, True, True, False, False, False]  # the target, then 2 after it
+    assert near[1].tolist() == [True, False, False, False, False, False]  # the document's last: nothing after it

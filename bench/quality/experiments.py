@@ -55,6 +55,9 @@ VARIANTS = {
     # ``pool`` group beside the general model first (bench/results/seam_probe_pool_peps.md)
     "pool_nb": ({"pool_neighbours": True}, {}),
     "fast_pool_nb": ({**FAST, "pool_neighbours": True}, {}),
+    # a locality signal in training: the target and the paragraphs just after it against the rest of the list
+    "near3": ({}, {"near_weight": 0.5, "near_window": 3}),
+    "near3_w1": ({}, {"near_weight": 1.0, "near_window": 3}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
