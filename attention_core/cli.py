@@ -68,7 +68,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train_config import TrainConfig
     from .train_flow import train
 
-    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    from nextpara.errors import InvalidInputError
+
+    try:
+        cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    except ValueError as e:
+        raise InvalidInputError(f"training settings: {e}") from e
     from .model import SCORERS
 
     model_cfg = {**SCORERS[args.scorer], **{k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,

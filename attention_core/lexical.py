@@ -160,7 +160,7 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
     (``sizes[i]`` rows for query i; a candidate without words is an empty row). A query whose context is None (raw
     vectors: no words) gets zeros.
 
-    The whole batch in a few array operations, linear in its size: every (query, bucket) that a query's context has
+    The whole batch in a few array operations (a sort and binary searches): every (query, bucket) that a query's context has
     becomes one row of a small table (its weight in each context paragraph, right-aligned, and in the whole context);
     each candidate non-zero finds its query's row for its bucket by a binary search, and one sparse product sums
     them per candidate. (One sparse product of every candidate against every context would be quadratic: seconds
@@ -191,8 +191,8 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
         if novel:
             out[:, L + 2] = sums[:, L + 1]
             known = np.bincount(row_of, weights=weights * weights, minlength=at[-1])  # weight² on context words
-            out[:, L + 3] = np.where(worded, np.maximum(0.0, 1.0 - known), 0.0)  # candidate rows have norm 1
-        out[~worded] = 0.0
+            out[:, L + 3] = np.maximum(0.0, 1.0 - known)  # candidate rows have norm 1
+        out[~worded] = 0.0  # no words on one side: no overlap, and the flag 0
     return [out[a:b] for a, b in zip(at[:-1], at[1:])]
 
 
@@ -204,25 +204,28 @@ def _context_table(contexts: Sequence[sparse.csr_matrix | None], L: int, novel: 
     parts = [(q, ctx[-L:] if ctx.shape[0] > L else ctx) for q, ctx in enumerate(contexts)
              if ctx is not None and ctx.nnz]
     width = L + (3 if novel else 1)
-    if not parts:
+    if parts:
+        query = np.concatenate([np.full(ctx.nnz, q, np.int64) for q, ctx in parts])
+        column = np.concatenate([np.repeat(np.arange(L - ctx.shape[0], L), np.diff(ctx.indptr)) for _, ctx in parts])
+        weight = np.concatenate([ctx.data for _, ctx in parts]).astype(np.float32)
+        key = query * N_BUCKETS + np.concatenate([ctx.indices for _, ctx in parts])
+        real = weight > 0  # a stored zero (a matrix not made by Lexicon.weigh) is no word
+        query, column, weight, key = query[real], column[real], weight[real], key[real]
+    if not parts or not len(key):
         return np.zeros((0, width), np.float32), np.zeros(0, np.int64)
-    query = np.concatenate([np.full(ctx.nnz, q, np.int64) for q, ctx in parts])
-    column = np.concatenate([np.repeat(np.arange(L - ctx.shape[0], L), np.diff(ctx.indptr)) for _, ctx in parts])
-    weight = np.concatenate([ctx.data for _, ctx in parts]).astype(np.float32)
-    key = query * N_BUCKETS + np.concatenate([ctx.indices for _, ctx in parts])
     keys, row = np.unique(key, return_inverse=True)
     table = np.zeros((len(keys), width), np.float32)
     table[row, column] = weight  # a bucket occurs once in a row
     whole = np.bincount(row, weights=weight, minlength=len(keys))
     owner = keys // N_BUCKETS
-    norm = np.sqrt(np.bincount(owner, weights=whole * whole))  # > 0 for every query present: weights are positive
+    norm = np.sqrt(np.bincount(owner, weights=whole * whole))  # > 0 for every query present: its weights are > 0
     table[:, L] = whole / norm[owner]
     if novel:
         last = column == L - 1
         earlier = np.zeros(len(keys), bool)
         earlier[row[~last]] = True
         added = np.where(earlier[row[last]], 0.0, weight[last])
-        added_norm = np.sqrt(np.bincount(query[last], weights=added * added, minlength=norm.shape[0]))
-        table[row[last], L + 1] = np.where(added_norm[query[last]] > 0, added / np.maximum(added_norm[query[last]], 1e-30), 0.0)
+        added_norm = np.sqrt(np.bincount(query[last], weights=added * added, minlength=norm.shape[0]))[query[last]]
+        table[row[last], L + 1] = added / np.maximum(added_norm, 1e-30)  # all zero where the last row adds nothing
         table[:, L + 2] = 1.0
     return table, keys

@@ -196,7 +196,7 @@ class NextParagraphModel(nn.Module):
         return F.normalize(query, dim=-1), x
 
     def features(self, context, context_mask, candidates, candidate_mask, query):
-        """Similarity features per candidate (B,K,L+5), computed in embedding space."""
+        """Similarity features per candidate (B,K,L+5; L+8 with pool_neighbours), computed in embedding space."""
         cos_ctx = (candidates @ context.transpose(1, 2)) * context_mask[:, None, :]  # (B, K, L)
         cos_q = (candidates * query[:, None, :]).sum(-1, keepdim=True)  # (B, K, 1)
         masked = cos_ctx.masked_fill(~context_mask[:, None, :], -1.0)

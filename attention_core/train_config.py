@@ -26,3 +26,8 @@ class TrainConfig:
     #                           paragraphs after it (a locality signal: near the context beats far in its document)
     near_window: int = 3  # paragraphs after the target that count as near for near_weight
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.near_weight < 0 or self.near_window < 1:
+            raise ValueError(f"near_weight ({self.near_weight}) must be 0 or more and near_window ({self.near_window}) "
+                             "1 or more")

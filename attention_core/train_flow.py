@@ -15,7 +15,7 @@ import hashlib
 import logging
 from dataclasses import asdict, dataclass
 
-from nextpara.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, StoreMismatchError
 from nextpara.store.store import open_store
 
 from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
@@ -84,7 +84,10 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
     cfg = cfg or TrainConfig()
     with open_store(data_dir, readonly=True) as store:
         seq = ParagraphSequences(store)
-        mcfg = RerankerConfig(**{"embed_dim": store.dim, "max_context": cfg.max_context, **(model_cfg or {})})
+        try:
+            mcfg = RerankerConfig(**{"embed_dim": store.dim, "max_context": cfg.max_context, **(model_cfg or {})})
+        except ValueError as e:
+            raise InvalidInputError(f"model settings: {e}") from e
         state, start = starting_point(store, mcfg, from_scratch)
         log.info("training %s", start)
         old_model, replaced = replaced_model(store)

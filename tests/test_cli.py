@@ -72,6 +72,19 @@ def test_precomputed_vectors_dimension_mismatch(tmp_path):
     assert json.loads(run_cli("info", "--data-dir", str(data), "--json").stdout)["paragraphs"] == 4
 
 
+def test_bad_training_settings_are_usage_errors(tmp_path):
+    """A setting out of range is refused before anything trains, naming the values (exit 2, no traceback)."""
+    data = tmp_path / "store"
+    write_vector_corpus(tmp_path / "c.jsonl", 3, 2, 8)
+    assert run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data),
+                   "--embedder", "precomputed:rand8").returncode == 0
+    r = run_cli("train", "--data-dir", str(data), "--near-window", "0")
+    assert r.returncode == 2 and "training settings: near_weight (0.0) must be 0 or more and near_window (0)" in r.stderr
+    r = run_cli("train", "--data-dir", str(data), "--d-model", "30")
+    assert r.returncode == 2 and "model settings: d_model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (data / "model.safetensors").exists()
+
+
 def test_info_on_missing_store_is_a_clear_error(tmp_path):
     r = run_cli("info", "--data-dir", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no nextpara store in" in r.stderr and "nextpara build" in r.stderr

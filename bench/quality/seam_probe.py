@@ -72,6 +72,14 @@ VARIANTS = [(), ("ranks",), ("seam",), ("shape",), ("novel",), ("ranks", "seam")
             ("depth",), ("novel", "depth"), ("ranks", "seam", "shape", "novel", "depth")]
 
 
+def reweighted(m: sparse.csr_matrix, idf: np.ndarray) -> sparse.csr_matrix:
+    """TF-IDF rows with their weights multiplied by ``idf`` (per bucket), L2-normalised again."""
+    m = m.copy()
+    m.data *= idf[m.indices]
+    norms = np.sqrt(np.asarray(m.multiply(m).sum(1)).ravel())
+    return sparse.diags(1.0 / np.maximum(norms, 1e-9)) @ m
+
+
 def main() -> int:
     parser = record.store_parser(__doc__, __file__)
     parser.add_argument("--output", default="seam_probe", help="results name under bench/results/")
@@ -154,12 +162,7 @@ def main() -> int:
         buckets, df = np.unique(w.indices, return_counts=True)
         list_idf = np.full(lexical.N_BUCKETS, np.log(len(rows) + 1.0), np.float32)
         list_idf[buckets] = np.log((len(rows) + 1.0) / (1.0 + df))
-        def local(m):
-            m = m.copy()
-            m.data *= list_idf[m.indices]
-            norms = np.sqrt(np.asarray(m.multiply(m).sum(1)).ravel())
-            return sparse.diags(1.0 / np.maximum(norms, 1e-9)) @ m
-        lw, lc = local(w), local(whole[q.context])
+        lw, lc = reweighted(w, list_idf), reweighted(whole[q.context], list_idf)
         f[:, 19] = (lw @ lc[-1].T).toarray().ravel()
         ctx_sum = np.asarray(lc.sum(0)).ravel()
         f[:, 20] = lw @ (ctx_sum / max(np.linalg.norm(ctx_sum), 1e-9))
