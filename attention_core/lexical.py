@@ -185,7 +185,9 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
         matched = sparse.csr_matrix((weights, where[hit], np.concatenate([[0], np.cumsum(np.bincount(
             row_of, minlength=at[-1]))])), shape=(at[-1], len(keys)))  # (rows, keys): row_of ascends
         sums = np.asarray(matched @ table)  # (rows, width)
-        worded = (np.diff(indptr) > 0) & np.isin(query, np.unique(keys // N_BUCKETS))  # words on both sides
+        has_context = np.zeros(len(sizes), bool)
+        has_context[keys // N_BUCKETS] = True
+        worded = (np.diff(indptr) > 0) & has_context[query]  # words on both sides
         out[:, :L + 1] = sums[:, :L + 1]
         out[:, L + 1] = worded
         if novel:

@@ -99,6 +99,7 @@ def main() -> int:
     from nextpara.attention_core.candidates import search_excluding
     from nextpara.attention_core.general import served_model
     from nextpara.attention_core.metrics import hit_rank, summarize
+    from nextpara.attention_core.model import NextParagraphModel
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.store.store import open_store
@@ -151,13 +152,10 @@ def main() -> int:
         f[:, 11:13] = lexical.features(whole[q.context], whole[rows], 4, novel=True)[:, -2:]  # the model's own
         f[:, 13] = depth[rows] - depth[c_last]
         f[:, 14] = depth[rows]
-        v = seq.vectors[rows]
-        among = v @ v.T  # (K, K)
-        np.fill_diagonal(among, -np.inf)
-        to_last = v @ seq.vectors[c_last]
-        f[:, 15] = among.max(1) if len(rows) > 1 else 0.0
-        f[:, 16] = to_last - f[:, 15]
-        f[:, 17] = np.log1p((among > to_last[:, None]).sum(1))
+        v = torch.from_numpy(seq.vectors[rows])[None]  # (1, K, D): the model's own pool features
+        to_last = v @ torch.from_numpy(seq.vectors[c_last])  # (1, K)
+        pool = NextParagraphModel.pool(v, torch.ones(1, len(rows), dtype=torch.bool), to_last)
+        f[:, 15:18] = torch.cat(pool[1:], -1)[0].numpy()
         w = whole[rows]
         buckets, df = np.unique(w.indices, return_counts=True)
         list_idf = np.full(lexical.N_BUCKETS, np.log(len(rows) + 1.0), np.float32)
