@@ -1,7 +1,8 @@
 """Train the general model: one reranker over a mixture of genres, for stores with no model of their own.
 
     python -m bench.quality.train_general --work DIR --store peps=DIR --store narrative=DIR \\
-        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--install] [--eval [--eval-queries N]]
+        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--install]
+        [--eval [--eval-queries N]]
 
 Each ``--store`` is a built MiniLM store of one corpus (``nextpara build --corpus ../shared/corpora/peps.jsonl
 --data-dir DIR``; ``nextpara build --data-dir DIR`` for the built-in docs). Their paragraphs and vectors are
@@ -83,8 +84,8 @@ def mixture_store(work: Path, stores: dict[str, Path]):
     return corpus_of
 
 
-def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, seed: int = 0):
-    from nextpara.attention_core.model import RerankerConfig
+def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer: str = "full", seed: int = 0):
+    from nextpara.attention_core.model import SCORERS, RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.attention_core.training import Trainer
@@ -95,7 +96,7 @@ def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, seed: 
     names = sorted(set(corpus_of.values()))
     groups = np.array([names.index(corpus_of[d]) for d in seq.doc_ids])
     cfg = TrainConfig(seed=seed)
-    trainer = Trainer(store, seq, RerankerConfig(embed_dim=store.dim, max_context=cfg.max_context), cfg,
+    trainer = Trainer(store, seq, RerankerConfig(embed_dim=store.dim, max_context=cfg.max_context, **SCORERS[scorer]), cfg,
                       quiet=True, idf_groups=groups)
     rng = np.random.default_rng(seed)
     kept, counts = [], {}
@@ -149,6 +150,8 @@ def main() -> int:
     p.add_argument("--store", action="append", required=True, metavar="NAME=DIR", help="a built store of one corpus")
     p.add_argument("--leave-out", default=None, help="train without this corpus (a --store NAME)")
     p.add_argument("--per-corpus-queries", type=int, default=10000)
+    p.add_argument("--scorer", choices=("full", "fast"), default="full",
+                   help="the scorer configuration (nextpara train --scorer); default full")
     p.add_argument("--install", action="store_true", help="ship the result as attention_core/general.safetensors")
     p.add_argument("--eval", action="store_true", help="run the evaluation protocol with it (see above)")
     p.add_argument("--eval-queries", type=int, default=2000,
@@ -171,6 +174,8 @@ def main() -> int:
     variant = f"without {args.leave_out}" if args.leave_out else "all (shipped)"
     if args.per_corpus_queries != 10000:
         variant += f", at most {args.per_corpus_queries:,} training queries per corpus"
+    if args.scorer != "full":
+        variant += f", {args.scorer} scorer"
     if args.eval and args.eval_queries != 2000:
         variant += f", {args.eval_queries} test queries" if args.eval_queries else ", every test query"
     work = Path(args.work)
@@ -179,7 +184,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     corpus_of = mixture_store(work / "store", train_on)
-    store, model, result, counts = train_mixture(work / "store", corpus_of, args.per_corpus_queries)
+    store, model, result, counts = train_mixture(work / "store", corpus_of, args.per_corpus_queries, args.scorer)
     meta = {"embedder": {"name": store.embedder_name, "dim": store.dim}, "word_weights": WORD_WEIGHTS_FROM_STORE,
             "corpora": counts, "left_out": args.leave_out, "metrics": {"validation": result["validation"]},
             "training": {k: v for k, v in result.items() if k != "validation"}}
