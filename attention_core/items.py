@@ -85,9 +85,18 @@ class _Parsed:
     n: int
     dropped: int
     texts: dict[int, str] = field(default_factory=dict)  # position -> text
-    ids: dict[int, int] = field(default_factory=dict)  # position -> paragraph id
+    id_at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # positions of the stored ids ...
+    id_values: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ... and the ids
     vectors: np.ndarray | None = None  # (n_vec, D) for positions ``vector_at``
     vector_at: list[int] = field(default_factory=list)
+
+
+def _id_array(values: list) -> np.ndarray | None:
+    """Paragraph ids as int64, or None if one is beyond 64 bits (no stored id is)."""
+    try:
+        return np.asarray(values, np.int64)
+    except OverflowError:
+        return None
 
 
 class ItemResolver:
@@ -106,8 +115,12 @@ class ItemResolver:
                                     field=where, metadata={"max": MAX_ITEMS})
         dropped = max(0, len(items) - keep_last) if keep_last else 0
         items = list(items)[dropped:]
+        if all(type(item) is int for item in items):  # a batch job's rows: stored ids only, no per-item work
+            values = _id_array(items)
+            if values is not None:
+                return _Parsed(n=len(items), dropped=dropped, id_at=np.arange(len(items)), id_values=values)
         p = _Parsed(n=len(items), dropped=dropped)
-        raw = []
+        raw, id_at, id_values = [], [], []
         for i, item in enumerate(items):
             if isinstance(item, str):
                 if not item.strip():
@@ -115,13 +128,23 @@ class ItemResolver:
                                             field=f"{where}[{i + dropped}].text")
                 p.texts[i] = item
             elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-                p.ids[i] = int(item)
+                id_at.append(i)
+                id_values.append(int(item))
             elif is_vector(item):
                 p.vector_at.append(i)
                 raw.append(item)
             else:
                 raise InvalidInputError(f"{where}[{i + dropped}]: expected a text, a paragraph id or a vector, "
                                         f"got {type(item).__name__}")
+        if id_at:
+            values = _id_array(id_values)
+            if values is None:  # an id beyond 64 bits is no stored paragraph's
+                j = next(j for j, v in enumerate(id_values) if not -2**63 <= v < 2**63)
+                raise NotFoundError(f"{where}[{id_at[j] + dropped}]: unknown paragraph id {id_values[j]}",
+                                    field=f"{where}[{id_at[j] + dropped}].paragraph_id",
+                                    metadata={"idKind": "paragraph_id", "missingCount": 1,
+                                              "missingIds": json.dumps([id_values[j]])})
+            p.id_at, p.id_values = np.asarray(id_at, np.int64), values
         if raw:
             p.vectors = unit_rows(raw, self.store.dim, where, self.store.embedder_name,
                                   name=lambda j: f"{where}[{p.vector_at[j] + dropped}]",
@@ -129,50 +152,63 @@ class ItemResolver:
         return p
 
     def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None,
-                     exclusions: bool = True) -> list[ResolvedItems | NextparaError]:
+                     exclusions: bool = True, stored_texts: bool = True) -> list[ResolvedItems | NextparaError]:
         """Resolve every list; a list with a bad item gets its error in its place. ``exclusions``: find the stored
         paragraphs each list stands for (its ids and every paragraph of the same text: what retrieval must not return;
-        one lookup by text hash per item); reranking given candidates searches nothing and leaves ``exclude`` empty."""
+        one lookup by text hash per item); reranking given candidates searches nothing and leaves ``exclude`` empty.
+        ``stored_texts``: read the texts of the stored ids (one SQLite query); without, an id is checked and its
+        vector taken from memory, its text left None and its id in ``ids`` (a reranked candidate's word row comes
+        from the lexicon's cache by id: RerankPipeline.lexical_features), and a list of ids only costs a few array
+        operations."""
         parsed: list[_Parsed | NextparaError] = []
         for items in lists:
             try:
                 parsed.append(self.parse(items, where, keep_last))
-            except InvalidInputError as e:
+            except (InvalidInputError, NotFoundError) as e:
                 parsed.append(e)
         ok = [p for p in parsed if isinstance(p, _Parsed)]
-        ids = list(dict.fromkeys(pid for p in ok for pid in p.ids.values()))
-        found = self.store.find_paragraphs(ids) if ids else {}  # one read; an id the store lacks is missing
-        missing = {i for i in ids if i not in found}
-        stored = {pid: p.text for pid, p in found.items()}
+        asked = np.unique(np.concatenate([p.id_values for p in ok])) if ok else np.zeros(0, np.int64)
+        stored: dict[int, str] = {}
+        if stored_texts and len(asked):  # one read; an id the store lacks is missing
+            stored = {pid: row.text for pid, row in self.store.find_paragraphs(asked.tolist()).items()}
+            asked = np.fromiter(sorted(stored), np.int64, len(stored))
+        known, id_vectors = self.store.present_vectors(asked) if len(asked) else (asked, np.zeros((0, self.store.dim), np.float32))
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         text_vectors = dict(zip(texts, self.embed(texts)))
         same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
-        id_vectors = dict(zip(stored, self.store.vectors(list(stored)))) if stored else {}
         out: list[ResolvedItems | NextparaError] = []
         for p in parsed:
             if not isinstance(p, _Parsed):
                 out.append(p)
                 continue
-            bad = [(i, pid) for i, pid in p.ids.items() if pid in missing]
-            if bad:
-                i, pid = bad[0]
-                out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {pid}"
+            row = np.minimum(np.searchsorted(known, p.id_values), max(len(known) - 1, 0))
+            lost = np.flatnonzero(known[row] != p.id_values) if len(known) else np.arange(len(p.id_values))
+            if len(lost):
+                i, bad = int(p.id_at[lost[0]]), p.id_values[lost].tolist()
+                out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {bad[0]}"
                                          + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else ""),
                                          field=f"{where}[{i + p.dropped}].paragraph_id",
                                          metadata={"idKind": "paragraph_id", "missingCount": len(bad),
-                                                   "missingIds": json.dumps([b[1] for b in bad[:20]])}))
+                                                   "missingIds": json.dumps(bad[:20])}))
                 continue
             vectors = np.zeros((p.n, self.store.dim), np.float32)
             item_texts: list[str | None] = [None] * p.n
             item_ids: list[int | None] = [None] * p.n
-            exclude = set(p.ids.values()) if exclusions else set()
             for i, t in p.texts.items():
                 vectors[i], item_texts[i] = text_vectors[t], t
-            for i, pid in p.ids.items():
-                vectors[i], item_texts[i], item_ids[i] = id_vectors[pid], stored[pid], pid
+            if len(p.id_values) == p.n:  # ids only
+                vectors = id_vectors[row]
+                item_ids = p.id_values.tolist()
+                item_texts = [stored[pid] for pid in item_ids] if stored else [None] * p.n
+            elif len(p.id_values):
+                vectors[p.id_at] = id_vectors[row]
+                for i, pid in zip(p.id_at.tolist(), p.id_values.tolist()):
+                    item_ids[i], item_texts[i] = pid, stored.get(pid)
             if p.vector_at:
                 vectors[p.vector_at] = p.vectors
-            for t in item_texts:
-                exclude.update(same_text.get(t, ()) if t is not None else ())
+            exclude = set(p.id_values.tolist()) if exclusions else set()
+            if exclusions:
+                for t in item_texts:
+                    exclude.update(same_text.get(t, ()) if t is not None else ())
             out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped, item_ids))
         return out

@@ -154,10 +154,14 @@ def features(context: sparse.csr_matrix, candidates: sparse.csr_matrix, max_cont
     return features_many([context], candidates, [candidates.shape[0]], max_context, novel)[0]
 
 
-def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: sparse.csr_matrix, sizes: Sequence[int],
-                  max_context: int, novel: bool = False) -> list[np.ndarray]:
+Context = sparse.csr_matrix | Sequence[tuple[np.ndarray, np.ndarray]] | None  # its rows, oldest first
+
+
+def features_many(contexts: Sequence[Context], candidates: sparse.csr_matrix, sizes: Sequence[int], max_context: int,
+                  novel: bool = False) -> list[np.ndarray]:
     """features() for many queries. ``candidates`` holds every query's candidate rows, query after query
-    (``sizes[i]`` rows for query i; a candidate without words is an empty row). A query whose context is None (raw
+    (``sizes[i]`` rows for query i; a candidate without words is an empty row). A context is a CSR matrix of its
+    rows, oldest first, or a list of them as (buckets, weights) (Lexicon.row). A query whose context is None (raw
     vectors: no words) gets zeros.
 
     The whole batch in a few array operations (a sort and binary searches): every (query, bucket) that a query's context has
@@ -198,22 +202,32 @@ def features_many(contexts: Sequence[sparse.csr_matrix | None], candidates: spar
     return [out[a:b] for a, b in zip(at[:-1], at[1:])]
 
 
-def _context_table(contexts: Sequence[sparse.csr_matrix | None], L: int, novel: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(table (U, width), keys (U,)): a row per (query, bucket) of the queries' contexts (their last L rows), keyed
-    ``query * N_BUCKETS + bucket`` in ascending order. Columns 0..L-1 the bucket's weight in each context row,
-    right-aligned; L in the whole context (the normalised sum of its rows); with ``novel``, L + 1 in what the last row
-    adds (its row without the words of any earlier context row, normalised), L + 2 one."""
-    parts = [(q, ctx[-L:] if ctx.shape[0] > L else ctx) for q, ctx in enumerate(contexts)
-             if ctx is not None and ctx.nnz]
+def _context_table(contexts: Sequence[Context], L: int, novel: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(table (U, width), keys (U,)): a row per (query, bucket) of the queries' contexts (their last L rows, each context
+    a CSR matrix or a list of (buckets, weights) rows), keyed ``query * N_BUCKETS + bucket`` in ascending order.
+    Columns 0..L-1 the bucket's weight in each context row, right-aligned; L in the whole context (the normalised sum
+    of its rows); with ``novel``, L + 1 in what the last row adds (its row without the words of any earlier context
+    row, normalised), L + 2 one."""
+    buckets, weights, query, column = [], [], [], []
+    for q, ctx in enumerate(contexts):
+        if ctx is None:
+            continue
+        rows = ([(ctx.indices[a:b], ctx.data[a:b]) for a, b in zip(ctx.indptr[:-1], ctx.indptr[1:])]
+                if sparse.issparse(ctx) else ctx)[-L:]
+        for c, (b, w) in enumerate(rows, start=L - len(rows)):
+            buckets.append(b)
+            weights.append(w)
+            query.append(q)
+            column.append(c)
     width = L + (3 if novel else 1)
-    if parts:
-        query = np.concatenate([np.full(ctx.nnz, q, np.int64) for q, ctx in parts])
-        column = np.concatenate([np.repeat(np.arange(L - ctx.shape[0], L), np.diff(ctx.indptr)) for _, ctx in parts])
-        weight = np.concatenate([ctx.data for _, ctx in parts]).astype(np.float32)
-        key = query * N_BUCKETS + np.concatenate([ctx.indices for _, ctx in parts])
+    if buckets:
+        sizes = np.fromiter(map(len, buckets), np.int64, len(buckets))
+        query, column = np.repeat(np.asarray(query, np.int64), sizes), np.repeat(np.asarray(column, np.int64), sizes)
+        weight = np.concatenate(weights).astype(np.float32)
+        key = query * N_BUCKETS + np.concatenate(buckets)
         real = weight > 0  # a stored zero (a matrix not made by Lexicon.weigh) is no word
         query, column, weight, key = query[real], column[real], weight[real], key[real]
-    if not parts or not len(key):
+    if not buckets or not len(key):
         return np.zeros((0, width), np.float32), np.zeros(0, np.int64)
     keys, row = np.unique(key, return_inverse=True)
     table = np.zeros((len(keys), width), np.float32)

@@ -115,33 +115,54 @@ class RerankPipeline:
                                    self.model.cfg.word_candidates), q
 
     def lexical_features(self, context_texts: list[list[str | None]], candidate_texts: list[list[str | None]],
-                         candidate_ids: list[list[int | None]] | None = None) -> list[np.ndarray] | None:
+                         candidate_ids: list[list[int | None]] | None = None,
+                         context_ids: list[list[int | None]] | None = None) -> list[np.ndarray] | None:
         """Word-overlap features per query, (K_i, model.cfg.n_word_features); None if the model does not use them.
-        A None text (a raw vector given by the caller) counts as no text. A candidate with a stored id
-        (``candidate_ids``) takes its row from the lexicon's cache by id, as retrieval does: a batch job that names
-        stored paragraphs tokenises each once."""
+        A None text without an id (a raw vector given by the caller) counts as no text. An item with a stored id
+        (``candidate_ids``, ``context_ids``: per item, None where it has none) takes its row from the lexicon's cache
+        by id, as retrieval does (its text, if None, read from the store when the row is not cached; a paragraph
+        deleted meanwhile has no words): a batch job that names stored paragraphs reads and tokenises each once."""
         if self.lexicon is None:
             return None
-        texts = [t for ts in candidate_texts for t in ts]
-        ids = ([i for ids, ts in zip(candidate_ids, candidate_texts) for i in (ids if ids is not None else [None] * len(ts))]
-               if candidate_ids is not None else [None] * len(texts))
-        stored = {i: t for i, t in zip(ids, texts) if i is not None}
-        by_id = self.lexicon.paragraph_rows(list(stored), lambda missing: {i: stored[i] for i in missing}) if stored else {}
-        rows = [by_id[i] if i is not None else self.lexicon.row(t) for i, t in zip(ids, texts)]
-        return self._word_features(context_texts, lexical.stack(rows), [len(c) for c in candidate_texts])
+        L = self.max_context
+
+        def ids_of(id_lists, text_lists):
+            return [ids if ids is not None else [None] * len(ts) for ids, ts in
+                    zip(id_lists if id_lists is not None else [None] * len(text_lists), text_lists)]
+
+        context_texts = [ts[-L:] for ts in context_texts]
+        context_ids = [ids[-L:] for ids in ids_of(context_ids, context_texts)]
+        candidate_ids = ids_of(candidate_ids, candidate_texts)
+        stored: dict[int, str | None] = {}
+        for id_lists, text_lists in ((context_ids, context_texts), (candidate_ids, candidate_texts)):
+            for ids, ts in zip(id_lists, text_lists):
+                for i, t in zip(ids, ts):
+                    if i is not None and stored.get(i) is None:
+                        stored[i] = t
+
+        def read_texts(missing: list[int]) -> dict[int, str]:
+            unread = [i for i in missing if stored[i] is None]
+            got = {i: p.text for i, p in self.store.find_paragraphs(unread).items()} if unread else {}
+            return {i: stored[i] if stored[i] is not None else got[i] for i in missing
+                    if stored[i] is not None or i in got}
+
+        by_id = self.lexicon.paragraph_rows(list(stored), read_texts) if stored else {}
+
+        def rows(ids, ts):
+            return [by_id.get(i, lexical.EMPTY_ROW) if i is not None else self.lexicon.row(t) for i, t in zip(ids, ts)]
+
+        contexts = [rows(ids, ts) for ids, ts in zip(context_ids, context_texts)]
+        candidates = lexical.stack([r for ids, ts in zip(candidate_ids, candidate_texts) for r in rows(ids, ts)])
+        return lexical.features_many(contexts, candidates, [len(c) for c in candidate_texts], L,
+                                     self.model.cfg.novel_words)
 
     def stored_lexical_features(self, context_texts: list[list[str | None]], candidate_ids: list[np.ndarray],
                                 rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
-        """lexical_features() for stored candidates, from their cached rows (``Lexicon.paragraph_rows``)."""
-        return self._word_features(context_texts, lexical.stack([rows[int(i)] for ids in candidate_ids for i in ids]),
-                                   [len(ids) for ids in candidate_ids])
-
-    def _word_features(self, context_texts, candidates, sizes) -> list[np.ndarray]:
-        """The whole batch in one call (lexical.features_many); a query with raw vectors on either side (the batch-job
-        case) has no words to compare: zeros, no work."""
-        contexts = [self.lexicon.matrix(ct[-self.max_context:]) if any(ct[-self.max_context:]) else None
-                    for ct in context_texts]
-        return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words)
+        """lexical_features() for stored candidates, from their cached rows (``Lexicon.paragraph_rows``), and
+        contexts given as texts (the whole batch in one call: lexical.features_many)."""
+        contexts = [[self.lexicon.row(t) for t in ct[-self.max_context:]] for ct in context_texts]
+        return lexical.features_many(contexts, lexical.stack([rows[int(i)] for ids in candidate_ids for i in ids]),
+                                     [len(ids) for ids in candidate_ids], self.max_context, self.model.cfg.novel_words)
 
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,

@@ -11,7 +11,8 @@ among them, and its min_score and max_per_document apply to the reranked list.
 
 A request reads each stored row at most once: the context's ids (vectors from memory, texts with one
 SQLite query), the rows of candidates whose word rows the process has not cached yet (their text
-feeds the word features), and the answer's rows (doc_id, position, text). The context is encoded once: its
+feeds the word features; a candidate given by id to rerank is otherwise not read at all: its vector is in
+memory), and the answer's rows (doc_id, position, text). The context is encoded once: its
 query vector searches and its states score (pipeline.py: ``RerankPipeline.retrieve``).
 """
 
@@ -178,8 +179,10 @@ class Predictor:
         predict_next_batch)."""
         if len(contexts) != len(candidate_lists):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(candidate_lists)} candidate lists")
-        ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False)  # no search
-        cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False)
+        # no search; items by id: vectors from memory, word rows from the lexicon's cache (texts read only for rows
+        # not cached)
+        ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False, stored_texts=False)
+        cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False, stored_texts=False)
         out = [c if isinstance(c, NextparaError) else k for c, k in zip(ctx, cands)]
         ok = [i for i, r in enumerate(out) if isinstance(r, ResolvedItems)]
         if not ok:
@@ -187,7 +190,7 @@ class Predictor:
         index_version = self.store.index_generation
         t0 = time.perf_counter()
         lexical = self.pipeline.lexical_features([ctx[i].texts for i in ok], [cands[i].texts for i in ok],
-                                                 [cands[i].ids for i in ok])
+                                                 [cands[i].ids for i in ok], [ctx[i].ids for i in ok])
         scores, _, _ = self.pipeline.score([ctx[i].vectors for i in ok], [cands[i].vectors for i in ok],
                                            lexical_features=lexical)
         self.observe("rerank", time.perf_counter() - t0)
@@ -197,8 +200,9 @@ class Predictor:
                                   len(ctx[i].vectors), ctx[i].dropped)
         return out
 
-    def _resolve(self, lists, where: str, keep_last: int | None, return_errors: bool, exclusions: bool = True) -> list:
-        resolved = self._items.resolve_many(lists, where, keep_last, exclusions)
+    def _resolve(self, lists, where: str, keep_last: int | None, return_errors: bool, exclusions: bool = True,
+                 stored_texts: bool = True) -> list:
+        resolved = self._items.resolve_many(lists, where, keep_last, exclusions, stored_texts)
         if not return_errors:
             for r in resolved:
                 if isinstance(r, NextparaError):

@@ -220,7 +220,7 @@ def reference_features(context, candidates, L, novel):
 def test_features_many_equals_the_dense_definition_on_random_batches():
     """The batched gather (one table for the batch, a binary search per candidate word) against the dense reference,
     on random batches: contexts longer and shorter than L, queries without context or without candidates, texts
-    without words, novel on and off."""
+    without words, novel on and off; contexts given as CSR matrices and as lists of rows."""
     rng = np.random.default_rng(7)
     vocab = [f"w{i}" for i in range(60)]
     lx = lexical.Lexicon.fit([" ".join(rng.choice(vocab, 12)) for _ in range(50)])
@@ -240,3 +240,8 @@ def test_features_many_equals_the_dense_definition_on_random_batches():
                                     [m.shape[0] for m in candidates], L, novel)
         for ctx, cand, g in zip(contexts, candidates, got):
             np.testing.assert_allclose(g, reference_features(ctx, cand, L, novel), atol=1e-5)
+        as_rows = [None if m is None else [(m[i].indices, m[i].data) for i in range(m.shape[0])] for m in contexts]
+        for g, r in zip(got, lexical.features_many(as_rows, lexical.stack([(m[i].indices, m[i].data) for m in candidates
+                                                                          for i in range(m.shape[0])]),
+                                                   [m.shape[0] for m in candidates], L, novel)):
+            np.testing.assert_array_equal(r, g)  # contexts as lists of rows, as the pipeline gives them: the same

@@ -148,8 +148,9 @@ def test_a_request_reads_each_stored_row_once(trained_store):
 
 def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
     """Rerank searches nothing, so it needs no exclusions: the texts' copies (a lookup by text hash of every item,
-    which retrieval needs to exclude them) are not looked up; the stored rows are read once, and the scores are
-    those of the same paragraphs given as texts."""
+    which retrieval needs to exclude them) are not looked up; the stored rows are read once (for their words), a
+    second call reads none (vectors from memory, word rows from the cache by id), and the scores are those of the
+    same paragraphs given as texts."""
     import re
 
     with Predictor.open(trained_store) as predictor:
@@ -164,7 +165,15 @@ def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
         assert not [s for s in statements if "text_hash IN" in s], statements
         read = [int(i) for s in statements if "FROM paragraphs WHERE id IN" in s
                 for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")]
-        assert sorted(read) == sorted(ids), statements  # each row once: the context's, then the candidates'
+        assert sorted(read) == sorted(ids), statements  # each row once: the context's and the candidates'
+        statements.clear()
+        db.set_trace_callback(statements.append)
+        try:
+            again = predictor.rerank_batch([ids[:4]], [ids[4:]])[0]
+        finally:
+            db.set_trace_callback(None)
+        assert not [s for s in statements if "FROM paragraphs" in s], statements
+        assert again.order == by_id.order and again.scores == by_id.scores
         texts = {p.id: p.text for p in predictor.store.get_paragraphs(ids)}
         by_text = predictor.rerank_batch([[texts[i] for i in ids[:4]]], [[texts[i] for i in ids[4:]]])[0]
         score_of = lambda r: dict(zip(r.order, r.scores))  # noqa: E731
