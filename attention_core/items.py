@@ -89,6 +89,7 @@ class _Parsed:
     id_values: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ... and the ids
     vectors: np.ndarray | None = None  # (n_vec, D) for positions ``vector_at``
     vector_at: list[int] = field(default_factory=list)
+    unknown: list[tuple[int, int]] = field(default_factory=list)  # (position, id) of ids beyond 64 bits
 
 
 def _id_array(values: list) -> np.ndarray | None:
@@ -114,11 +115,25 @@ class ItemResolver:
             raise InvalidInputError(f"{where} has {len(items)} items, at most {MAX_ITEMS}", reason=Reason.OUT_OF_RANGE,
                                     field=where, metadata={"max": MAX_ITEMS})
         dropped = max(0, len(items) - keep_last) if keep_last else 0
+
+        def vectors(rows, at: Sequence[int]) -> np.ndarray:  # rows at positions ``at``, checked: errors name them
+            return unit_rows(rows, self.store.dim, where, self.store.embedder_name,
+                             name=lambda j: f"{where}[{at[j] + dropped}]",
+                             field=lambda j: f"{where}[{at[j] + dropped}].vector")
+
+        if isinstance(items, np.ndarray) and items.ndim == 2 and items.dtype.kind == "f":  # a Parquet row's vectors
+            items = items[dropped:]
+            return _Parsed(n=len(items), dropped=dropped, vector_at=list(range(len(items))),
+                           vectors=vectors(items, range(len(items))))
         items = list(items)[dropped:]
-        if all(type(item) is int for item in items):  # a batch job's rows: stored ids only, no per-item work
+        # a batch job's rows, of one kind: stored ids only, or vectors only (lists of numbers: one array conversion)
+        if all(type(item) is int for item in items):
             values = _id_array(items)
             if values is not None:
                 return _Parsed(n=len(items), dropped=dropped, id_at=np.arange(len(items)), id_values=values)
+        if all(type(item) is list for item in items):
+            return _Parsed(n=len(items), dropped=dropped, vector_at=list(range(len(items))),
+                           vectors=vectors(items, range(len(items))))
         p = _Parsed(n=len(items), dropped=dropped)
         raw, id_at, id_values = [], [], []
         for i, item in enumerate(items):
@@ -137,18 +152,12 @@ class ItemResolver:
                 raise InvalidInputError(f"{where}[{i + dropped}]: expected a text, a paragraph id or a vector, "
                                         f"got {type(item).__name__}")
         if id_at:
-            values = _id_array(id_values)
-            if values is None:  # an id beyond 64 bits is no stored paragraph's
-                j = next(j for j, v in enumerate(id_values) if not -2**63 <= v < 2**63)
-                raise NotFoundError(f"{where}[{id_at[j] + dropped}]: unknown paragraph id {id_values[j]}",
-                                    field=f"{where}[{id_at[j] + dropped}].paragraph_id",
-                                    metadata={"idKind": "paragraph_id", "missingCount": 1,
-                                              "missingIds": json.dumps([id_values[j]])})
-            p.id_at, p.id_values = np.asarray(id_at, np.int64), values
+            wide = [not -2**63 <= v < 2**63 for v in id_values]  # beyond 64 bits: no stored paragraph's
+            p.unknown = [(i, v) for i, v, w in zip(id_at, id_values, wide) if w]
+            p.id_at = np.asarray([i for i, w in zip(id_at, wide) if not w], np.int64)
+            p.id_values = np.asarray([v for v, w in zip(id_values, wide) if not w], np.int64)
         if raw:
-            p.vectors = unit_rows(raw, self.store.dim, where, self.store.embedder_name,
-                                  name=lambda j: f"{where}[{p.vector_at[j] + dropped}]",
-                                  field=lambda j: f"{where}[{p.vector_at[j] + dropped}].vector")
+            p.vectors = vectors(raw, p.vector_at)
         return p
 
     def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None,
@@ -164,7 +173,7 @@ class ItemResolver:
         for items in lists:
             try:
                 parsed.append(self.parse(items, where, keep_last))
-            except (InvalidInputError, NotFoundError) as e:
+            except InvalidInputError as e:
                 parsed.append(e)
         ok = [p for p in parsed if isinstance(p, _Parsed)]
         asked = np.unique(np.concatenate([p.id_values for p in ok])) if ok else np.zeros(0, np.int64)
@@ -183,8 +192,9 @@ class ItemResolver:
                 continue
             row = np.minimum(np.searchsorted(known, p.id_values), max(len(known) - 1, 0))
             lost = np.flatnonzero(known[row] != p.id_values) if len(known) else np.arange(len(p.id_values))
-            if len(lost):
-                i, bad = int(p.id_at[lost[0]]), p.id_values[lost].tolist()
+            if len(lost) or p.unknown:
+                i, bad = zip(*sorted([*zip(p.id_at[lost].tolist(), p.id_values[lost].tolist()), *p.unknown]))
+                i, bad = i[0], list(bad)
                 out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {bad[0]}"
                                          + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else ""),
                                          field=f"{where}[{i + p.dropped}].paragraph_id",
@@ -204,7 +214,9 @@ class ItemResolver:
                 vectors[p.id_at] = id_vectors[row]
                 for i, pid in zip(p.id_at.tolist(), p.id_values.tolist()):
                     item_ids[i], item_texts[i] = pid, stored.get(pid)
-            if p.vector_at:
+            if len(p.vector_at) == p.n:  # vectors only
+                vectors = p.vectors
+            elif p.vector_at:
                 vectors[p.vector_at] = p.vectors
             exclude = set(p.id_values.tolist()) if exclusions else set()
             if exclusions:

@@ -104,6 +104,32 @@ def test_bad_context_is_a_clear_error(predictor, context, error, message):
         predictor.predict_next(context)
 
 
+def test_lists_of_one_kind_resolve_as_mixed_lists_do(predictor):
+    """A list of ids only, or of vectors only (lists of numbers, or a 2-d array as a Parquet row gives), takes a
+    path without per-item checks: the same vectors, the same scores, and an error still names its item's place in
+    the list as given (before the oldest are dropped)."""
+    store = predictor.store
+    ids = [int(i) for i in store.paragraph_table()[0][:30]]
+    vectors = store.vectors(ids)
+    by_id = predictor.rerank_batch([ids[:10]], [ids[10:]])[0]
+    mixed = predictor.rerank_batch([[np.int64(ids[0]), *ids[1:10]]], [[np.int64(ids[10]), *ids[11:]]])[0]
+    assert by_id.order == mixed.order and by_id.scores == mixed.scores
+    as_lists = predictor.rerank_batch([vectors[:10].tolist()], [vectors[10:].tolist()])[0]
+    as_array = predictor.rerank_batch([vectors[:10]], [vectors[10:]])[0]
+    one_by_one = predictor.rerank_batch([vectors[:10].tolist()], [[*vectors[10:29].tolist(), vectors[29]]])[0]
+    assert as_lists.order == as_array.order == one_by_one.order
+    np.testing.assert_allclose(as_lists.scores, one_by_one.scores, atol=1e-6)
+    bad = vectors[:10].copy()
+    bad[9, 0] = np.nan
+    for context in (bad, bad.tolist()):
+        with pytest.raises(InvalidInputError, match=r"context\[9\]: vector has a NaN"):
+            predictor.predict_next(context)  # 10 items, of which the model reads the last 8
+    with pytest.raises(NotFoundError, match=r"candidates\[2\]: unknown paragraph id 99999999 \(1 more unknown\)"):
+        predictor.rerank(ids[:3], [ids[3], ids[4], 99999999, 10**30])
+    with pytest.raises(NotFoundError, match=r"context\[1\]: unknown paragraph id 1000000000000000000000000000000"):
+        predictor.rerank([ids[0], 10**30], ids[3:5])
+
+
 @pytest.mark.parametrize("top_k", [0, -1, 1001, 2.5, True])
 def test_bad_top_k(predictor, top_k):
     with pytest.raises(InvalidInputError, match="top_k must be an integer from 1 to 1000"):
