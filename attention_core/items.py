@@ -161,14 +161,18 @@ class ItemResolver:
         return p
 
     def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None,
-                     exclusions: bool = True, stored_texts: bool = True) -> list[ResolvedItems | NextparaError]:
+                     exclusions: bool = True, stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True
+                     ) -> list[ResolvedItems | NextparaError]:
         """Resolve every list; a list with a bad item gets its error in its place. ``exclusions``: find the stored
         paragraphs each list stands for (its ids and every paragraph of the same text: what retrieval must not return;
         one lookup by text hash per item); reranking given candidates searches nothing and leaves ``exclude`` empty.
-        ``stored_texts``: read the texts of the stored ids (one SQLite query); without, an id is checked and its
-        vector taken from memory, its text left None and its id in ``ids`` (a reranked candidate's word row comes
-        from the lexicon's cache by id: RerankPipeline.lexical_features), and a list of ids only costs a few array
-        operations."""
+        ``stored_texts``: read the texts of the stored ids (one SQLite query; an id SQLite lacks is unknown). False:
+        an id is checked against the vectors in memory only (on a read-only replica: the index it has loaded), its
+        text left None and its id in ``ids``, so a list of ids costs a few array operations. A function: the texts of
+        the ids it returns (of the sorted ids asked) are read, as with True, the others' left None: a reranked item's
+        word row comes from the lexicon's cache by id (RerankPipeline.uncached_words says which are not cached)."""
+        if exclusions and stored_texts is not True:
+            raise ValueError("exclusions need every stored id's text (its copies are excluded too): stored_texts=True")
         parsed: list[_Parsed | NextparaError] = []
         for items in lists:
             try:
@@ -178,9 +182,10 @@ class ItemResolver:
         ok = [p for p in parsed if isinstance(p, _Parsed)]
         asked = np.unique(np.concatenate([p.id_values for p in ok])) if ok else np.zeros(0, np.int64)
         stored: dict[int, str] = {}
-        if stored_texts and len(asked):  # one read; an id the store lacks is missing
-            stored = {pid: row.text for pid, row in self.store.find_paragraphs(asked.tolist()).items()}
-            asked = np.fromiter(sorted(stored), np.int64, len(stored))
+        read = (asked if stored_texts is True else stored_texts(asked)) if stored_texts and len(asked) else asked[:0]
+        if len(read):  # one read; an id whose row SQLite lacks is missing
+            stored = {pid: row.text for pid, row in self.store.find_paragraphs(read.tolist()).items()}
+            asked = np.setdiff1d(asked, np.setdiff1d(read, np.fromiter(stored, np.int64, len(stored))))
         known, id_vectors = self.store.present_vectors(asked) if len(asked) else (asked, np.zeros((0, self.store.dim), np.float32))
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         text_vectors = dict(zip(texts, self.embed(texts)))
@@ -209,7 +214,7 @@ class ItemResolver:
             if len(p.id_values) == p.n:  # ids only
                 vectors = id_vectors[row]
                 item_ids = p.id_values.tolist()
-                item_texts = [stored[pid] for pid in item_ids] if stored else [None] * p.n
+                item_texts = [stored.get(pid) for pid in item_ids] if stored else [None] * p.n
             elif len(p.id_values):
                 vectors[p.id_at] = id_vectors[row]
                 for i, pid in zip(p.id_at.tolist(), p.id_values.tolist()):

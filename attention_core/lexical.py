@@ -124,6 +124,11 @@ class Lexicon:
         """(n, N_BUCKETS) L2-normalised TF-IDF rows; a None or wordless text is a zero row."""
         return stack([self.row(text) for text in texts])
 
+    def uncached(self, ids: np.ndarray) -> np.ndarray:
+        """The ids among ``ids`` whose rows are not cached (one plain read each, as paragraph_rows)."""
+        by_id = self._by_id
+        return np.fromiter((i for i in ids.tolist() if i not in by_id), np.int64)
+
     def paragraph_rows(self, ids: Sequence[int], read_texts: Callable[[list[int]], dict[int, str]]
                        ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Rows of stored paragraphs by id; ``read_texts(ids)`` is called once, for the ids not cached, and an id

@@ -156,6 +156,10 @@ class RerankPipeline:
         return lexical.features_many(contexts, candidates, [len(c) for c in candidate_texts], L,
                                      self.model.cfg.novel_words)
 
+    def uncached_words(self, ids: np.ndarray) -> np.ndarray:
+        """The stored paragraphs among ``ids`` whose texts lexical_features would read (word rows not cached)."""
+        return self.lexicon.uncached(ids) if self.lexicon is not None else ids[:0]
+
     def stored_lexical_features(self, context_texts: list[list[str | None]], candidate_ids: list[np.ndarray],
                                 rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """lexical_features() for stored candidates, from their cached rows (``Lexicon.paragraph_rows``), and

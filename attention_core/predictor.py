@@ -179,10 +179,11 @@ class Predictor:
         predict_next_batch)."""
         if len(contexts) != len(candidate_lists):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(candidate_lists)} candidate lists")
-        # no search; items by id: vectors from memory, word rows from the lexicon's cache (texts read only for rows
-        # not cached)
-        ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False, stored_texts=False)
-        cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False, stored_texts=False)
+        # no search; items by id: vectors from memory, word rows from the lexicon's cache (texts read, and the rows
+        # checked in SQLite, only for the rows not cached yet)
+        words = self.pipeline.uncached_words
+        ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False, stored_texts=words)
+        cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False, stored_texts=words)
         out = [c if isinstance(c, NextparaError) else k for c, k in zip(ctx, cands)]
         ok = [i for i, r in enumerate(out) if isinstance(r, ResolvedItems)]
         if not ok:

@@ -272,3 +272,24 @@ def test_an_answer_paragraph_deleted_since_its_search_gives_its_place_to_the_nex
         assert [p.id for p in scored[0].paragraphs] == [a[0], c[0]]
         # the rows shown (and at most the gone ones they replace), never the ones below them
         assert {a[0], c[0]} <= asked <= {a[0], b[0], b[1], c[0]}
+
+
+def test_a_replica_reranks_a_paragraph_its_writer_deleted_as_unknown(trained_store, tmp_path):
+    """Reranking by id reads a row from SQLite only for a word row not cached yet; a paragraph the writer has deleted
+    since the replica loaded its index is then unknown (NOT_FOUND), as it is to predict_next, not scored without
+    its words."""
+    import shutil
+
+    shutil.copytree(trained_store, tmp_path / "store")
+    with Predictor.open(tmp_path / "store", readonly=True) as replica:
+        ids, docs, _, _ = replica.store.paragraph_table()
+        gone_doc = docs[0]
+        gone = [int(i) for i, d in zip(ids, docs) if d == gone_doc]
+        kept = [int(i) for i, d in zip(ids, docs) if d != gone_doc][:12]
+        with open_store(tmp_path / "store") as writer:
+            writer.delete_documents([gone_doc])
+        with pytest.raises(NotFoundError, match=rf"candidates\[1\]: unknown paragraph id {gone[0]}"):
+            replica.rerank(kept[:4], [kept[5], gone[0], kept[6]])
+        with pytest.raises(NotFoundError, match=rf"context\[1\]: unknown paragraph id {gone[0]}"):
+            replica.rerank([kept[0], gone[0]], kept[5:9])
+        assert sorted(replica.rerank(kept[:4], kept[5:9]).order) == [0, 1, 2, 3]
