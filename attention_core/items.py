@@ -4,9 +4,11 @@ An item is a text (``str``), a stored paragraph id (``int``) or a raw vector (a 
 floats of the store's dimension). :meth:`ItemResolver.resolve_many` turns many lists of items
 into :class:`ResolvedItems` at once: texts are embedded in one call (through a bounded in-memory
 cache, keyed by the text), stored ids read once (their vectors from memory, their texts with one
-SQLite query), raw vectors checked by the store's one vector check
-(``nextpara.store.unit_vectors``). A list with a bad item becomes an error that names it
-(``context[2]: unknown paragraph id 99``) without stopping the other lists.
+SQLite query: all of them to predict, only those whose word rows are not cached to rerank), raw
+vectors checked by the store's one vector check (``nextpara.store.unit_vectors``). A list of one
+kind (ids only, vectors only: a batch job's rows) is checked as one array, without per-item work. A
+list with a bad item becomes an error that names it (``context[2]: unknown paragraph id 99``)
+without stopping the other lists.
 
 What a context excludes from predictions: the ids it gives, and every stored paragraph whose text
 equals one of its texts (given, or stored for an id). A raw vector has no text and excludes nothing.
