@@ -146,6 +146,9 @@ class RerankPipeline:
             return {i: stored[i] if stored[i] is not None else got[i] for i in missing
                     if stored[i] is not None or i in got}
 
+        if not stored and not any(t for ts in (*context_texts, *candidate_texts) for t in ts):  # raw vectors only
+            width = lexical.n_features(L, self.model.cfg.novel_words)
+            return [np.zeros((len(ts), width), np.float32) for ts in candidate_texts]  # no words: what features_many gives
         by_id = self.lexicon.paragraph_rows(list(stored), read_texts) if stored else {}
 
         def rows(ids, ts):
