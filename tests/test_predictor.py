@@ -181,23 +181,22 @@ def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
 
     with Predictor.open(trained_store) as predictor:
         ids = [int(i) for i in predictor.store.paragraph_table()[0][30:60]]
-        statements: list[str] = []
-        db = predictor.store.tables.db
-        db.set_trace_callback(statements.append)
-        try:
-            by_id = predictor.rerank_batch([ids[:4]], [ids[4:]])[0]
-        finally:
-            db.set_trace_callback(None)
+
+        def traced_rerank():  # the result and the SQL statements it ran
+            statements: list[str] = []
+            db = predictor.store.tables.db
+            db.set_trace_callback(statements.append)
+            try:
+                return predictor.rerank_batch([ids[:4]], [ids[4:]])[0], statements
+            finally:
+                db.set_trace_callback(None)
+
+        by_id, statements = traced_rerank()
         assert not [s for s in statements if "text_hash IN" in s], statements
         read = [int(i) for s in statements if "FROM paragraphs WHERE id IN" in s
                 for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")]
         assert sorted(read) == sorted(ids), statements  # each row once: the context's and the candidates'
-        statements.clear()
-        db.set_trace_callback(statements.append)
-        try:
-            again = predictor.rerank_batch([ids[:4]], [ids[4:]])[0]
-        finally:
-            db.set_trace_callback(None)
+        again, statements = traced_rerank()
         assert not [s for s in statements if "FROM paragraphs" in s], statements
         assert again.order == by_id.order and again.scores == by_id.scores
         texts = {p.id: p.text for p in predictor.store.get_paragraphs(ids)}
