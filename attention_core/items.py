@@ -37,7 +37,8 @@ MAX_ITEMS = 10_000
 @dataclass
 class ResolvedItems:
     vectors: np.ndarray  # (n, D) unit vectors
-    texts: list[str | None]  # per item: its text (given, or stored for an id), None for a raw vector
+    texts: list[str | None]  # per item: its text (given, or stored for an id), None for a raw vector (and for an id
+    #                          whose text was not read: ``resolve_many(stored_texts=...)``)
     exclude: set[int] = field(default_factory=set)  # stored paragraphs these items stand for (empty: not looked up)
     dropped: int = 0  # oldest items dropped to keep the last ``keep_last``
     ids: list[int | None] | None = None  # per item: its stored paragraph id (None for a text or vector); None: unknown
@@ -168,11 +169,12 @@ class ItemResolver:
         """Resolve every list; a list with a bad item gets its error in its place. ``exclusions``: find the stored
         paragraphs each list stands for (its ids and every paragraph of the same text: what retrieval must not return;
         one lookup by text hash per item); reranking given candidates searches nothing and leaves ``exclude`` empty.
-        ``stored_texts``: read the texts of the stored ids (one SQLite query; an id SQLite lacks is unknown). False:
-        an id is checked against the vectors in memory only (on a read-only replica: the index it has loaded), its
-        text left None and its id in ``ids``, so a list of ids costs a few array operations. A function: the texts of
-        the ids it returns (of the sorted ids asked) are read, as with True, the others' left None: a reranked item's
-        word row comes from the lexicon's cache by id (RerankPipeline.uncached_words says which are not cached)."""
+        ``stored_texts``: read the texts of the stored ids (one SQLite query; an id SQLite lacks is unknown). False
+        or a function: an id's text is left None and its id is in ``ids`` (a reranked item's word row comes from the
+        lexicon's cache by id), and it is checked against the vectors in memory, so a list of ids costs a few array
+        operations; on a read-only replica, whose vectors are those of the index it loaded, also against SQLite (ids
+        only, no text), so that a paragraph its writer deleted is unknown. A function: the texts of the ids it returns
+        (of the sorted ids asked) are read, as with True (RerankPipeline.uncached_words: those not cached)."""
         if exclusions and stored_texts is not True:
             raise ValueError("exclusions need every stored id's text (its copies are excluded too): stored_texts=True")
         parsed: list[_Parsed | NextparaError] = []
@@ -188,6 +190,9 @@ class ItemResolver:
         if len(read):  # one read; an id whose row SQLite lacks is missing
             stored = {pid: row.text for pid, row in self.store.find_paragraphs(read.tolist()).items()}
             asked = np.setdiff1d(asked, np.setdiff1d(read, np.fromiter(stored, np.int64, len(stored))))
+        unread = np.setdiff1d(asked, read) if stored_texts is not True and self.store.readonly else asked[:0]
+        if len(unread):  # a replica's vectors are those of the index it loaded: SQLite says what its writer deleted
+            asked = np.setdiff1d(asked, np.setdiff1d(unread, self.store.sqlite_ids(unread)))
         known, id_vectors = self.store.present_vectors(asked) if len(asked) else (asked, np.zeros((0, self.store.dim), np.float32))
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         text_vectors = dict(zip(texts, self.embed(texts)))

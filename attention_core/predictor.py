@@ -9,10 +9,11 @@ were dropped. Errors name the item: ``context[2]: unknown paragraph id 99``. A r
 ``RetrievalFilter`` (nextpara.store.filters): the store resolves which paragraphs it allows, the search looks only
 among them, and its min_score and max_per_document apply to the reranked list.
 
-A request reads each stored row at most once: the context's ids (vectors from memory, texts with one
+A prediction reads each stored row at most once: the context's ids (vectors from memory, texts with one
 SQLite query), the rows of candidates whose word rows the process has not cached yet (their text
-feeds the word features; a candidate given by id to rerank is otherwise not read at all: its vector is in
-memory), and the answer's rows (doc_id, position, text). The context is encoded once: its
+feeds the word features), and the answer's rows (doc_id, position, text). A rerank by ids reads only the
+texts of items whose word rows are not cached (once for the contexts, once for the candidates; their vectors
+are in memory), and on a read-only replica checks the others' ids in SQLite. The context is encoded once: its
 query vector searches and its states score (pipeline.py: ``RerankPipeline.retrieve``).
 """
 
@@ -202,7 +203,7 @@ class Predictor:
         return out
 
     def _resolve(self, lists, where: str, keep_last: int | None, return_errors: bool, exclusions: bool = True,
-                 stored_texts: bool = True) -> list:
+                 stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True) -> list:
         resolved = self._items.resolve_many(lists, where, keep_last, exclusions, stored_texts)
         if not return_errors:
             for r in resolved:

@@ -353,6 +353,13 @@ class ParagraphStore:
             return [[i for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok and i not in e][:k]
                     for ids, e in zip(found, sets)]
 
+    def sqlite_ids(self, ids: Sequence[int]) -> np.ndarray:
+        """The ids among ``ids`` that SQLite holds, sorted (ids only, no text read: on a read-only replica, what its
+        writer has not deleted since the replica loaded its index)."""
+        with self._mutex:
+            rows = self.tables.rows_where_in("id", "id", [int(i) for i in ids])
+            return np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
+
     def find_paragraphs(self, ids: Sequence[int]) -> dict[int, Paragraph]:
         """The stored paragraphs among ``ids`` that both SQLite and the vector table hold, by id (one query; no error
         for the others: a replica's index may name a paragraph the writer has deleted since)."""

@@ -175,8 +175,8 @@ def test_a_request_reads_each_stored_row_once(trained_store):
 def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
     """Rerank searches nothing, so it needs no exclusions: the texts' copies (a lookup by text hash of every item,
     which retrieval needs to exclude them) are not looked up; the stored rows are read once (for their words), a
-    second call reads none (vectors from memory, word rows from the cache by id), and the scores are those of the
-    same paragraphs given as texts."""
+    second call reads no text (vectors from memory, word rows from the cache by id; a read-only store checks the ids
+    in SQLite), and the scores are those of the same paragraphs given as texts."""
     import re
 
     with Predictor.open(trained_store) as predictor:
@@ -196,8 +196,10 @@ def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
         read = [int(i) for s in statements if "FROM paragraphs WHERE id IN" in s
                 for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")]
         assert sorted(read) == sorted(ids), statements  # each row once: the context's and the candidates'
-        again, statements = traced_rerank()
-        assert not [s for s in statements if "FROM paragraphs" in s], statements
+        again, statements = traced_rerank()  # no text read; on this read-only store, the ids checked in SQLite
+        checked = [s for s in statements if "FROM paragraphs" in s]
+        assert all(s.startswith("SELECT id FROM paragraphs WHERE id IN") for s in checked), statements
+        assert sorted(int(i) for s in checked for i in re.search(r"IN \(([^)]*)\)", s).group(1).split(",")) == sorted(ids)
         assert again.order == by_id.order and again.scores == by_id.scores
         texts = {p.id: p.text for p in predictor.store.get_paragraphs(ids)}
         by_text = predictor.rerank_batch([[texts[i] for i in ids[:4]]], [[texts[i] for i in ids[4:]]])[0]
@@ -274,9 +276,9 @@ def test_an_answer_paragraph_deleted_since_its_search_gives_its_place_to_the_nex
 
 
 def test_a_replica_reranks_a_paragraph_its_writer_deleted_as_unknown(trained_store, tmp_path):
-    """Reranking by id reads a row from SQLite only for a word row not cached yet; a paragraph the writer has deleted
-    since the replica loaded its index is then unknown (NOT_FOUND), as it is to predict_next, not scored without
-    its words."""
+    """Reranking by id reads a row's text from SQLite only for a word row not cached yet, and on a replica checks the
+    other ids there: a paragraph the writer has deleted since the replica loaded its index is unknown (NOT_FOUND),
+    as it is to predict_next, whether its word row was cached or not."""
     import shutil
 
     shutil.copytree(trained_store, tmp_path / "store")
@@ -285,10 +287,13 @@ def test_a_replica_reranks_a_paragraph_its_writer_deleted_as_unknown(trained_sto
         gone_doc = docs[0]
         gone = [int(i) for i, d in zip(ids, docs) if d == gone_doc]
         kept = [int(i) for i, d in zip(ids, docs) if d != gone_doc][:12]
+        replica.rerank(kept[:4], [gone[1], kept[5]])  # gone[1]'s word row is cached now
         with open_store(tmp_path / "store") as writer:
             writer.delete_documents([gone_doc])
         with pytest.raises(NotFoundError, match=rf"candidates\[1\]: unknown paragraph id {gone[0]}"):
             replica.rerank(kept[:4], [kept[5], gone[0], kept[6]])
         with pytest.raises(NotFoundError, match=rf"context\[1\]: unknown paragraph id {gone[0]}"):
             replica.rerank([kept[0], gone[0]], kept[5:9])
+        with pytest.raises(NotFoundError, match=rf"candidates\[0\]: unknown paragraph id {gone[1]}"):
+            replica.rerank(kept[:4], [gone[1], kept[5]])
         assert sorted(replica.rerank(kept[:4], kept[5:9]).order) == [0, 1, 2, 3]
