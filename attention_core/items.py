@@ -193,7 +193,8 @@ class ItemResolver:
         unread = np.setdiff1d(asked, read) if stored_texts is not True and self.store.readonly else asked[:0]
         if len(unread):  # a replica's vectors are those of the index it loaded: SQLite says what its writer deleted
             asked = np.setdiff1d(asked, np.setdiff1d(unread, self.store.sqlite_ids(unread)))
-        known, id_vectors = self.store.present_vectors(asked) if len(asked) else (asked, np.zeros((0, self.store.dim), np.float32))
+        known, id_vectors = (self.store.present_vectors(asked) if len(asked)
+                             else (asked, np.zeros((0, self.store.dim), np.float32)))
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         text_vectors = dict(zip(texts, self.embed(texts)))
         same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
@@ -230,8 +231,9 @@ class ItemResolver:
                 vectors = p.vectors
             elif p.vector_at:
                 vectors[p.vector_at] = p.vectors
-            exclude = set(p.id_values.tolist()) if exclusions else set()
-            if exclusions:
+            exclude: set[int] = set()
+            if exclusions:  # the ids given, and every stored copy of the texts
+                exclude.update(p.id_values.tolist())
                 for t in item_texts:
                     exclude.update(same_text.get(t, ()) if t is not None else ())
             out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped, item_ids))
