@@ -41,7 +41,8 @@ class ResolvedItems:
     #                          whose text was not read: ``resolve_many(stored_texts=...)``)
     exclude: set[int] = field(default_factory=set)  # stored paragraphs these items stand for (empty: not looked up)
     dropped: int = 0  # oldest items dropped to keep the last ``keep_last``
-    ids: list[int | None] | None = None  # per item: its stored paragraph id (None for a text or vector); None: unknown
+    ids: list[int | None] | np.ndarray | None = None  # per item: its stored paragraph id (None for a text or vector),
+    #                                                   an int64 array for a list of ids only; None: unknown
 
 
 class EmbeddingLRU:
@@ -109,7 +110,8 @@ class ItemResolver:
 
     def parse(self, items: Sequence[Item], where: str, keep_last: int | None) -> _Parsed:
         """Sort items by kind and check each (raw vectors fully); InvalidInputError naming ``where[i]``."""
-        if isinstance(items, (str, bytes)) or not isinstance(items, (Sequence, np.ndarray)):
+        if type(items) not in (list, tuple) and (isinstance(items, (str, bytes))
+                                                 or not isinstance(items, (Sequence, np.ndarray))):
             raise InvalidInputError(f"{where} must be a list of items, got {type(items).__name__}")
         if len(items) == 0:
             raise InvalidInputError(f"{where} is empty: give at least one paragraph", reason=Reason.FIELD_REQUIRED,
@@ -172,8 +174,8 @@ class ItemResolver:
         ``stored_texts``: read the texts of the stored ids (one SQLite query; an id SQLite lacks is unknown). False
         or a function: an id's text is left None and its id is in ``ids`` (a reranked item's word row comes from the
         lexicon's cache by id), and it is checked against the vectors in memory, so a list of ids costs a few array
-        operations; on a read-only replica, whose vectors are those of the index it loaded, also against SQLite (ids
-        only, no text), so that a paragraph its writer deleted is unknown. A function: the texts of the ids it returns
+        operations; on a read-only replica whose writer has written since it loaded (its vectors are those of the index
+        it loaded), also against SQLite (ids only, no text), so that a paragraph its writer deleted is unknown. A function: the texts of the ids it returns
         (of the sorted ids asked) are read, as with True (RerankPipeline.uncached_words: those not cached)."""
         if exclusions and stored_texts is not True:
             raise ValueError("exclusions need every stored id's text (its copies are excluded too): stored_texts=True")
@@ -190,7 +192,8 @@ class ItemResolver:
         if len(read):  # one read; an id whose row SQLite lacks is missing
             stored = {pid: row.text for pid, row in self.store.find_paragraphs(read.tolist()).items()}
             asked = np.setdiff1d(asked, np.setdiff1d(read, np.fromiter(stored, np.int64, len(stored))))
-        unread = np.setdiff1d(asked, read) if stored_texts is not True and self.store.readonly else asked[:0]
+        unread = (np.setdiff1d(asked, read) if stored_texts is not True and self.store.behind_writer()
+                  else asked[:0])
         if len(unread):  # a replica's vectors are those of the index it loaded: SQLite says what its writer deleted
             asked = np.setdiff1d(asked, np.setdiff1d(unread, self.store.sqlite_ids(unread)))
         known, id_vectors = (self.store.present_vectors(asked) if len(asked)
@@ -198,12 +201,15 @@ class ItemResolver:
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         text_vectors = dict(zip(texts, self.embed(texts)))
         same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
+        every = np.concatenate([p.id_values for p in ok]) if ok else np.zeros(0, np.int64)  # one search for all
+        rows = iter(np.split(np.minimum(np.searchsorted(known, every), max(len(known) - 1, 0)),
+                             np.cumsum([len(p.id_values) for p in ok])[:-1]))
         out: list[ResolvedItems | NextparaError] = []
         for p in parsed:
             if not isinstance(p, _Parsed):
                 out.append(p)
                 continue
-            row = np.minimum(np.searchsorted(known, p.id_values), max(len(known) - 1, 0))
+            row = next(rows)
             lost = np.flatnonzero(known[row] != p.id_values) if len(known) else np.arange(len(p.id_values))
             if len(lost) or p.unknown:
                 i, bad = zip(*sorted([*zip(p.id_at[lost].tolist(), p.id_values[lost].tolist()), *p.unknown]))
@@ -214,15 +220,16 @@ class ItemResolver:
                                          metadata={"idKind": "paragraph_id", "missingCount": len(bad),
                                                    "missingIds": json.dumps(bad[:20])}))
                 continue
-            vectors = np.zeros((p.n, self.store.dim), np.float32)
+            one_kind = p.n in (len(p.id_values), len(p.vector_at))  # ids only or vectors only: no array to fill
+            vectors = None if one_kind else np.zeros((p.n, self.store.dim), np.float32)
             item_texts: list[str | None] = [None] * p.n
-            item_ids: list[int | None] = [None] * p.n
+            item_ids: list[int | None] | np.ndarray = [None] * p.n
             for i, t in p.texts.items():
                 vectors[i], item_texts[i] = text_vectors[t], t
             if len(p.id_values) == p.n:  # ids only
                 vectors = id_vectors[row]
-                item_ids = p.id_values.tolist()
-                item_texts = [stored.get(pid) for pid in item_ids] if stored else [None] * p.n
+                item_ids = p.id_values
+                item_texts = [stored.get(pid) for pid in item_ids.tolist()] if stored else [None] * p.n
             elif len(p.id_values):
                 vectors[p.id_at] = id_vectors[row]
                 for i, pid in zip(p.id_at.tolist(), p.id_values.tolist()):

@@ -41,6 +41,8 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import sparse
 
+from .word_rows import StoredWordRows
+
 N_BUCKETS = 1 << 18
 TOKEN = re.compile(r"\w\w+")
 CACHE_SIZE = 20_000  # callers' texts whose weighted rows are kept
@@ -64,16 +66,16 @@ def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 class Lexicon:
     """The IDF vector and the weighted rows it makes: of texts (a caller's context, cached by text) and of stored
-    paragraphs (cached by paragraph id: ids are never reused, so a stored paragraph is read and tokenised once
-    per process, not once per query)."""
+    paragraphs (kept by paragraph id in flat arrays, word_rows.py: ids are never reused, so a stored paragraph is read
+    and tokenised once per process, not once per query)."""
 
     def __init__(self, idf: np.ndarray):
         if idf.shape != (N_BUCKETS,):
             raise ValueError(f"an IDF vector has {N_BUCKETS} buckets, got shape {idf.shape}")
         self.idf = np.asarray(idf, np.float32)
         self._cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._by_id: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
+        self.stored = StoredWordRows(self.weigh, N_BUCKETS, ID_CACHE_SIZE)
 
     @classmethod
     def fit(cls, texts: Sequence[str]) -> "Lexicon":
@@ -125,23 +127,16 @@ class Lexicon:
         return stack([self.row(text) for text in texts])
 
     def uncached(self, ids: np.ndarray) -> np.ndarray:
-        """The ids among ``ids`` whose rows are not cached (one plain read each, as paragraph_rows)."""
-        by_id = self._by_id
-        return np.fromiter((i for i in ids.tolist() if i not in by_id), np.int64)
+        """The ids among ``ids`` whose rows are not kept yet (a binary search)."""
+        return self.stored.uncached(ids)
 
-    def paragraph_rows(self, ids: Sequence[int], read_texts: Callable[[list[int]], dict[int, str]]
-                       ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Rows of stored paragraphs by id; ``read_texts(ids)`` is called once, for the ids not cached, and an id
-        it does not return (a paragraph deleted since its id was found) is left out. This cache forgets the oldest
-        rows first (not the least used: a lookup is a plain read, so the thousands of a batch cost well under a
-        millisecond), and only past ID_CACHE_SIZE."""
-        ids = [int(i) for i in ids]
-        out = {i: row for i in ids if (row := self._by_id.get(i)) is not None}  # one atomic read each (GIL)
-        missing = [i for i in ids if i not in out]
-        read = {i: self.weigh(text) for i, text in (read_texts(missing) if missing else {}).items()}
-        if read:
-            self._put(self._by_id, read, ID_CACHE_SIZE)
-        return {**out, **read}
+    def stored_rows(self, ids: np.ndarray, read_texts: Callable[[list[int]], dict[int, str]]
+                    ) -> tuple[sparse.csr_matrix, np.ndarray]:
+        """(rows of stored paragraphs by id, in the order of ``ids``, as a CSR matrix; found per id). ``read_texts(ids)``
+        is called once, for the ids not kept yet; an id it does not return (a paragraph deleted since its id was
+        found) gets an empty row and found False (word_rows.StoredWordRows: kept in flat arrays, up to
+        ID_CACHE_SIZE paragraphs, the oldest half forgotten past that)."""
+        return self.stored.rows(ids, read_texts)
 
 
 def stack(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> sparse.csr_matrix:
@@ -162,37 +157,48 @@ def features(context: sparse.csr_matrix, candidates: sparse.csr_matrix, max_cont
 Context = sparse.csr_matrix | Sequence[tuple[np.ndarray, np.ndarray]] | None  # its rows, oldest first
 
 
-def features_many(contexts: Sequence[Context], candidates: sparse.csr_matrix, sizes: Sequence[int], max_context: int,
-                  novel: bool = False) -> list[np.ndarray]:
-    """features() for many queries. ``candidates`` holds every query's candidate rows, query after query
-    (``sizes[i]`` rows for query i; a candidate without words is an empty row). A context is a CSR matrix of its
-    rows, oldest first, or a list of them as (buckets, weights) (Lexicon.row). A query whose context is None (raw
-    vectors: no words) gets zeros.
+def context_matrix(contexts: Sequence[Context]) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """(every context's rows, query after query, oldest first; rows per query) from contexts given one by one (a
+    CSR matrix of its rows, a list of (buckets, weights) rows, or None: no rows)."""
+    sizes = np.fromiter((0 if ctx is None else ctx.shape[0] if sparse.issparse(ctx) else len(ctx) for ctx in contexts),
+                        np.int64, len(contexts))
+    parts = [ctx if sparse.issparse(ctx) else stack(ctx) for ctx, n in zip(contexts, sizes) if n]
+    return (sparse.vstack(parts, format="csr") if parts else stack([])), sizes
 
-    The whole batch in a few array operations (a sort and binary searches): every (query, bucket) that a query's context has
-    becomes one row of a small table (its weight in each context paragraph, right-aligned, and in the whole context);
-    each candidate non-zero finds its query's row for its bucket by a binary search, and one sparse product sums
-    them per candidate. (One sparse product of every candidate against every context would be quadratic: seconds
-    for a rerank-batch chunk of 512 rows.)"""
+
+def features_many(contexts: Sequence[Context] | sparse.csr_matrix, candidates: sparse.csr_matrix,
+                  sizes: Sequence[int], max_context: int, novel: bool = False,
+                  context_sizes: Sequence[int] | None = None) -> list[np.ndarray]:
+    """features() for many queries. ``candidates`` holds every query's candidate rows, query after query
+    (``sizes[i]`` rows for query i; a candidate without words is an empty row). Contexts come one per query (a CSR
+    matrix of its rows, oldest first, a list of them as (buckets, weights) (Lexicon.row), or None: raw vectors, no
+    words) or, with ``context_sizes``, as one CSR matrix of every query's rows, query after query (``context_sizes[i]``
+    rows for query i, 0 for none). A query whose context has no words gets zeros.
+
+    The whole batch in a few array operations: every (query, bucket) that a query's context has becomes one row of a
+    small table (its weight in each context paragraph, right-aligned, and in the whole context); each candidate
+    non-zero finds its query's row for its bucket (_table_rows), and one sparse product sums them per candidate. (One
+    sparse product of every candidate against every context would be quadratic: seconds for a rerank-batch chunk of
+    512 rows.)"""
     L, F = max_context, n_features(max_context, novel)
     at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # query q's rows: at[q]:at[q + 1]
     if at[-1] != candidates.shape[0]:
         raise ValueError(f"{candidates.shape[0]} candidate rows for queries of {at[-1]} candidates in all")
+    if context_sizes is None:
+        contexts, context_sizes = context_matrix(contexts)
+    context_sizes = np.asarray(context_sizes, np.int64)
+    if len(context_sizes) != len(sizes) or context_sizes.sum() != contexts.shape[0]:
+        raise ValueError(f"{contexts.shape[0]} context rows for {len(sizes)} queries of {context_sizes.sum()} "
+                         f"context rows in all ({len(context_sizes)} sizes)")
     out = np.zeros((at[-1], F), np.float32)
-    table, keys = _context_table(contexts, L, novel)
+    table, keys = _context_table(contexts, context_sizes, L, novel)
     if len(keys):
         indptr, indices = candidates.indptr, candidates.indices
         query = np.repeat(np.arange(len(sizes), dtype=np.int64), np.diff(at))  # (rows,): each row's query
-        in_some = np.zeros(N_BUCKETS, bool)
-        in_some[keys % N_BUCKETS] = True
-        nz = np.flatnonzero(in_some[indices])  # the non-zeros whose word some context of the batch has
-        row_of = np.repeat(np.arange(at[-1], dtype=np.int64), np.diff(indptr))[nz]  # (those,): each one's row
-        key = query[row_of] * N_BUCKETS + indices[nz]
-        where = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
-        hit = keys[where] == key  # the word is in its own query's context
-        weights, row_of = candidates.data[nz[hit]], row_of[hit]
-        matched = sparse.csr_matrix((weights, where[hit], np.concatenate([[0], np.cumsum(np.bincount(
-            row_of, minlength=at[-1]))])), shape=(at[-1], len(keys)))  # (rows, keys): row_of ascends
+        where = _table_rows(keys, len(sizes), indptr[at], indices)  # per candidate non-zero: its query's table row
+        table = np.vstack([table, np.zeros((1, table.shape[1]), np.float32)])  # ... or this zero row: not in the context
+        matched = sparse.csr_matrix((candidates.data, where, indptr.astype(where.dtype)),
+                                    shape=(at[-1], len(table)))  # (rows, keys + 1)
         sums = np.asarray(matched @ table)  # (rows, width)
         has_context = np.zeros(len(sizes), bool)
         has_context[keys // N_BUCKETS] = True
@@ -201,38 +207,52 @@ def features_many(contexts: Sequence[Context], candidates: sparse.csr_matrix, si
         out[:, L + 1] = worded
         if novel:
             out[:, L + 2] = sums[:, L + 1]
-            known = np.bincount(row_of, weights=weights * weights, minlength=at[-1])  # weight² on context words
+            square = np.concatenate([[0.0], np.cumsum(np.where(where < len(keys), candidates.data, 0.0) ** 2)])
+            known = square[indptr[1:]] - square[indptr[:-1]]  # per row: its weight² on its context's words
             out[:, L + 3] = np.maximum(0.0, 1.0 - known)  # candidate rows have norm 1
         out[~worded] = 0.0  # no words on one side: no overlap, and the flag 0
     return [out[a:b] for a, b in zip(at[:-1], at[1:])]
 
 
-def _context_table(contexts: Sequence[Context], L: int, novel: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(table (U, width), keys (U,)): a row per (query, bucket) of the queries' contexts (their last L rows, each context
-    a CSR matrix or a list of (buckets, weights) rows), keyed ``query * N_BUCKETS + bucket`` in ascending order.
-    Columns 0..L-1 the bucket's weight in each context row, right-aligned; L in the whole context (the normalised sum
-    of its rows); with ``novel``, L + 1 in what the last row adds (its row without the words of any earlier context
-    row, normalised), L + 2 one."""
-    buckets, weights, query, column = [], [], [], []
-    for q, ctx in enumerate(contexts):
-        if ctx is None:
+def _table_rows(keys: np.ndarray, n_queries: int, starts: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Per candidate non-zero (``indices``, query q's from ``starts[q]`` to ``starts[q + 1]``): the row of ``keys``
+    (``query * N_BUCKETS + bucket``, ascending) for its query and bucket, ``len(keys)`` if its query's context lacks
+    the bucket.
+    One dense bucket -> row array, filled with a query's buckets, read by its candidates' non-zeros and cleared again:
+    a gather per non-zero (a binary search over the whole batch's keys took four times as long)."""
+    index = np.int32 if len(keys) < 2**31 - 1 else np.int64
+    where = np.full(len(indices), len(keys), index)
+    first = np.searchsorted(keys, np.arange(n_queries + 1, dtype=np.int64) * N_BUCKETS)  # query q's keys: first[q]:first[q + 1]
+    row_of_bucket = np.full(N_BUCKETS, len(keys), index)
+    for q in np.flatnonzero(np.diff(first)).tolist():
+        a, b, s, e = first[q], first[q + 1], starts[q], starts[q + 1]
+        if s == e:
             continue
-        rows = ([(ctx.indices[a:b], ctx.data[a:b]) for a, b in zip(ctx.indptr[:-1], ctx.indptr[1:])]
-                if sparse.issparse(ctx) else ctx)[-L:]
-        for c, (b, w) in enumerate(rows, start=L - len(rows)):
-            buckets.append(b)
-            weights.append(w)
-            query.append(q)
-            column.append(c)
+        buckets = keys[a:b] - q * N_BUCKETS
+        row_of_bucket[buckets] = np.arange(a, b)
+        where[s:e] = row_of_bucket[indices[s:e]]
+        row_of_bucket[buckets] = len(keys)
+    return where
+
+
+def _context_table(contexts: sparse.csr_matrix, context_sizes: np.ndarray, L: int, novel: bool
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(table (U, width), keys (U,)): a row per (query, bucket) of the queries' contexts (their last L rows; every
+    query's rows in one CSR matrix, ``context_sizes[q]`` of them for query q), keyed ``query * N_BUCKETS + bucket`` in
+    ascending order. Columns 0..L-1 the bucket's weight in each context row, right-aligned; L in the whole context (the
+    normalised sum of its rows); with ``novel``, L + 1 in what the last row adds (its row without the words of any
+    earlier context row, normalised), L + 2 one."""
     width = L + (3 if novel else 1)
-    if buckets:
-        sizes = np.fromiter(map(len, buckets), np.int64, len(buckets))
-        query, column = np.repeat(np.asarray(query, np.int64), sizes), np.repeat(np.asarray(column, np.int64), sizes)
-        weight = np.concatenate(weights).astype(np.float32)
-        key = query * N_BUCKETS + np.concatenate(buckets)
-        real = weight > 0  # a stored zero (a matrix not made by Lexicon.weigh) is no word
-        query, column, weight, key = query[real], column[real], weight[real], key[real]
-    if not buckets or not len(key):
+    n_rows = contexts.shape[0]
+    row_query = np.repeat(np.arange(len(context_sizes), dtype=np.int64), context_sizes)  # (rows,): each row's query
+    from_end = np.cumsum(context_sizes)[row_query] - 1 - np.arange(n_rows)  # 0 for each query's last row
+    nnz = np.diff(contexts.indptr)
+    query, column = np.repeat(row_query, nnz), np.repeat(L - 1 - from_end, nnz)
+    weight = contexts.data.astype(np.float32)
+    key = query * N_BUCKETS + contexts.indices
+    real = (weight > 0) & (column >= 0)  # the last L rows; a stored zero (a matrix not made by Lexicon.weigh) is no word
+    query, column, weight, key = query[real], column[real], weight[real], key[real]
+    if not len(key):
         return np.zeros((0, width), np.float32), np.zeros(0, np.int64)
     keys, row = np.unique(key, return_inverse=True)
     table = np.zeros((len(keys), width), np.float32)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
+from scipy import sparse
 from nextpara.errors import FailedPreconditionError, Reason
 from nextpara.store.store import ParagraphStore
 from nextpara.store.tables import Paragraph
@@ -119,57 +121,75 @@ class RerankPipeline:
                          context_ids: list[list[int | None]] | None = None) -> list[np.ndarray] | None:
         """Word-overlap features per query, (K_i, model.cfg.n_word_features); None if the model does not use them.
         A None text without an id (a raw vector given by the caller) counts as no text. An item with a stored id
-        (``candidate_ids``, ``context_ids``: per item, None where it has none) takes its row from the lexicon's cache
-        by id, as retrieval does (its text, if None, read from the store when the row is not cached; a paragraph
-        deleted meanwhile has no words): a batch job that names stored paragraphs reads and tokenises each once."""
+        (``candidate_ids``, ``context_ids``: per item, None where it has none) takes its row from the lexicon's rows
+        by id, as retrieval does (its text, if None, read from the store when the row is not kept yet; a paragraph
+        deleted meanwhile has no words): a batch job that names stored paragraphs reads and tokenises each once, and
+        a batch of lists of ids takes its rows in a few array operations."""
         if self.lexicon is None:
             return None
         L = self.max_context
-
-        def ids_of(id_lists, text_lists):
-            return [ids if ids is not None else [None] * len(ts) for ids, ts in
-                    zip(id_lists if id_lists is not None else [None] * len(text_lists), text_lists)]
-
         context_texts = [ts[-L:] for ts in context_texts]
-        context_ids = [ids[-L:] for ids in ids_of(context_ids, context_texts)]
-        candidate_ids = ids_of(candidate_ids, candidate_texts)
-        stored: dict[int, str | None] = {}
-        for id_lists, text_lists in ((context_ids, context_texts), (candidate_ids, candidate_texts)):
-            for ids, ts in zip(id_lists, text_lists):
-                for i, t in zip(ids, ts):
-                    if i is not None and stored.get(i) is None:
-                        stored[i] = t
-
-        def read_texts(missing: list[int]) -> dict[int, str]:
-            unread = [i for i in missing if stored[i] is None]
-            got = {i: p.text for i, p in self.store.find_paragraphs(unread).items()} if unread else {}
-            return {i: stored[i] if stored[i] is not None else got[i] for i in missing
-                    if stored[i] is not None or i in got}
-
-        if not stored and not any(t for ts in (*context_texts, *candidate_texts) for t in ts):  # raw vectors only
+        context_ids = [ids[-L:] for ids in context_ids] if context_ids is not None else None
+        sides = [self._word_rows(context_texts, context_ids), self._word_rows(candidate_texts, candidate_ids)]
+        if sides[0] is None and sides[1] is None:  # raw vectors only: no words, what features_many gives
             width = lexical.n_features(L, self.model.cfg.novel_words)
-            return [np.zeros((len(ts), width), np.float32) for ts in candidate_texts]  # no words: what features_many gives
-        by_id = self.lexicon.paragraph_rows(list(stored), read_texts) if stored else {}
+            return [np.zeros((len(ts), width), np.float32) for ts in candidate_texts]
+        (contexts, context_sizes), (candidates, sizes) = [
+            side if side is not None else (lexical.stack([]), np.zeros(len(texts), np.int64)) for side, texts in
+            zip(sides, (context_texts, candidate_texts))]
+        if sides[1] is None:
+            candidates = lexical.stack([lexical.EMPTY_ROW] * int(sum(len(ts) for ts in candidate_texts)))
+            sizes = np.fromiter(map(len, candidate_texts), np.int64, len(candidate_texts))
+        if sides[0] is None:
+            context_sizes = np.zeros(len(context_texts), np.int64)
+        return lexical.features_many(contexts, candidates, sizes, L, self.model.cfg.novel_words,
+                                     context_sizes=context_sizes)
 
-        def rows(ids, ts):
-            return [by_id.get(i, lexical.EMPTY_ROW) if i is not None else self.lexicon.row(t) for i, t in zip(ids, ts)]
+    def _word_rows(self, text_lists: list[list[str | None]], id_lists: list | None
+                   ) -> tuple[sparse.csr_matrix, np.ndarray] | None:
+        """(every item's word row, list after list; items per list), None if no item has words or an id. An id's row
+        comes from the lexicon's stored rows (its text, when given, spares the read), a text's from its cache by
+        text, a raw vector's is empty. Lists of ids only (int64 arrays, ResolvedItems.ids) take no per-item work."""
+        sizes = np.fromiter(map(len, text_lists), np.int64, len(text_lists))
+        if id_lists is None:
+            id_lists = [None] * len(text_lists)
+        if all(isinstance(ids, np.ndarray) for ids in id_lists):  # ids only
+            stored_ids = np.concatenate(id_lists) if id_lists else np.zeros(0, np.int64)
+            with_id = None
+        else:
+            ids = [i for ids, ts in zip(id_lists, text_lists) for i in (ids if ids is not None else [None] * len(ts))]
+            with_id = np.fromiter((i is not None for i in ids), bool, len(ids))
+            stored_ids = np.fromiter((i for i in ids if i is not None), np.int64, int(with_id.sum()))
+        texts = [t for ts in text_lists for t in ts]
+        if not len(stored_ids) and not any(texts):
+            return None
 
-        contexts = [rows(ids, ts) for ids, ts in zip(context_ids, context_texts)]
-        candidates = lexical.stack([r for ids, ts in zip(candidate_ids, candidate_texts) for r in rows(ids, ts)])
-        return lexical.features_many(contexts, candidates, [len(c) for c in candidate_texts], L,
-                                     self.model.cfg.novel_words)
+        def read_texts(missing: list[int]) -> dict[int, str]:  # the texts given for ids spare their reads
+            id_texts = texts if with_id is None else [t for t, has in zip(texts, with_id) if has]
+            given = {i: t for i, t in zip(stored_ids.tolist(), id_texts) if t is not None}
+            unread = [i for i in missing if i not in given]
+            got = {i: p.text for i, p in self.store.find_paragraphs(unread).items()} if unread else {}
+            return {i: given[i] if i in given else got[i] for i in missing if i in given or i in got}
+
+        by_id = self.lexicon.stored_rows(stored_ids, read_texts)[0]
+        if with_id is None or with_id.all():
+            return by_id, sizes
+        others = lexical.stack([self.lexicon.row(t) for t, has in zip(texts, with_id) if not has])
+        order = np.empty(len(texts), np.int64)  # where each item's row is in [by_id; others]
+        order[with_id] = np.arange(len(stored_ids))
+        order[~with_id] = len(stored_ids) + np.arange(len(texts) - len(stored_ids))
+        return sparse.vstack([by_id, others], format="csr")[order], sizes
 
     def uncached_words(self, ids: np.ndarray) -> np.ndarray:
-        """The stored paragraphs among ``ids`` whose texts lexical_features would read (word rows not cached)."""
+        """The stored paragraphs among ``ids`` whose texts lexical_features would read (word rows not kept yet)."""
         return self.lexicon.uncached(ids) if self.lexicon is not None else ids[:0]
 
-    def stored_lexical_features(self, context_texts: list[list[str | None]], candidate_ids: list[np.ndarray],
-                                rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
-        """lexical_features() for stored candidates, from their cached rows (``Lexicon.paragraph_rows``), and
-        contexts given as texts (the whole batch in one call: lexical.features_many)."""
+    def stored_lexical_features(self, context_texts: list[list[str | None]], sizes: Sequence[int],
+                                candidates: sparse.csr_matrix) -> list[np.ndarray]:
+        """lexical_features() for stored candidates, from their rows (``Lexicon.stored_rows``: ``sizes[i]`` rows for
+        query i, query after query), and contexts given as texts (the whole batch in one call: lexical.features_many)."""
         contexts = [[self.lexicon.row(t) for t in ct[-self.max_context:]] for ct in context_texts]
-        return lexical.features_many(contexts, lexical.stack([rows[int(i)] for ids in candidate_ids for i in ids]),
-                                     [len(ids) for ids in candidate_ids], self.max_context, self.model.cfg.novel_words)
+        return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words)
 
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
@@ -234,19 +254,19 @@ class RerankPipeline:
 
             every = np.concatenate(ids) if ids else np.zeros(0, np.int64)  # the chunk's candidates, query after query
             kept = np.ones(len(every), bool)
-            if self.lexicon is not None:  # word rows: read and tokenised once per paragraph, then cached by id
-                words = self.lexicon.paragraph_rows(np.unique(every), read_texts)
-                kept = np.isin(every, np.fromiter(words, np.int64, len(words)))  # a paragraph deleted since it was found
-            present, vectors = self.store.present_vectors(every[kept])  # ... or deleted since its row was cached
+            if self.lexicon is not None:  # word rows: read and tokenised once per paragraph, then kept by id
+                words, kept = self.lexicon.stored_rows(every, read_texts)  # not found: deleted since it was found
+            present, vectors = self.store.present_vectors(every[kept])  # ... or deleted since its row was kept
             kept[kept] = np.isin(every[kept], present)
             bounds = np.cumsum([0, *(len(row_ids) for row_ids in ids)])  # each query's slice of ``every``
             at = np.concatenate([[0], np.cumsum(kept)])[bounds]  # ... and of what is kept
             every = every[kept]
+            words = words[np.flatnonzero(kept)] if self.lexicon is not None else None
             ids = [every[a:b] for a, b in zip(at[:-1], at[1:])]
             cand_vecs = [vectors[a:b] for a, b in zip(at[:-1], at[1:])]
             lap("rows")
             if self.lexicon is not None:
-                lex = self.stored_lexical_features(texts, ids, words)
+                lex = self.stored_lexical_features(texts, [len(row_ids) for row_ids in ids], words)
                 lap("word_features")
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,

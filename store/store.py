@@ -353,6 +353,14 @@ class ParagraphStore:
             return [[i for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok and i not in e][:k]
                     for ids, e in zip(found, sets)]
 
+    def behind_writer(self) -> bool:
+        """Whether SQLite holds writes this store's vectors do not (a read-only open whose writer has committed since
+        it loaded or caught up): one read of the write generation. Never for the writer."""
+        if not self.readonly:
+            return False
+        with self._mutex:
+            return self.tables.generation != self._index_generation
+
     def sqlite_ids(self, ids: Sequence[int]) -> np.ndarray:
         """The ids among ``ids`` that SQLite holds, sorted (ids only, no text read: on a read-only replica, what its
         writer has not deleted since the replica loaded its index)."""

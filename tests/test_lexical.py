@@ -15,6 +15,7 @@ from nextpara.attention_core.predictor import Predictor
 from nextpara.attention_core.sequences import ParagraphSequences
 from nextpara.attention_core.train_config import TrainConfig
 from nextpara.attention_core.train_flow import train
+from nextpara.attention_core.word_rows import StoredWordRows
 
 
 def test_features_agree_with_a_hand_computed_example():
@@ -245,3 +246,33 @@ def test_features_many_equals_the_dense_definition_on_random_batches():
                                                                           for i in range(m.shape[0])]),
                                                    [m.shape[0] for m in candidates], L, novel)):
             np.testing.assert_array_equal(r, g)  # contexts as lists of rows, as the pipeline gives them: the same
+
+
+def test_stored_rows_come_back_in_order_read_once_and_the_oldest_half_goes_past_the_limit():
+    """Word rows of stored paragraphs by id (word_rows.StoredWordRows): any order, duplicates, an id whose text is gone
+    (an empty row, not found, not kept); a text read once; past the limit, the newest half kept."""
+    lx = lexical.Lexicon.fit(["alpha beta", "gamma delta", "epsilon"])
+    texts = {10: "alpha beta", 3: "gamma gamma delta", 7: "epsilon alpha", 12: "beta", 5: "delta"}
+    reads: list[list[int]] = []
+
+    def read(ids):
+        reads.append(ids)
+        return {i: texts[i] for i in ids if i in texts}
+
+    rows = StoredWordRows(lx.weigh, lexical.N_BUCKETS, limit=4)
+    asked = np.array([7, 3, 99, 7, 10], np.int64)
+    got, found = rows.rows(asked, read)
+    assert reads == [[3, 7, 10, 99]] and found.tolist() == [True, True, False, True, True]
+    want = lexical.stack([lx.weigh(texts[i]) if i in texts else lexical.EMPTY_ROW for i in asked.tolist()])
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+    assert rows.uncached(np.array([3, 99, 12], np.int64)).tolist() == [99, 12]
+    rows.rows(np.array([10, 3], np.int64), read)
+    assert len(reads) == 1  # all kept: nothing read
+    got, found = rows.rows(np.array([12, 5, 3], np.int64), read)  # 5 rows in all, past the limit of 4
+    assert reads[-1] == [5, 12] and found.all()  # 3 kept through the compaction: this call takes it
+    assert len(rows) == 4 and not len(rows.uncached(np.array([12, 5, 3], np.int64)))  # 2 of the first 3, and 5 and 12
+    np.testing.assert_array_equal(got.toarray(), lexical.stack([lx.weigh(texts[i]) for i in (12, 5, 3)]).toarray())
+    kept = np.array(sorted(texts), np.int64)
+    kept = kept[~np.isin(kept, rows.uncached(kept))]
+    np.testing.assert_array_equal(rows.rows(kept, read)[0].toarray(),
+                                  lexical.stack([lx.weigh(texts[i]) for i in kept.tolist()]).toarray())
