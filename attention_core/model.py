@@ -198,7 +198,7 @@ class NextParagraphModel(nn.Module):
     def features(self, context, context_mask, candidates, candidate_mask, query):
         """Similarity features per candidate (B,K,L+5; L+8 with pool_neighbours), computed in embedding space."""
         cos_ctx = (candidates @ context.transpose(1, 2)) * context_mask[:, None, :]  # (B, K, L)
-        cos_q = (candidates * query[:, None, :]).sum(-1, keepdim=True)  # (B, K, 1)
+        cos_q = candidates @ query[:, :, None]  # (B, K, 1); a batched product, not a (B, K, D) temporary
         masked = cos_ctx.masked_fill(~context_mask[:, None, :], -1.0)
         max_ctx = masked.max(-1, keepdim=True).values  # (B, K, 1)
         mean_ctx = cos_ctx.sum(-1, keepdim=True) / context_mask.sum(1).clamp(min=1)[:, None, None]  # (B, K, 1)
@@ -224,7 +224,8 @@ class NextParagraphModel(nn.Module):
         cosines = candidates @ candidates.transpose(1, 2)  # (B, K, K)
         neighbours = candidate_mask[:, None, :] & ~torch.eye(K, dtype=torch.bool, device=cosines.device)  # (B, K, K)
         others = cosines.masked_fill(~neighbours, float("-inf"))
-        top = others.topk(min(POOL_TOP, max(K - 1, 1)), dim=-1).values  # (B, K, POOL_TOP)
+        top = others.topk(min(POOL_TOP, max(K - 1, 1)), dim=-1,  # (B, K, POOL_TOP); the density needs no order
+                          sorted=to_last is not None).values
         real = torch.isfinite(top)
         density = top.masked_fill(~real, 0.0).sum(-1, keepdim=True) / real.sum(-1, keepdim=True).clamp(min=1)
         if to_last is None:
