@@ -95,6 +95,16 @@ class ServerProcess:
         """What the server wrote to stdout and stderr so far (its last ``log_lines`` lines)."""
         return "".join(list(self._lines))
 
+    def wait_for(self, text: str, timeout: float) -> bool:
+        """Wait until a line of the log holds ``text`` (within the last ``log_lines`` lines); False after ``timeout``
+        seconds or once the process has ended without writing it."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in list(self._lines)):
+            if time.monotonic() > deadline or (self.proc is not None and self.proc.poll() is not None):
+                return any(text in line for line in list(self._lines))
+            time.sleep(0.05)
+        return True
+
     def tail(self, lines: int = 40) -> str:
         return "".join(list(self._lines)[-lines:])
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -65,6 +66,9 @@ def size_threads(workers: int, threads: int = 0) -> int:
     return n
 
 
+WORD_ROWS_READY = "word rows ready"  # logged once every stored paragraph's word row is kept (benchmarks wait for it)
+
+
 class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
@@ -76,6 +80,8 @@ class Runtime:
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
         self._no_model: FailedPreconditionError | None = None  # why no model serves, when none does
+        self._warming: threading.Event | None = None  # set to stop the word rows' warm-up of the model that served
+        self._warm_thread: threading.Thread | None = None
         self._model_info: dict = {"source": "none", "reason": "not loaded yet"}
         self.embedder = None
         self._write_lock = asyncio.Lock()
@@ -108,9 +114,26 @@ class Runtime:
                         "train` and a reload (%s)", self.data_dir, e)
         else:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
+            if self._warming is not None:  # the model it warmed rows for serves no more
+                self._warming.set()
+            self._warming = threading.Event()
+            self._warm_thread = threading.Thread(target=self._warm_word_rows, args=(predictor, self._warming),
+                                                 name="nextpara-word-rows", daemon=True)
+            self._warm_thread.start()  # so that queries read no candidate's text
             self.predictor, self._no_model = predictor, None
         self._model_info = describe_served(self.store)  # what was just loaded (or why nothing was)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
+
+    @staticmethod
+    def _warm_word_rows(predictor: Predictor, stop: threading.Event) -> None:
+        started = time.perf_counter()
+        try:
+            n = predictor.pipeline.warm_word_rows(stop=stop)
+        except Exception as e:  # noqa: BLE001 - not fatal: each query computes the rows it lacks, as before
+            log.warning("word rows not computed ahead: %s", e)
+            return
+        if not stop.is_set():
+            log.info("%s: word rows of %d paragraphs kept in %.1f s", WORD_ROWS_READY, n, time.perf_counter() - started)
 
     @property
     def serving(self) -> bool:
@@ -192,6 +215,9 @@ class Runtime:
         await self.snapshot_if_changed()
         self.executor.shutdown(wait=True)
         self.write_executor.shutdown(wait=True)
+        if self._warming is not None:  # it reads the store: stopped (within a chunk) before the store closes
+            self._warming.set()
+            await asyncio.get_running_loop().run_in_executor(None, self._warm_thread.join)
         if self.store:
             self.store.close()
 

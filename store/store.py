@@ -353,6 +353,11 @@ class ParagraphStore:
             return [[i for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok and i not in e][:k]
                     for ids, e in zip(found, sets)]
 
+    def vector_ids(self) -> np.ndarray:
+        """Every id the vectors and the index hold, ascending (a copy)."""
+        with self._mutex:
+            return self.vector_table.ids.copy()
+
     def behind_writer(self) -> bool:
         """Whether SQLite holds writes this store's vectors do not (a read-only open whose writer has committed since
         it loaded or caught up): one read of the write generation. Never for the writer."""

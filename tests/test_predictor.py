@@ -170,6 +170,11 @@ def test_a_request_reads_each_stored_row_once(trained_store):
         again, answered = reads(predictor, [ids, ids[1:]])
         # the context's rows and the answer's, not every candidate's
         assert set(ids) | answered <= again and len(again - set(ids)) <= 2 * 10 < len(first)
+    with Predictor.open(trained_store) as predictor:  # warmed as a server warms it once it has loaded
+        assert predictor.pipeline.warm_word_rows() == predictor.store.count_paragraphs()
+        others = [int(i) for i in predictor.store.paragraph_table()[0][40:44]]
+        first, answered = reads(predictor, [others])
+        assert first == set(others) | answered  # the first request already reads no candidate's text
 
 
 def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):

@@ -341,3 +341,17 @@ def test_add_documents_is_chunked_under_the_message_limit(server, client):
     client.delete_documents([d["doc_id"] for d in docs])
     with pytest.raises(ValueError, match="over the 1024-byte message limit"):
         list(chunk_documents([{"doc_id": "huge", "paragraphs": ["x" * 5000]}], 1024))
+
+
+def test_a_server_computes_every_word_row_once_it_has_loaded(server_store):
+    """After loading, a server reads and weighs every stored paragraph's word row in the background (its queries then
+    read no candidate's text) and says so in its log."""
+    from nextpara.server.process import ServerProcess
+    from nextpara.server.runtime import WORD_ROWS_READY
+    from nextpara.store.store import open_store
+
+    with open_store(server_store, readonly=True) as store:
+        n = store.count_paragraphs()
+    with ServerProcess.local(server_store, "--read-only", metrics=False) as server:
+        assert server.wait_for(WORD_ROWS_READY, 120), server.tail()
+        assert f"{WORD_ROWS_READY}: word rows of {n} paragraphs kept in" in server.log

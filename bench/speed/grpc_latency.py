@@ -12,7 +12,8 @@ stretch embedding four; the text workload ran first on the same server, and its 
 few of these documents' paragraphs). For each: the in-process Predictor.predict_next one call at a
 time, and PredictNext through gRPC at concurrency 1, 8, 16 and 32 (one client per thread). Measurements use
 contexts no earlier one used; warm-up calls (which load the embedding model) are outside both the latencies
-and the QPS window. In the same run, two references: what MiniLM alone embeds on this machine (paragraphs/s,
+and the QPS window, and so is the word rows' warm-up a server does once it has loaded (the script waits for its
+log line; in-process, it runs it first). In the same run, two references: what MiniLM alone embeds on this machine (paragraphs/s,
 the store's embedder over the text workload's paragraphs, 128 per call: the ceiling of the ``texts``
 workload, which needs four per call), and sentence-transformers' ``util.semantic_search`` of one stored vector over the
 store (B1, no model), p50.
@@ -67,6 +68,7 @@ def in_process(data_dir, streams, seconds, warmup):
     from nextpara.attention_core.predictor import Predictor
 
     predictor = Predictor.open(data_dir)
+    predictor.pipeline.warm_word_rows()  # what the server does in the background once it has loaded
     predictor.predict_next(warmup, top_k=10)  # loads the embedding model
     contexts = [c for stream in streams for c in stream]
     times, start, i = [], time.perf_counter(), 0
@@ -156,6 +158,7 @@ def main() -> int:
     parser.add_argument("--output", default="grpc_latency", help="results name under bench/results/")
     args = parser.parse_args()
     from nextpara.server.process import ServerProcess
+    from nextpara.server.runtime import WORD_ROWS_READY
 
     ids, texts, growing = contexts_from(args.data_dir, 20000)
     per = {"ids": len(ids) // 5, "texts": len(texts) // 5}  # a fresh fifth of the contexts per measurement
@@ -175,6 +178,7 @@ def main() -> int:
     results = {"in_process": {kind: in_process(args.data_dir, pick(pool), args.seconds, texts[-1])
                               for kind, (pool, pick) in kinds.items()}, "grpc": {}}
     with ServerProcess.local(args.data_dir, "--read-only", metrics=False) as server:
+        server.wait_for(WORD_ROWS_READY, 120)  # as a server that has been up a few seconds: every word row kept
         for kind, (pool, pick) in kinds.items():
             results["grpc"][kind] = {str(c): through_grpc(server.address, pick(pool), c, args.seconds, texts[-1])
                                      for c in (1, 8, 16, 32)}

@@ -3,7 +3,8 @@
     python -m bench.speed.profile_request --data-dir /tmp/peps-bench [--queries 200] [--output NAME]
 
 Workloads, each ``--queries`` calls after as many warm-up calls of the same kind (a serving process is
-warm: its caches hold what recent calls touched): ``ids`` (four stored paragraph ids), ``text`` (four
+warm: its caches hold what recent calls touched, and every stored paragraph's word row, which a server computes in
+the background once it has loaded; the script does that first, in-process, and waits for the server's): ``ids`` (four stored paragraph ids), ``text`` (four
 texts the process has not seen), ``growing`` (a document's last four paragraphs as text, advancing by one
 paragraph per call: a writing tool's calls), ``batch16`` (sixteen id contexts in one predict_next_batch,
 as the server's coalescer hands them over; times are per call of 16). For each: the mean time per stage,
@@ -44,6 +45,7 @@ def main() -> int:
     n = args.queries
     predictor = Predictor.open(args.data_dir)
     use_threads(os.cpu_count() or 1)
+    predictor.pipeline.warm_word_rows()  # what the server does in the background once it has loaded
     store = predictor.store
     ids, docs, _, _ = store.paragraph_table()
     rng = np.random.default_rng(0)
@@ -100,8 +102,10 @@ def main() -> int:
     if not args.no_grpc:
         from nextpara.client import Client
         from nextpara.server.process import ServerProcess
+        from nextpara.server.runtime import WORD_ROWS_READY
 
         with ServerProcess.local(args.data_dir, "--read-only") as server, Client(server.address) as client:
+            server.wait_for(WORD_ROWS_READY, 120)
             for w in windows(0):
                 client.predict_next(w)
             times = []
