@@ -180,8 +180,8 @@ class Predictor:
         predict_next_batch)."""
         if len(contexts) != len(candidate_lists):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(candidate_lists)} candidate lists")
-        # no search; items by id: vectors from memory, word rows from the lexicon's cache (texts read, and the rows
-        # checked in SQLite, only for the rows not cached yet)
+        # no search; items by id: vectors from memory, word rows from the lexicon's cache (texts read only for the rows
+        # not kept yet; the other ids checked in SQLite only on a replica whose writer has written since it loaded)
         words = self.pipeline.uncached_words
         ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False, stored_texts=words)
         cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False, stored_texts=words)
