@@ -171,12 +171,13 @@ class ItemResolver:
         """Resolve every list; a list with a bad item gets its error in its place. ``exclusions``: find the stored
         paragraphs each list stands for (its ids and every paragraph of the same text: what retrieval must not return;
         one lookup by text hash per item); reranking given candidates searches nothing and leaves ``exclude`` empty.
-        ``stored_texts``: read the texts of the stored ids (one SQLite query; an id SQLite lacks is unknown). False
-        or a function: an id's text is left None and its id is in ``ids`` (a reranked item's word row comes from the
+        ``stored_texts``: read the texts of the stored ids (one SQLite query; an id SQLite lacks is unknown). False or a
+        function: an id's text is left None and its id is in ``ids`` (a reranked item's word row comes from the
         lexicon's cache by id), and it is checked against the vectors in memory, so a list of ids costs a few array
-        operations; on a read-only replica whose writer has written since it loaded (its vectors are those of the index
-        it loaded), also against SQLite (ids only, no text), so that a paragraph its writer deleted is unknown. A function: the texts of the ids it returns
-        (of the sorted ids asked) are read, as with True (RerankPipeline.uncached_words: those not cached)."""
+        operations; on a read-only replica whose writer has written since it loaded (its vectors are those of the
+        index it loaded), also against SQLite (ids only, no text), so that a paragraph its writer deleted is unknown.
+        A function: the texts of the ids it returns (of the sorted ids asked) are read, as with True
+        (RerankPipeline.uncached_words: those not cached)."""
         if exclusions and stored_texts is not True:
             raise ValueError("exclusions need every stored id's text (its copies are excluded too): stored_texts=True")
         parsed: list[_Parsed | NextparaError] = []

@@ -196,7 +196,7 @@ def features_many(contexts: Sequence[Context] | sparse.csr_matrix, candidates: s
         indptr, indices = candidates.indptr, candidates.indices
         query = np.repeat(np.arange(len(sizes), dtype=np.int64), np.diff(at))  # (rows,): each row's query
         where = _table_rows(keys, len(sizes), indptr[at], indices)  # per candidate non-zero: its query's table row
-        table = np.vstack([table, np.zeros((1, table.shape[1]), np.float32)])  # ... or this zero row: not in the context
+        table = np.vstack([table, np.zeros((1, table.shape[1]), np.float32)])  # ... or this zero row: a miss
         matched = sparse.csr_matrix((candidates.data, where, indptr.astype(where.dtype)),
                                     shape=(at[-1], len(table)))  # (rows, keys + 1)
         sums = np.asarray(matched @ table)  # (rows, width)
@@ -207,8 +207,8 @@ def features_many(contexts: Sequence[Context] | sparse.csr_matrix, candidates: s
         out[:, L + 1] = worded
         if novel:
             out[:, L + 2] = sums[:, L + 1]
-            square = np.concatenate([[0.0], np.cumsum(np.where(where < len(keys), candidates.data, 0.0) ** 2)])
-            known = square[indptr[1:]] - square[indptr[:-1]]  # per row: its weight² on its context's words
+            hit = np.where(where < len(keys), candidates.data * candidates.data, 0.0)  # weight² on context words
+            known = np.bincount(np.repeat(np.arange(at[-1]), np.diff(indptr)), weights=hit, minlength=at[-1])
             out[:, L + 3] = np.maximum(0.0, 1.0 - known)  # candidate rows have norm 1
         out[~worded] = 0.0  # no words on one side: no overlap, and the flag 0
     return [out[a:b] for a, b in zip(at[:-1], at[1:])]
@@ -222,7 +222,7 @@ def _table_rows(keys: np.ndarray, n_queries: int, starts: np.ndarray, indices: n
     a gather per non-zero (a binary search over the whole batch's keys took four times as long)."""
     index = np.int32 if len(keys) < 2**31 - 1 else np.int64
     where = np.full(len(indices), len(keys), index)
-    first = np.searchsorted(keys, np.arange(n_queries + 1, dtype=np.int64) * N_BUCKETS)  # query q's keys: first[q]:first[q + 1]
+    first = np.searchsorted(keys, np.arange(n_queries + 1, dtype=np.int64) * N_BUCKETS)  # query q: first[q]:first[q + 1]
     row_of_bucket = np.full(N_BUCKETS, len(keys), index)
     for q in np.flatnonzero(np.diff(first)).tolist():
         a, b, s, e = first[q], first[q + 1], starts[q], starts[q + 1]

@@ -130,26 +130,20 @@ class RerankPipeline:
             return None
         L = self.max_context
         context_texts = [ts[-L:] for ts in context_texts]
-        context_ids = [ids[-L:] for ids in context_ids] if context_ids is not None else None
-        sides = [self._word_rows(context_texts, context_ids), self._word_rows(candidate_texts, candidate_ids)]
-        if sides[0] is None and sides[1] is None:  # raw vectors only: no words, what features_many gives
+        if context_ids is not None:
+            context_ids = [ids[-L:] if ids is not None else None for ids in context_ids]
+        contexts, context_sizes, context_words = self._word_rows(context_texts, context_ids)
+        candidates, sizes, candidate_words = self._word_rows(candidate_texts, candidate_ids)
+        if not (context_words or candidate_words):  # raw vectors only: no words, what features_many gives
             width = lexical.n_features(L, self.model.cfg.novel_words)
             return [np.zeros((len(ts), width), np.float32) for ts in candidate_texts]
-        (contexts, context_sizes), (candidates, sizes) = [
-            side if side is not None else (lexical.stack([]), np.zeros(len(texts), np.int64)) for side, texts in
-            zip(sides, (context_texts, candidate_texts))]
-        if sides[1] is None:
-            candidates = lexical.stack([lexical.EMPTY_ROW] * int(sum(len(ts) for ts in candidate_texts)))
-            sizes = np.fromiter(map(len, candidate_texts), np.int64, len(candidate_texts))
-        if sides[0] is None:
-            context_sizes = np.zeros(len(context_texts), np.int64)
         return lexical.features_many(contexts, candidates, sizes, L, self.model.cfg.novel_words,
                                      context_sizes=context_sizes)
 
     def _word_rows(self, text_lists: list[list[str | None]], id_lists: list | None
-                   ) -> tuple[sparse.csr_matrix, np.ndarray] | None:
-        """(every item's word row, list after list; items per list), None if no item has words or an id. An id's row
-        comes from the lexicon's stored rows (its text, when given, spares the read), a text's from its cache by
+                   ) -> tuple[sparse.csr_matrix, np.ndarray, bool]:
+        """(every item's word row, list after list; items per list; whether any item has a text or an id). An id's
+        row comes from the lexicon's stored rows (its text, when given, spares the read), a text's from its cache by
         text, a raw vector's is empty. Lists of ids only (int64 arrays, ResolvedItems.ids) take no per-item work."""
         sizes = np.fromiter(map(len, text_lists), np.int64, len(text_lists))
         if id_lists is None:
@@ -163,41 +157,45 @@ class RerankPipeline:
             stored_ids = np.fromiter((i for i in ids if i is not None), np.int64, int(with_id.sum()))
         texts = [t for ts in text_lists for t in ts]
         if not len(stored_ids) and not any(texts):
-            return None
+            return sparse.csr_matrix((len(texts), lexical.N_BUCKETS), dtype=np.float32), sizes, False
 
         def read_texts(missing: list[int]) -> dict[int, str]:  # the texts given for ids spare their reads
             id_texts = texts if with_id is None else [t for t, has in zip(texts, with_id) if has]
             given = {i: t for i, t in zip(stored_ids.tolist(), id_texts) if t is not None}
-            unread = [i for i in missing if i not in given]
-            got = {i: p.text for i, p in self.store.find_paragraphs(unread).items()} if unread else {}
+            got = self.stored_texts([i for i in missing if i not in given])
             return {i: given[i] if i in given else got[i] for i in missing if i in given or i in got}
 
         by_id = self.lexicon.stored_rows(stored_ids, read_texts)[0]
         if with_id is None or with_id.all():
-            return by_id, sizes
+            return by_id, sizes, True
         others = lexical.stack([self.lexicon.row(t) for t, has in zip(texts, with_id) if not has])
         order = np.empty(len(texts), np.int64)  # where each item's row is in [by_id; others]
         order[with_id] = np.arange(len(stored_ids))
         order[~with_id] = len(stored_ids) + np.arange(len(texts) - len(stored_ids))
-        return sparse.vstack([by_id, others], format="csr")[order], sizes
+        return sparse.vstack([by_id, others], format="csr")[order], sizes, True
 
     def warm_word_rows(self, chunk: int = 1000, stop: threading.Event | None = None) -> int:
-        """Read and weigh the word rows of the stored paragraphs not kept yet, ``chunk`` at a time, up to the lexicon's
-        size (lexical.ID_CACHE_SIZE): what a server does in the background once it has loaded (server/runtime.py), so
-        that its queries find every candidate's row kept and read no text (PEPs' 43,588 paragraphs: about 3 s on one
-        core). A query that meets a row first computes it itself, as before. Stops early when ``stop`` is set; returns
-        the rows kept."""
+        """Read and weigh the word rows of the stored paragraphs not kept yet, ``chunk`` at a time: every paragraph of
+        a store the lexicon can keep whole (lexical.ID_CACHE_SIZE), else the newest half of that many. What a server
+        does in the background once it has loaded (server/runtime.py, which logs how long it took), so that its queries
+        find every candidate's row kept and read no text; a query that meets a row first computes it itself, as
+        before. Stops early when ``stop`` is set; returns the rows kept."""
         if self.lexicon is None:
             return 0
-        ids = self.store.vector_ids()[:lexical.ID_CACHE_SIZE]
+        ids = self.store.vector_ids()
+        if len(ids) > lexical.ID_CACHE_SIZE:  # the newest half of what the lexicon keeps: queries fill the rest
+            ids = ids[-(lexical.ID_CACHE_SIZE // 2):]
         for s in range(0, len(ids), chunk):
             if stop is not None and stop.is_set():
                 break
             todo = self.lexicon.uncached(ids[s:s + chunk])
             if len(todo):
-                self.lexicon.stored_rows(todo, lambda missing: {i: p.text for i, p in
-                                                                self.store.find_paragraphs(missing).items()})
+                self.lexicon.stored_rows(todo, self.stored_texts)
         return len(self.lexicon.stored)
+
+    def stored_texts(self, ids: list[int]) -> dict[int, str]:
+        """The texts of the stored paragraphs among ``ids`` (one read; a paragraph deleted meanwhile is left out)."""
+        return {i: p.text for i, p in self.store.find_paragraphs(ids).items()} if ids else {}
 
     def uncached_words(self, ids: np.ndarray) -> np.ndarray:
         """The stored paragraphs among ``ids`` whose texts lexical_features would read (word rows not kept yet)."""
@@ -207,8 +205,9 @@ class RerankPipeline:
                                 candidates: sparse.csr_matrix) -> list[np.ndarray]:
         """lexical_features() for stored candidates, from their rows (``Lexicon.stored_rows``: ``sizes[i]`` rows for
         query i, query after query), and contexts given as texts (the whole batch in one call: lexical.features_many)."""
-        contexts = [[self.lexicon.row(t) for t in ct[-self.max_context:]] for ct in context_texts]
-        return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words)
+        contexts, context_sizes, _ = self._word_rows([ct[-self.max_context:] for ct in context_texts], None)
+        return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words,
+                                     context_sizes=context_sizes)
 
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,

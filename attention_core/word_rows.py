@@ -7,8 +7,8 @@ is a binary search and two gathers, in C: no per-id Python, no dictionary, no li
 
 Readers take no lock: a put builds the next index (and, when the arenas are full, larger arenas) and publishes it in
 one assignment; what a reader already holds stays valid, since a put only writes past the end of what any published
-index points to. Past ``limit`` rows, the oldest half is dropped (the arenas compacted to the newer half), but never a
-row the call that adds rows is about to take.
+index points to. Past ``limit`` rows, the oldest half is dropped (the arenas compacted to the newer half); a call that
+adds rows takes those it found before from the index it read then, so a compaction meanwhile costs it nothing.
 """
 
 from __future__ import annotations
@@ -69,32 +69,37 @@ class StoredWordRows:
         ids = np.asarray(ids, np.int64)
         index = self._index
         at, found = self._find(index, ids)
-        if not found.all():
-            missing = np.unique(ids[~found])
-            texts = read_texts(missing.tolist())
-            if texts:
-                index = self._put({i: self.weigh(t) for i, t in texts.items()}, keep=ids[found])
-                at, found = self._find(index, ids)
-        length = np.where(found, index.length[at], 0)
-        indptr = np.zeros(len(ids) + 1, np.int64)
-        np.cumsum(length, out=indptr[1:])
-        take = np.repeat(index.start[at] - indptr[:-1], length) + np.arange(indptr[-1])  # each entry's arena slot
-        if indptr[-1] < 2**31:
-            indptr = indptr.astype(np.int32)  # as the buckets: scipy would otherwise copy them to int64
-        return sparse.csr_matrix((index.weights[take], index.buckets[take], indptr),
-                                 shape=(len(ids), self.n_columns)), found
+        rows = self._gather(index, at, found)
+        if found.all():
+            return rows, found
+        texts = read_texts(np.unique(ids[~found]).tolist())
+        if not texts:
+            return rows, found
+        # the rows found above come from the index read then (its arenas stay valid: a put compacts into new ones),
+        # the others from the one this put publishes
+        new = self._put({i: self.weigh(t) for i, t in texts.items()})
+        at, added = self._find(new, ids)
+        added &= ~found
+        return rows + self._gather(new, at, added), found | added
 
-    def _put(self, rows: dict[int, Row], keep: np.ndarray) -> _Index:
-        """Add ``rows``; a compaction keeps ``keep`` (the other rows the caller is about to take) with the newest."""
+    def _gather(self, index: _Index, at: np.ndarray, found: np.ndarray) -> sparse.csr_matrix:
+        """The rows at positions ``at`` of ``index`` where ``found``, empty rows elsewhere."""
+        length = np.zeros(len(at), np.int64)
+        start = np.zeros(len(at), np.int64)
+        if len(index.ids):
+            length[found], start[found] = index.length[at[found]], index.start[at[found]]
+        indptr, take = _spans(start, length)
+        return sparse.csr_matrix((index.weights[take], index.buckets[take], indptr), shape=(len(at), self.n_columns))
+
+    def _put(self, rows: dict[int, Row]) -> _Index:
         with self._lock:
             index = self._index
             new_ids = np.fromiter(rows, np.int64, len(rows))
-            keep = ~self._find(index, new_ids)[1]  # another thread may have put some meanwhile
-            new_ids = new_ids[keep]
+            new_ids = new_ids[~self._find(index, new_ids)[1]]  # another thread may have put some meanwhile
             new_rows = [rows[i] for i in new_ids.tolist()]
             length = np.fromiter((len(b) for b, _ in new_rows), np.int64, len(new_rows))
             if len(index.ids) + len(new_ids) > self.limit:
-                index = self._compact(index, self.limit // 2, keep)
+                index = self._compact(index, self.limit // 2)
             need = index.fill + int(length.sum())
             buckets, weights = index.buckets, index.weights
             if need > len(buckets):  # larger arenas; readers keep the ones they hold
@@ -115,18 +120,23 @@ class StoredWordRows:
             return self._index
 
     @staticmethod
-    def _compact(index: _Index, n: int, keep: np.ndarray) -> _Index:
-        """The newest ``n`` rows and those of ``keep``, in new arenas of their own."""
-        newest = np.zeros(len(index.ids), bool)
-        newest[np.argsort(-index.order, kind="stable")[:n]] = True
-        newest[np.searchsorted(index.ids, keep)] = True  # every id of ``keep`` is in the index
-        newest = np.flatnonzero(newest)  # positions, still in id order
+    def _compact(index: _Index, n: int) -> _Index:
+        """The newest ``n`` rows, in new arenas of their own."""
+        newest = np.sort(np.argsort(-index.order, kind="stable")[:n])  # positions, still in id order
         length = index.length[newest]
-        fill = int(length.sum())
-        start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
-        take = np.repeat(index.start[newest] - start, length) + np.arange(fill)
+        indptr, take = _spans(index.start[newest], length)
+        fill = int(indptr[-1])
         size = max(2 * fill, 1 << 16)
         buckets, weights = np.zeros(size, np.int32), np.zeros(size, np.float32)
         buckets[:fill], weights[:fill] = index.buckets[take], index.weights[take]
-        return _Index(index.ids[newest], start, length, index.order[newest], buckets, weights, fill)
+        return _Index(index.ids[newest], indptr[:-1].astype(np.int64), length, index.order[newest], buckets, weights,
+                      fill)
 
+
+def _spans(start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr of rows of ``length`` entries each, the arena slot of every entry: row r's run from ``start[r]``), in
+    C: a repeat and a range. indptr is int32 where it fits, as the buckets (scipy would copy them to int64 else)."""
+    indptr = np.zeros(len(length) + 1, np.int64)
+    np.cumsum(length, out=indptr[1:])
+    take = np.repeat(start - indptr[:-1], length) + np.arange(indptr[-1])
+    return (indptr.astype(np.int32) if indptr[-1] < 2**31 else indptr), take

@@ -104,6 +104,8 @@ class Runtime:
         self._load_model()
 
     def _load_model(self) -> None:
+        if self._warming is not None:  # the word rows' warm-up of the model (and store) that served until now
+            self._warming.set()
         try:  # the store's own model, else the general model that ships with the package
             predictor = Predictor.from_store(self.store, embedder=self.embedder)
         except FailedPreconditionError as e:
@@ -114,8 +116,6 @@ class Runtime:
                         "train` and a reload (%s)", self.data_dir, e)
         else:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
-            if self._warming is not None:  # the model it warmed rows for serves no more
-                self._warming.set()
             self._warming = threading.Event()
             self._warm_thread = threading.Thread(target=self._warm_word_rows, args=(predictor, self._warming),
                                                  name="nextpara-word-rows", daemon=True)

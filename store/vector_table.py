@@ -193,13 +193,14 @@ class VectorTable:
 
     def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None,
                blocked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id
-        order; short rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time
-        (queries in blocks), the table as the left operand (as (queries @ table.T), a pair of queries, one call's two
-        sources, took 3.6x as long on PEPs' 43,588 x 384, and 32 queries 1.15x: torch packs the right operand): on 2
-        cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS keeps each query's top k in a heap as it scans; torch selects from the
-        finished scores). torch's top-k picks freely among scores tied at the k-th place: a row with such a tie is
-        settled here, lowest ids first, as a stable sort would."""
+        """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id order;
+        short rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
+        in blocks), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
+        call's two queries spent 3.2x as long in the search on PEPs' 43,588 x 384 (bench/README.md, Serving latency);
+        on 2 cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS keeps
+        each query's top k in a heap as it scans; torch selects from the finished scores). torch's top-k picks freely
+        among scores tied at the k-th place: a row with such a tie is settled here, lowest ids first, as a stable sort
+        would."""
         import torch
 
         vectors = self.vectors if rows is None else self.vectors[rows]
@@ -213,7 +214,7 @@ class VectorTable:
         for start in range(0, len(queries), block):
             with torch.no_grad():
                 q = torch.from_numpy(np.ascontiguousarray(queries[start:start + block], dtype=np.float32))
-                scores = (table @ q.T).T  # the table on the left: 2-3x faster for a few queries than q @ table.T
+                scores = (table @ q.T).T  # the table on the left (see above)
                 if blocked is not None and len(blocked):
                     scores[:, torch.from_numpy(np.asarray(blocked, dtype=np.int64))] = -torch.inf
                 top_s, top = torch.topk(scores, min(kk + 1, len(ids)), dim=1)  # one more: is the k-th place tied?

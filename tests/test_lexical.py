@@ -250,29 +250,33 @@ def test_features_many_equals_the_dense_definition_on_random_batches():
 
 def test_stored_rows_come_back_in_order_read_once_and_the_oldest_half_goes_past_the_limit():
     """Word rows of stored paragraphs by id (word_rows.StoredWordRows): any order, duplicates, an id whose text is gone
-    (an empty row, not found, not kept); a text read once; past the limit, the newest half kept."""
+    (an empty row, not found, not kept); a text read once; past the limit, the newest half kept, and a call whose own
+    row is the oldest, dropped by the put it makes, still gets it."""
     lx = lexical.Lexicon.fit(["alpha beta", "gamma delta", "epsilon"])
-    texts = {10: "alpha beta", 3: "gamma gamma delta", 7: "epsilon alpha", 12: "beta", 5: "delta"}
+    texts = {10: "alpha beta", 3: "gamma gamma delta", 7: "epsilon alpha", 12: "beta", 5: "delta", 1: "alpha"}
     reads: list[list[int]] = []
 
     def read(ids):
         reads.append(ids)
         return {i: texts[i] for i in ids if i in texts}
 
+    def want(ids):
+        return lexical.stack([lx.weigh(texts[i]) if i in texts else lexical.EMPTY_ROW for i in ids]).toarray()
+
     rows = StoredWordRows(lx.weigh, lexical.N_BUCKETS, limit=4)
-    asked = np.array([7, 3, 99, 7, 10], np.int64)
-    got, found = rows.rows(asked, read)
-    assert reads == [[3, 7, 10, 99]] and found.tolist() == [True, True, False, True, True]
-    want = lexical.stack([lx.weigh(texts[i]) if i in texts else lexical.EMPTY_ROW for i in asked.tolist()])
-    np.testing.assert_array_equal(got.toarray(), want.toarray())
+    got, found = rows.rows(np.array([99, 98], np.int64), read)  # nothing kept yet, and nothing to keep
+    assert got.nnz == 0 and got.shape[0] == 2 and not found.any() and len(rows) == 0
+    asked = [7, 3, 99, 7, 10]
+    got, found = rows.rows(np.array(asked, np.int64), read)
+    assert reads[-1] == [3, 7, 10, 99] and found.tolist() == [True, True, False, True, True]
+    np.testing.assert_array_equal(got.toarray(), want(asked))
     assert rows.uncached(np.array([3, 99, 12], np.int64)).tolist() == [99, 12]
+    n_reads = len(reads)
     rows.rows(np.array([10, 3], np.int64), read)
-    assert len(reads) == 1  # all kept: nothing read
-    got, found = rows.rows(np.array([12, 5, 3], np.int64), read)  # 5 rows in all, past the limit of 4
-    assert reads[-1] == [5, 12] and found.all()  # 3 kept through the compaction: this call takes it
-    assert len(rows) == 4 and not len(rows.uncached(np.array([12, 5, 3], np.int64)))  # 2 of the first 3, and 5 and 12
-    np.testing.assert_array_equal(got.toarray(), lexical.stack([lx.weigh(texts[i]) for i in (12, 5, 3)]).toarray())
-    kept = np.array(sorted(texts), np.int64)
-    kept = kept[~np.isin(kept, rows.uncached(kept))]
-    np.testing.assert_array_equal(rows.rows(kept, read)[0].toarray(),
-                                  lexical.stack([lx.weigh(texts[i]) for i in kept.tolist()]).toarray())
+    assert len(reads) == n_reads  # all kept: nothing read
+    rows.rows(np.array([1], np.int64), read)  # 4 rows kept: 3, 7, 10 (put first) and 1
+    got, found = rows.rows(np.array([12, 3, 10, 7], np.int64), read)  # 12 makes 5: the put keeps the newest 2, 1 and
+    assert reads[-1] == [12] and found.all()  # one of the first three, then adds 12; the others come from the index
+    np.testing.assert_array_equal(got.toarray(), want([12, 3, 10, 7]))  # read before the put
+    assert len(rows) == 3 and rows.uncached(np.array([1, 12], np.int64)).tolist() == []
+    assert len(rows.uncached(np.array([3, 7, 10], np.int64))) == 2

@@ -178,10 +178,12 @@ def test_a_request_reads_each_stored_row_once(trained_store):
 
 
 def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
-    """Rerank searches nothing, so it needs no exclusions: the texts' copies (a lookup by text hash of every item,
-    which retrieval needs to exclude them) are not looked up; the stored rows are read once (for their words), a
-    second call reads nothing from the paragraphs table (vectors from memory, word rows from the cache by id; a read-only
-    store checks the ids in SQLite only once its writer has written since it loaded: the replica test below), and the scores are those of the same paragraphs given as texts."""
+    """Rerank searches nothing, so it needs no exclusions: the texts' copies (a lookup by text hash of every item, which
+    retrieval needs to exclude them) are not looked up; the stored rows are read once (for their words), a second call
+    reads nothing from the paragraphs table (vectors from memory, word rows from the cache by id; a read-only store
+    checks the ids in SQLite only once its writer has written since it loaded:
+    test_a_replica_reranks_a_paragraph_its_writer_deleted_as_unknown), and the scores are those of the same paragraphs
+    given as texts."""
     import re
 
     with Predictor.open(trained_store) as predictor:

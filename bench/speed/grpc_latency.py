@@ -11,10 +11,10 @@ one; a document is cut into stretches of 16 calls, each stretch sent by one clie
 stretch embedding four; the text workload ran first on the same server, and its cache of 4,096 texts may hold a
 few of these documents' paragraphs). For each: the in-process Predictor.predict_next one call at a
 time, and PredictNext through gRPC at concurrency 1, 8, 16 and 32 (one client per thread). Measurements use
-contexts no earlier one used; warm-up calls (which load the embedding model) are outside both the latencies
-and the QPS window, and so is the word rows' warm-up a server does once it has loaded (the script waits for its
-log line; in-process, it runs it first). In the same run, two references: what MiniLM alone embeds on this machine (paragraphs/s,
-the store's embedder over the text workload's paragraphs, 128 per call: the ceiling of the ``texts``
+contexts no earlier one used; warm-up calls (which load the embedding model) are outside both the latencies and the
+QPS window, and so is the word rows' warm-up a server does once it has loaded (the script waits for its log line;
+in-process, it runs it first). In the same run, two references: what MiniLM alone embeds on this machine
+(paragraphs/s, the store's embedder over the text workload's paragraphs, 128 per call: the ceiling of the ``texts``
 workload, which needs four per call), and sentence-transformers' ``util.semantic_search`` of one stored vector over the
 store (B1, no model), p50.
 Prints a table, writes bench/results/grpc_latency.{json,md} (or NAME.{json,md}).
@@ -178,7 +178,8 @@ def main() -> int:
     results = {"in_process": {kind: in_process(args.data_dir, pick(pool), args.seconds, texts[-1])
                               for kind, (pool, pick) in kinds.items()}, "grpc": {}}
     with ServerProcess.local(args.data_dir, "--read-only", metrics=False) as server:
-        server.wait_for(WORD_ROWS_READY, 120)  # as a server that has been up a few seconds: every word row kept
+        if not server.wait_for(WORD_ROWS_READY, 120):  # as a server up a few seconds: every word row kept
+            raise SystemExit(f"the server did not log {WORD_ROWS_READY!r} within 120 s; its log ends:\n{server.tail()}")
         for kind, (pool, pick) in kinds.items():
             results["grpc"][kind] = {str(c): through_grpc(server.address, pick(pool), c, args.seconds, texts[-1])
                                      for c in (1, 8, 16, 32)}

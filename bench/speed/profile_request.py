@@ -2,10 +2,10 @@
 
     python -m bench.speed.profile_request --data-dir /tmp/peps-bench [--queries 200] [--output NAME]
 
-Workloads, each ``--queries`` calls after as many warm-up calls of the same kind (a serving process is
-warm: its caches hold what recent calls touched, and every stored paragraph's word row, which a server computes in
-the background once it has loaded; the script does that first, in-process, and waits for the server's): ``ids`` (four stored paragraph ids), ``text`` (four
-texts the process has not seen), ``growing`` (a document's last four paragraphs as text, advancing by one
+Workloads, each ``--queries`` calls after as many warm-up calls of the same kind (a serving process is warm: its
+caches hold what recent calls touched, and every stored paragraph's word row, which a server computes in the
+background once it has loaded; the script does that first, in-process, and waits for the server's): ``ids`` (four
+stored paragraph ids), ``text`` (four texts the process has not seen), ``growing`` (a document's last four paragraphs as text, advancing by one
 paragraph per call: a writing tool's calls), ``batch16`` (sixteen id contexts in one predict_next_batch,
 as the server's coalescer hands them over; times are per call of 16). For each: the mean time per stage,
 as the pipeline reports it (pipeline.STAGES, plus "embed" for texts; "resolve" is the rest: reading the
@@ -105,7 +105,8 @@ def main() -> int:
         from nextpara.server.runtime import WORD_ROWS_READY
 
         with ServerProcess.local(args.data_dir, "--read-only") as server, Client(server.address) as client:
-            server.wait_for(WORD_ROWS_READY, 120)
+            if not server.wait_for(WORD_ROWS_READY, 120):
+                raise SystemExit(f"the server did not log {WORD_ROWS_READY!r} within 120 s; its log ends:\n{server.tail()}")
             for w in windows(0):
                 client.predict_next(w)
             times = []
