@@ -139,6 +139,11 @@ class Lexicon:
         return self.stored.rows(ids, read_texts)
 
 
+def empty_rows(n: int) -> sparse.csr_matrix:
+    """(n, N_BUCKETS) rows without words."""
+    return sparse.csr_matrix((n, N_BUCKETS), dtype=np.float32)
+
+
 def stack(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> sparse.csr_matrix:
     """(n, N_BUCKETS) CSR matrix of rows given as (buckets, weights)."""
     indptr = np.zeros(len(rows) + 1, np.int64)

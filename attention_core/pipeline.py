@@ -137,12 +137,17 @@ class RerankPipeline:
         if not (context_words or candidate_words):  # raw vectors only: no words, what features_many gives
             width = lexical.n_features(L, self.model.cfg.novel_words)
             return [np.zeros((len(ts), width), np.float32) for ts in candidate_texts]
+        if contexts is None:
+            contexts = lexical.empty_rows(int(context_sizes.sum()))
+        if candidates is None:
+            candidates = lexical.empty_rows(int(sizes.sum()))
         return lexical.features_many(contexts, candidates, sizes, L, self.model.cfg.novel_words,
                                      context_sizes=context_sizes)
 
     def _word_rows(self, text_lists: list[list[str | None]], id_lists: list | None
-                   ) -> tuple[sparse.csr_matrix, np.ndarray, bool]:
-        """(every item's word row, list after list; items per list; whether any item has a text or an id). An id's
+                   ) -> tuple[sparse.csr_matrix | None, np.ndarray, bool]:
+        """(every item's word row, list after list, or None if no item has a text or an id; items per list; whether
+        any item has one). An id's
         row comes from the lexicon's stored rows (its text, when given, spares the read), a text's from its cache by
         text, a raw vector's is empty. Lists of ids only (int64 arrays, ResolvedItems.ids) take no per-item work."""
         sizes = np.fromiter(map(len, text_lists), np.int64, len(text_lists))
@@ -157,7 +162,7 @@ class RerankPipeline:
             stored_ids = np.fromiter((i for i in ids if i is not None), np.int64, int(with_id.sum()))
         texts = [t for ts in text_lists for t in ts]
         if not len(stored_ids) and not any(texts):
-            return sparse.csr_matrix((len(texts), lexical.N_BUCKETS), dtype=np.float32), sizes, False
+            return None, sizes, False  # (the caller makes the empty rows, if it needs them)
 
         def read_texts(missing: list[int]) -> dict[int, str]:  # the texts given for ids spare their reads
             id_texts = texts if with_id is None else [t for t, has in zip(texts, with_id) if has]
@@ -206,6 +211,8 @@ class RerankPipeline:
         """lexical_features() for stored candidates, from their rows (``Lexicon.stored_rows``: ``sizes[i]`` rows for
         query i, query after query), and contexts given as texts (the whole batch in one call: lexical.features_many)."""
         contexts, context_sizes, _ = self._word_rows([ct[-self.max_context:] for ct in context_texts], None)
+        if contexts is None:  # raw vectors: no words
+            contexts = lexical.empty_rows(int(context_sizes.sum()))
         return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words,
                                      context_sizes=context_sizes)
 
