@@ -132,10 +132,10 @@ class Lexicon:
 
     def stored_rows(self, ids: np.ndarray, read_texts: Callable[[list[int]], dict[int, str]]
                     ) -> tuple[sparse.csr_matrix, np.ndarray]:
-        """(rows of stored paragraphs by id, in the order of ``ids``, as a CSR matrix; found per id). ``read_texts(ids)``
-        is called once, for the ids not kept yet; an id it does not return (a paragraph deleted since its id was
-        found) gets an empty row and found False (word_rows.StoredWordRows: kept in flat arrays, up to
-        ID_CACHE_SIZE paragraphs, the oldest half forgotten past that)."""
+        """(rows of stored paragraphs by id, in the order of ``ids``, as a CSR matrix; found per id).
+        ``read_texts(ids)`` is called once, for the ids not kept yet; an id it does not return (a paragraph deleted
+        since its id was found) gets an empty row and found False (word_rows.StoredWordRows: kept in flat arrays, up
+        to ID_CACHE_SIZE paragraphs, the oldest half forgotten past that)."""
         return self.stored.rows(ids, read_texts)
 
 
@@ -227,7 +227,7 @@ def _table_rows(keys: np.ndarray, n_queries: int, starts: np.ndarray, indices: n
     a gather per non-zero (a binary search over the whole batch's keys took four times as long)."""
     index = np.int32 if len(keys) < 2**31 - 1 else np.int64
     where = np.full(len(indices), len(keys), index)
-    first = np.searchsorted(keys, np.arange(n_queries + 1, dtype=np.int64) * N_BUCKETS)  # query q: first[q]:first[q + 1]
+    first = np.searchsorted(keys, np.arange(n_queries + 1, dtype=np.int64) * N_BUCKETS)  # q's: first[q]:first[q + 1]
     row_of_bucket = np.full(N_BUCKETS, len(keys), index)
     for q in np.flatnonzero(np.diff(first)).tolist():
         a, b, s, e = first[q], first[q + 1], starts[q], starts[q + 1]
@@ -255,7 +255,7 @@ def _context_table(contexts: sparse.csr_matrix, context_sizes: np.ndarray, L: in
     query, column = np.repeat(row_query, nnz), np.repeat(L - 1 - from_end, nnz)
     weight = contexts.data.astype(np.float32)
     key = query * N_BUCKETS + contexts.indices
-    real = (weight > 0) & (column >= 0)  # the last L rows; a stored zero (a matrix not made by Lexicon.weigh) is no word
+    real = (weight > 0) & (column >= 0)  # the last L rows; a stored zero (not made by Lexicon.weigh) is no word
     query, column, weight, key = query[real], column[real], weight[real], key[real]
     if not len(key):
         return np.zeros((0, width), np.float32), np.zeros(0, np.int64)

@@ -147,9 +147,9 @@ class RerankPipeline:
     def _word_rows(self, text_lists: list[list[str | None]], id_lists: list | None
                    ) -> tuple[sparse.csr_matrix | None, np.ndarray, bool]:
         """(every item's word row, list after list, or None if no item has a text or an id; items per list; whether
-        any item has one). An id's
-        row comes from the lexicon's stored rows (its text, when given, spares the read), a text's from its cache by
-        text, a raw vector's is empty. Lists of ids only (int64 arrays, ResolvedItems.ids) take no per-item work."""
+        any item has one). An id's row comes from the lexicon's stored rows (its text, when given, spares the read), a
+        text's from its cache by text, a raw vector's is empty. Lists of ids only (int64 arrays, ResolvedItems.ids)
+        take no per-item work."""
         sizes = np.fromiter(map(len, text_lists), np.int64, len(text_lists))
         if id_lists is None:
             id_lists = [None] * len(text_lists)
@@ -209,7 +209,8 @@ class RerankPipeline:
     def stored_lexical_features(self, context_texts: list[list[str | None]], sizes: Sequence[int],
                                 candidates: sparse.csr_matrix) -> list[np.ndarray]:
         """lexical_features() for stored candidates, from their rows (``Lexicon.stored_rows``: ``sizes[i]`` rows for
-        query i, query after query), and contexts given as texts (the whole batch in one call: lexical.features_many)."""
+        query i, query after query), and contexts given as texts (the whole batch in one call:
+        lexical.features_many)."""
         contexts, context_sizes, _ = self._word_rows([ct[-self.max_context:] for ct in context_texts], None)
         if contexts is None:  # raw vectors: no words
             contexts = lexical.empty_rows(int(context_sizes.sum()))

@@ -8,7 +8,8 @@ is a binary search and two gathers, in C: no per-id Python, no dictionary, no li
 Readers take no lock: a put builds the next index (and, when the arenas are full, larger arenas) and publishes it in
 one assignment; what a reader already holds stays valid, since a put only writes past the end of what any published
 index points to. Past ``limit`` rows, the oldest half is dropped (the arenas compacted to the newer half); a call that
-adds rows takes those it found before from the index it read then, so a compaction meanwhile costs it nothing.
+adds rows takes those it had found from the index it read then, and a put keeps the rows it was given through its
+compaction, so a compaction meanwhile costs no call a row it asked for.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class StoredWordRows:
         new = self._put({i: self.weigh(t) for i, t in texts.items()})
         at, added = self._find(new, ids)
         added &= ~found
+        if not found.any():
+            return self._gather(new, at, added), added
         return rows + self._gather(new, at, added), found | added
 
     def _gather(self, index: _Index, at: np.ndarray, found: np.ndarray) -> sparse.csr_matrix:
@@ -92,14 +95,17 @@ class StoredWordRows:
         return sparse.csr_matrix((index.weights[take], index.buckets[take], indptr), shape=(len(at), self.n_columns))
 
     def _put(self, rows: dict[int, Row]) -> _Index:
+        """Add ``rows``; those another thread has put meanwhile are kept as they are, through a compaction too (the
+        caller is about to take them from the index this returns)."""
         with self._lock:
             index = self._index
-            new_ids = np.fromiter(rows, np.int64, len(rows))
-            new_ids = new_ids[~self._find(index, new_ids)[1]]  # another thread may have put some meanwhile
+            given = np.fromiter(rows, np.int64, len(rows))
+            at, present = self._find(index, given)
+            new_ids = given[~present]
             new_rows = [rows[i] for i in new_ids.tolist()]
             length = np.fromiter((len(b) for b, _ in new_rows), np.int64, len(new_rows))
             if len(index.ids) + len(new_ids) > self.limit:
-                index = self._compact(index, self.limit // 2)
+                index = self._compact(index, self.limit // 2, at[present])
             need = index.fill + int(length.sum())
             buckets, weights = index.buckets, index.weights
             if need > len(buckets):  # larger arenas; readers keep the ones they hold
@@ -120,9 +126,12 @@ class StoredWordRows:
             return self._index
 
     @staticmethod
-    def _compact(index: _Index, n: int) -> _Index:
-        """The newest ``n`` rows, in new arenas of their own."""
-        newest = np.sort(np.argsort(-index.order, kind="stable")[:n])  # positions, still in id order
+    def _compact(index: _Index, n: int, keep: np.ndarray) -> _Index:
+        """The newest ``n`` rows and those at positions ``keep``, in new arenas of their own."""
+        kept = np.zeros(len(index.ids), bool)
+        kept[np.argsort(-index.order, kind="stable")[:n]] = True
+        kept[keep] = True
+        newest = np.flatnonzero(kept)  # positions, still in id order
         length = index.length[newest]
         indptr, take = _spans(index.start[newest], length)
         fill = int(indptr[-1])

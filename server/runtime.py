@@ -104,18 +104,18 @@ class Runtime:
         self._load_model()
 
     def _load_model(self) -> None:
-        if self._warming is not None:  # the word rows' warm-up of the model (and store) that served until now
-            self._warming.set()
         try:  # the store's own model, else the general model that ships with the package
             predictor = Predictor.from_store(self.store, embedder=self.embedder)
         except FailedPreconditionError as e:
             if (self.data_dir / CHECKPOINT).exists():  # the store's own model file is unusable: say so (start-up
                 raise  # fails, a Reload is refused with the reason) rather than serve something else
+            self._stop_warming()
             self._no_model = e
             log.warning("no model serves %s: PredictNext and Rerank answer FAILED_PRECONDITION until `nextpara "
                         "train` and a reload (%s)", self.data_dir, e)
         else:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
+            self._stop_warming()
             self._warming = threading.Event()
             self._warm_thread = threading.Thread(target=self._warm_word_rows, args=(predictor, self._warming),
                                                  name="nextpara-word-rows", daemon=True)
@@ -123,6 +123,11 @@ class Runtime:
             self.predictor, self._no_model = predictor, None
         self._model_info = describe_served(self.store)  # what was just loaded (or why nothing was)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
+
+    def _stop_warming(self) -> None:
+        """Stop the word rows' warm-up of the model that served until now (a refused reload keeps it going)."""
+        if self._warming is not None:
+            self._warming.set()
 
     @staticmethod
     def _warm_word_rows(predictor: Predictor, stop: threading.Event) -> None:
@@ -216,7 +221,7 @@ class Runtime:
         self.executor.shutdown(wait=True)
         self.write_executor.shutdown(wait=True)
         if self._warming is not None:  # it reads the store: stopped (within a chunk) before the store closes
-            self._warming.set()
+            self._stop_warming()
             await asyncio.get_running_loop().run_in_executor(None, self._warm_thread.join)
         if self.store:
             self.store.close()

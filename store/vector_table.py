@@ -193,8 +193,8 @@ class VectorTable:
 
     def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None,
                blocked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id order;
-        short rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
+        """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id
+        order; short rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
         in blocks), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
         call's two queries spent 3.2x as long in the search on PEPs' 43,588 x 384 (bench/README.md, Serving latency);
         on 2 cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS keeps

@@ -280,3 +280,20 @@ def test_stored_rows_come_back_in_order_read_once_and_the_oldest_half_goes_past_
     np.testing.assert_array_equal(got.toarray(), want([12, 3, 10, 7]))  # read before the put
     assert len(rows) == 3 and rows.uncached(np.array([1, 12], np.int64)).tolist() == []
     assert len(rows.uncached(np.array([3, 7, 10], np.int64))) == 2
+
+
+def test_stored_rows_keep_a_row_another_thread_put_while_the_call_read_it():
+    """A call reads a text another thread puts meanwhile; its own put, past the limit, compacts: the row it read is
+    kept through the compaction (the other thread's put keeps it as it is) and the call gets it."""
+    lx = lexical.Lexicon.fit(["alpha beta", "gamma delta", "epsilon"])
+    texts = {1: "alpha", 2: "beta", 3: "gamma", 5: "delta epsilon", 6: "alpha gamma"}
+    rows = StoredWordRows(lx.weigh, lexical.N_BUCKETS, limit=4)
+
+    def read(ids):  # while this call reads, others put 1, 2 and 5, then 3: 5 is among the oldest now
+        rows.rows(np.array([1, 2, 5], np.int64), lambda missing: {i: texts[i] for i in missing})
+        rows.rows(np.array([3], np.int64), lambda missing: {i: texts[i] for i in missing})
+        return {i: texts[i] for i in ids}
+
+    got, found = rows.rows(np.array([5, 6, 5], np.int64), read)
+    assert found.all()
+    np.testing.assert_array_equal(got.toarray(), lexical.stack([lx.weigh(texts[i]) for i in (5, 6, 5)]).toarray())

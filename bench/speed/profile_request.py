@@ -5,14 +5,14 @@
 Workloads, each ``--queries`` calls after as many warm-up calls of the same kind (a serving process is warm: its
 caches hold what recent calls touched, and every stored paragraph's word row, which a server computes in the
 background once it has loaded; the script does that first, in-process, and waits for the server's): ``ids`` (four
-stored paragraph ids), ``text`` (four texts the process has not seen), ``growing`` (a document's last four paragraphs as text, advancing by one
-paragraph per call: a writing tool's calls), ``batch16`` (sixteen id contexts in one predict_next_batch,
-as the server's coalescer hands them over; times are per call of 16). For each: the mean time per stage,
-as the pipeline reports it (pipeline.STAGES, plus "embed" for texts; "resolve" is the rest: reading the
-context's rows, checks, answer objects), and the p50 / p95 of the whole call. Through gRPC: the p50 of
-PredictNext by ids at concurrency 1 against ``nextpara serve`` on 127.0.0.1. The reference, in the same
-run: sentence-transformers' ``util.semantic_search`` of the last paragraph's stored vector over all stored
-vectors (B1, no model), one query at a time. Writes bench/results/NAME.{md,json} (default profile_request).
+stored paragraph ids), ``text`` (four texts the process has not seen), ``growing`` (a document's last four paragraphs
+as text, advancing by one paragraph per call: a writing tool's calls), ``batch16`` (sixteen id contexts in one
+predict_next_batch, as the server's coalescer hands them over; times are per call of 16). For each: the mean time per
+stage, as the pipeline reports it (pipeline.STAGES, plus "embed" for texts; "resolve" is the rest: reading the
+context's rows, checks, answer objects), and the p50 / p95 of the whole call. Through gRPC: the p50 of PredictNext by
+ids at concurrency 1 against ``nextpara serve`` on 127.0.0.1. The reference, in the same run: sentence-transformers'
+``util.semantic_search`` of the last paragraph's stored vector over all stored vectors (B1, no model), one query at a
+time. Writes bench/results/NAME.{md,json} (default profile_request).
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def main() -> int:
 
         with ServerProcess.local(args.data_dir, "--read-only") as server, Client(server.address) as client:
             if not server.wait_for(WORD_ROWS_READY, 120):
-                raise SystemExit(f"the server did not log {WORD_ROWS_READY!r} within 120 s; its log ends:\n{server.tail()}")
+                raise SystemExit(f"the server did not log {WORD_ROWS_READY!r} within 120 s; its log ends:\n"
+                                 f"{server.tail()}")
             for w in windows(0):
                 client.predict_next(w)
             times = []
