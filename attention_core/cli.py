@@ -65,10 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
+    from nextpara.errors import InvalidInputError
+
     from .train_config import TrainConfig
     from .train_flow import train
-
-    from nextpara.errors import InvalidInputError
 
     try:
         cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})

@@ -15,10 +15,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from scipy import sparse
 from nextpara.errors import FailedPreconditionError, Reason
 from nextpara.store.store import ParagraphStore
 from nextpara.store.tables import Paragraph
+from scipy import sparse
 
 from . import lexical
 from .candidates import generate_candidates
