@@ -193,8 +193,8 @@ class ItemResolver:
         if len(read):  # one read; an id whose row SQLite lacks is missing
             stored = {pid: row.text for pid, row in self.store.find_paragraphs(read.tolist()).items()}
             asked = np.setdiff1d(asked, np.setdiff1d(read, np.fromiter(stored, np.int64, len(stored))))
-        unread = (np.setdiff1d(asked, read) if stored_texts is not True and self.store.behind_writer()
-                  else asked[:0])
+        unread = (np.setdiff1d(asked, read) if stored_texts is not True and len(asked) > len(read)
+                  and self.store.behind_writer() else asked[:0])  # (one SQLite read, only when some id was not read)
         if len(unread):  # a replica's vectors are those of the index it loaded: SQLite says what its writer deleted
             asked = np.setdiff1d(asked, np.setdiff1d(unread, self.store.sqlite_ids(unread)))
         known, id_vectors = (self.store.present_vectors(asked) if len(asked)
