@@ -21,6 +21,9 @@ embeddings:
   pool density too it lost about 0.01 MRR@10.
   With ``n_list_layers`` > 0 the candidates then attend to each other (self-attention over the
   list), so a candidate's score can depend on the company it keeps in the list.
+  With ``bilinear_last`` a learned D x D matrix W adds last^T W candidate to every score: a full-rank, asymmetric
+  reading of which paragraph vectors follow which (cosine is symmetric; the scorer sees the pair through d-wide
+  projections). Off by default: it moved no corpus's validation figures (bench/README.md, Direction).
   With ``lexical`` the features also hold word overlap (TF-IDF cosines) between the candidate's
   text and the context's (lexical.py), through the MLP and a direct linear term; the IDF vector is
   a buffer of the model, so the checkpoint carries it.
@@ -67,6 +70,8 @@ class RerankerConfig:
     #                                list layers): the score reads only the similarity and word features
     pool_neighbours: bool = False  # where a candidate stands among the others of its list (three features from the
     #                                pool's K x K cosines: POOL_NEIGHBOURS); checkpoints from before: False
+    bilinear_last: bool = False  # a learned full-rank term last^T W candidate (D x D, from 0) added to the score: which
+    #                              paragraphs follow which, beyond their cosine; checkpoints from before: False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -170,6 +175,8 @@ class NextParagraphModel(nn.Module):
         nn.init.zeros_(self.score_mlp[-1].weight)  # an untrained scorer ranks by cos(query, candidate)
         nn.init.zeros_(self.score_mlp[-1].bias)
         self.query_scale = nn.Parameter(torch.tensor(20.0))  # logit scale of cos(query, candidate)
+        if cfg.bilinear_last:
+            self.bilinear = nn.Parameter(torch.zeros(D, D))  # an untrained term adds 0
         if cfg.lexical:
             self.register_buffer("lexicon_idf", torch.zeros(lexical.N_BUCKETS))  # set by training, saved with it
             # weight of the TF-IDF cosine to the last paragraph added to the scores, fitted on the validation
@@ -272,6 +279,8 @@ class NextParagraphModel(nn.Module):
         else:
             h = f  # (B, K, d)
         scores = self.query_scale * feats[..., self.cfg.max_context] + self.score_mlp(h).squeeze(-1)  # (B, K)
+        if self.cfg.bilinear_last:
+            scores = scores + (candidates @ (context[:, -1] @ self.bilinear)[:, :, None]).squeeze(-1)  # (B, K)
         if self.cfg.lexical:
             last = lexical_features[..., self.cfg.max_context - 1]  # (B, K): cosine to the last paragraph's words
             scores = scores + self.lexical_linear(lexical_features).squeeze(-1) + self.lexical_boost * last

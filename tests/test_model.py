@@ -42,8 +42,8 @@ def test_fused_attention_equals_the_formula():
     assert (weights[~mask[:, None].expand_as(weights)] == 0).all()
 
 
-@pytest.mark.parametrize("changes", [{}, {"n_list_layers": 1}, {"pool_neighbours": True}],
-                         ids=["full", "list_layer", "pool_neighbours"])
+@pytest.mark.parametrize("changes", [{}, {"n_list_layers": 1}, {"pool_neighbours": True}, {"bilinear_last": True}],
+                         ids=["full", "list_layer", "pool_neighbours", "bilinear_last"])
 def test_scores_do_not_depend_on_what_else_is_batched(changes):
     """A short candidate list padded to a longer one's length scores exactly as alone (the pool-density
     feature once counted padding, so engines batching rows differently disagreed)."""
@@ -51,6 +51,8 @@ def test_scores_do_not_depend_on_what_else_is_batched(changes):
     model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2, **changes)).eval()
     for p in model.score_mlp[-1].parameters():  # a trained scorer is not zero: let the features matter
         torch.nn.init.normal_(p)
+    if changes.get("bilinear_last"):
+        torch.nn.init.normal_(model.bilinear)
     unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape), dim=-1)  # noqa: E731
     ctx, short = unit(1, 8, 48), unit(1, 5, 48)
     alone = model(ctx, torch.ones(1, 8, dtype=torch.bool), short, torch.ones(1, 5, dtype=torch.bool))["scores"]
@@ -147,8 +149,9 @@ def test_config_errors_name_the_values():
         model.encode(torch.randn(1, 6, 16), torch.ones(1, 6, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("changes", [{}, SCORERS["fast"], {"pool_density": False}, {"pool_neighbours": True}],
-                         ids=["full", "fast", "no_density", "pool_neighbours"])
+@pytest.mark.parametrize("changes", [{}, SCORERS["fast"], {"pool_density": False}, {"pool_neighbours": True},
+                                     {"bilinear_last": True}],
+                         ids=["full", "fast", "no_density", "pool_neighbours", "bilinear_last"])
 def test_checkpoint_round_trip_gives_identical_scores(tmp_path, changes):
     """Every scorer configuration loads as saved. A setting added since the first checkpoints is written only when it
     differs from what came before it, so a default model's checkpoint holds none of them (older nextpara versions

@@ -58,6 +58,8 @@ VARIANTS = {
     # a locality signal in training: the target and the paragraphs just after it against the rest of the list
     "near3": ({}, {"near_weight": 0.5, "near_window": 3}),
     "near3_w1": ({}, {"near_weight": 1.0, "near_window": 3}),
+    # a learned last^T W candidate term (model.py: bilinear_last); bench.quality.seam_windows's bilinear reader first
+    "bilinear": ({"bilinear_last": True}, {}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
