@@ -7,19 +7,21 @@ Every paragraph gets two windows, its first and its last ``--tokens`` tokens, ea
 MiniLM (frozen, all 6 layers) on its own: their token vectors are kept (float16, cached in ``--work``). A small
 reader is trained on them: the last paragraph's tail tokens and a candidate's head tokens, projected to 128
 dims with a position that counts from the seam, then 2 transformer layers and a score from a learned
-[CLS], plus a learned multiple of the pooled vectors' cosine. So the trainable part is ~0.4M weights and
+[CLS], plus a learned multiple of the pooled vectors' cosine. So the trainable part is ~0.3M weights and
 MiniLM never runs backwards: the seam cross-encoder of ``seam_reader`` learned nothing in 20 minutes of
 fine-tuning, this asks whether the token vectors MiniLM already makes carry the order signal at all.
 
 Groups come from training documents (an anchor paragraph A and 8 candidates: its successor; the two after
 it and the one before a 4-paragraph context, the neighbours a vector model confuses with the next; two far
-paragraphs of the same document, at least 4 away; two of other documents), trained listwise. Beside it,
+paragraphs of the same document, at least 4 from the successor (so, in a few percent of groups, the one before the
+context or the context's first); two of other documents, whose text may rarely equal the successor's), trained
+listwise. Beside it,
 on the same groups and loss, a *bilinear* reader of the pooled vectors (cosine + a^T W b, W 384 x 384
 learned): what the vectors alone give a learned reader. Reported on validation documents' groups (the
 test split is not touched): easy accuracy (successor above a far paragraph of its document, chance 0.5),
 direction accuracy (above the two after it and the one before the context, chance 0.25), same-document
 accuracy (above all five same-document candidates, chance 1/6). Writes bench/results/NAME.{md,json}
-(default seam_windows_<corpus>). The bilinear reader, trained into the scorer, is the ``bilinear`` variant of
+(default seam_windows_<the data directory's name>). The bilinear reader, trained into the scorer, is the ``bilinear`` variant of
 ``bench.quality.experiments`` (model config ``bilinear_last``).
 """
 
@@ -204,7 +206,7 @@ def main() -> int:
         net.eval()
         return evaluate(torch.cat([run(net, val[i:i + 256], kind) for i in range(0, len(val), 256)]))
 
-    a, c, cos = batch_of(val)
+    cos = batch_of(val)[2]
     rows = [{"reader": "pooled cosine (no training)", **evaluate(cos.view(-1, CANDIDATES))}]
     print(rows[-1], flush=True)
     readers = {"bilinear": make_bilinear(vectors.shape[1]), "windows": make_reader(heads.shape[2], args.tokens)}
@@ -237,7 +239,7 @@ def main() -> int:
         net.eval()
         t1 = time.perf_counter()
         for _ in range(5):
-            run(net, np.tile(val[:1], (19, 1))[:19], "windows")  # 19 x 8 = 152 pairs: one served list
+            run(net, np.tile(val[:1], (19, 1)), "windows")  # 19 x 8 = 152 pairs: one served list
         ms = (time.perf_counter() - t1) / 5 * 1000
 
     name = args.output or f"seam_windows_{store.data_dir.path.name}"
