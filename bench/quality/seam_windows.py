@@ -99,7 +99,9 @@ def windows(texts: list[str], tokens: int, work: Path, key: str) -> tuple[np.nda
                 if s % 12800 == 0:
                     print(f"  {side}: {s}/{len(order)} windows, {time.perf_counter() - t0:.0f}s", flush=True)
         out += [vecs, lens]
-    np.savez(path, heads=out[0], head_len=out[1], tails=out[2], tail_len=out[3])
+    partial = path.with_name(path.stem + ".partial.npz")  # a killed run leaves no cache that fails to load
+    np.savez(partial, heads=out[0], head_len=out[1], tails=out[2], tail_len=out[3])
+    os.replace(partial, path)
     return tuple(out)
 
 
