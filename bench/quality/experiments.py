@@ -60,6 +60,8 @@ VARIANTS = {
     "near3_w1": ({}, {"near_weight": 1.0, "near_window": 3}),
     # a learned last^T W candidate term (model.py: bilinear_last); bench.quality.seam_windows's bilinear reader first
     "bilinear": ({"bilinear_last": True}, {}),
+    # the default again from another seed: a second member for an ensemble (bench.quality.ensemble)
+    "seed1": ({}, {"seed": 1}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
