@@ -25,9 +25,13 @@ class TrainConfig:
     near_weight: float = 0.0  # weight of a second listwise loss whose positives are the target and the near_window
     #                           paragraphs after it (a locality signal: near the context beats far in its document)
     near_window: int = 3  # paragraphs after the target that count as near for near_weight
+    init_shrink: float = 1.0  # fine-tuning starts from init_shrink x the starting model's weights + the rest x a fresh
+    #                           initialisation ("shrink and perturb": a warm start can generalise worse than a fresh one)
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.near_weight < 0 or self.near_window < 1:
             raise ValueError(f"near_weight ({self.near_weight}) must be 0 or more and near_window ({self.near_window}) "
                              "1 or more")
+        if not 0.0 <= self.init_shrink <= 1.0:
+            raise ValueError(f"init_shrink ({self.init_shrink}) must be between 0 and 1")

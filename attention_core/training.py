@@ -82,7 +82,12 @@ class Trainer:
                                           "writing first (nextpara build with the same corpus adds it)")
         self.model = NextParagraphModel(model_cfg)
         if init_state is not None:
-            self.model.load_state_dict({k: v for k, v in init_state.items() if k not in STORE_FITTED}, strict=False)
+            start = {k: v for k, v in init_state.items() if k not in STORE_FITTED}
+            if cfg.init_shrink < 1.0:  # towards this model's own fresh initialisation (TrainConfig.init_shrink)
+                fresh = self.model.state_dict()
+                start = {k: cfg.init_shrink * v + (1.0 - cfg.init_shrink) * fresh[k] if v.is_floating_point() else v
+                         for k, v in start.items()}
+            self.model.load_state_dict(start, strict=False)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from
         self.train_q = [q for q in seq.queries("train", cfg.max_context, limit=cfg.max_train_queries or None, seed=cfg.seed)

@@ -160,3 +160,21 @@ def test_near_positives_are_the_target_and_the_paragraphs_after_it(predictable_s
         near = trainer.near_positives(list(zip([near_end, at_end], lists)), positive)
     assert near[0].tolist() == [True, True, True, False, False, False]  # the target, then 2 after it
     assert near[1].tolist() == [True, False, False, False, False, False]  # the document's last: nothing after it
+
+
+def test_init_shrink_starts_between_the_given_weights_and_a_fresh_model(predictable_store):
+    """TrainConfig.init_shrink: training starts at that mix of the weights it is given and the model's own fresh
+    initialisation under the same seed; 1 (the default) starts at the given weights exactly."""
+    model_cfg = RerankerConfig(embed_dim=32, lexical=False, **SMALL_MODEL)
+    small = {"val_queries": 10, "max_train_queries": 50}
+    with open_store(predictable_store, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        fresh = Trainer(store, seq, model_cfg, TrainConfig(**small)).model.state_dict()
+        given = {k: torch.full_like(v, 2.0) if v.is_floating_point() else v for k, v in fresh.items()}
+        mixed = Trainer(store, seq, model_cfg, TrainConfig(**small, init_shrink=0.25), init_state=given).model.state_dict()
+        whole = Trainer(store, seq, model_cfg, TrainConfig(**small), init_state=given).model.state_dict()
+    floats = [k for k, v in fresh.items() if v.is_floating_point()]
+    assert floats and any(not torch.equal(fresh[k], given[k]) for k in floats)
+    for k in floats:
+        assert torch.allclose(mixed[k], 0.25 * 2.0 + 0.75 * fresh[k]), k
+        assert torch.equal(whole[k], given[k]), k

@@ -67,6 +67,9 @@ VARIANTS = {
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
     "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "phase1_epochs": 2}),
     "ft_p1x2_lr1e-4": ({}, {"lr": 1e-4, "phase1_epochs": 2}),
+    # shrink and perturb: start from a mix of the general model's weights and a fresh initialisation
+    "ft_shrink0.5": ({}, {"init_shrink": 0.5}),
+    "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
 }
 
 
