@@ -89,6 +89,11 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
         except ValueError as e:
             raise InvalidInputError(f"model settings: {e}") from e
         state, start = starting_point(store, mcfg, from_scratch)
+        if cfg.init_shrink < 1.0:
+            if state is None:
+                log.warning("--init-shrink %s does nothing when training starts %s", cfg.init_shrink, start)
+            else:
+                start += f", shrunk to {cfg.init_shrink} of it (the rest a fresh initialisation)"
         log.info("training %s", start)
         old_model, replaced = replaced_model(store)
         try:

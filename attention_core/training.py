@@ -85,8 +85,8 @@ class Trainer:
             start = {k: v for k, v in init_state.items() if k not in STORE_FITTED}
             if cfg.init_shrink < 1.0:  # towards this model's own fresh initialisation (TrainConfig.init_shrink)
                 fresh = self.model.state_dict()
-                start = {k: cfg.init_shrink * v + (1.0 - cfg.init_shrink) * fresh[k] if v.is_floating_point() else v
-                         for k, v in start.items()}
+                start = {k: cfg.init_shrink * v + (1.0 - cfg.init_shrink) * fresh[k]
+                         if k in fresh and v.is_floating_point() else v for k, v in start.items()}
             self.model.load_state_dict(start, strict=False)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from

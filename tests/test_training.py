@@ -164,8 +164,11 @@ def test_near_positives_are_the_target_and_the_paragraphs_after_it(predictable_s
 
 def test_init_shrink_starts_between_the_given_weights_and_a_fresh_model(predictable_store):
     """TrainConfig.init_shrink: training starts at that mix of the weights it is given and the model's own fresh
-    initialisation under the same seed; 1 (the default) starts at the given weights exactly."""
-    model_cfg = RerankerConfig(embed_dim=32, lexical=False, **SMALL_MODEL)
+    initialisation under the same seed; 1 (the default) starts at the given weights exactly. What is fitted to the
+    store (its word weights, the lexical boost) is never taken from the given weights, mixed or not."""
+    from nextpara.attention_core.training import STORE_FITTED
+
+    model_cfg = RerankerConfig(embed_dim=32, **SMALL_MODEL)
     small = {"val_queries": 10, "max_train_queries": 50}
     with open_store(predictable_store, readonly=True) as store:
         seq = ParagraphSequences(store)
@@ -173,8 +176,11 @@ def test_init_shrink_starts_between_the_given_weights_and_a_fresh_model(predicta
         given = {k: torch.full_like(v, 2.0) if v.is_floating_point() else v for k, v in fresh.items()}
         mixed = Trainer(store, seq, model_cfg, TrainConfig(**small, init_shrink=0.25), init_state=given).model.state_dict()
         whole = Trainer(store, seq, model_cfg, TrainConfig(**small), init_state=given).model.state_dict()
-    floats = [k for k, v in fresh.items() if v.is_floating_point()]
+    floats = [k for k, v in fresh.items() if v.is_floating_point() and k not in STORE_FITTED]
     assert floats and any(not torch.equal(fresh[k], given[k]) for k in floats)
     for k in floats:
         assert torch.allclose(mixed[k], 0.25 * 2.0 + 0.75 * fresh[k]), k
         assert torch.equal(whole[k], given[k]), k
+    for k in STORE_FITTED:
+        assert torch.equal(mixed[k], fresh[k]) and torch.equal(whole[k], fresh[k]), k
+    assert float(mixed["lexical_boost"]) == 0.0

@@ -6,14 +6,14 @@
 Each member is a checkpoint file (say a model kept by `bench.quality.experiments --keep DIR`) or ``general``,
 the shipped general model fitted to the store's words as serving does. On the validation split (L = 4, the
 context as stored vectors and texts; the test split is not touched, docs/evaluation.md), every member makes
-its own stage-1 list exactly as serving would; the ensemble's list is their union (each member's query head
-finds its own candidates) and its score the plain sum of the members' scores (no weight fitted: the members
-are trained by the same listwise softmax, so their scores are logits on one scale). Reported: stage-1
-recall, Recall@1 and MRR@10 with 95% bootstrap intervals for each member alone (its own list), the sum on the
-first member's list (what a second scorer alone adds) and on the union, and the paired bootstrap interval of
-the union sum's difference from the first member (the same queries resampled for both, so it is far tighter
-than the gap between two separate intervals). The cost: one more query encoding, search and forward pass
-per member.
+its own stage-1 list exactly as serving would and scores it: the "alone" rows. The ensemble's score is the plain
+sum of the members' scores (no weight fitted: the members are trained by the same listwise softmax, so their
+scores are comparable), on the first member's list and on the union of the members' lists (each query head finds
+its own candidates). A score depends on the whole list it is in (the pool-density feature), so every list is
+scored as a list of its own. Reported: stage-1 recall, Recall@1 and MRR@10 with 95% bootstrap intervals, and for
+each row the paired bootstrap interval of its difference from the first member alone (the same queries resampled
+for both, so it is far tighter than the gap between two separate intervals). The cost: one more query encoding,
+search and forward pass per member.
 """
 
 from __future__ import annotations
@@ -89,32 +89,24 @@ def main() -> int:
     t0 = time.perf_counter()
     own = [candidate_rows(p, seq, texts, qs) for p in pipelines]
     union = [np.asarray(list(dict.fromkeys(np.concatenate(ls).tolist())), np.int64) for ls in zip(*own)]
+    alone = [model_scores(p, seq, texts, qs, lists) for p, lists in zip(pipelines, own)]
+    on_first = [alone[0]] + [model_scores(p, seq, texts, qs, own[0]) for p in pipelines[1:]]
     on_union = [model_scores(p, seq, texts, qs, union) for p in pipelines]
     seconds = time.perf_counter() - t0
-    pos = [{int(r): i for i, r in enumerate(u)} for u in union]
 
-    def ranks(lists, scores) -> np.ndarray:
-        return np.asarray([first_hit(l, s, seq.text_class, t) for l, s, t in zip(lists, scores, targets)])
+    def ranking(lists, member_scores, model: str | None = None) -> dict:
+        scores = [np.sum(s, axis=0) for s in zip(*member_scores)]
+        return {"ranks": np.asarray([first_hit(l, s, seq.text_class, t) for l, s, t in zip(lists, scores, targets)]),
+                "recall": float(np.mean([(seq.text_class[l] == t).any() for l, t in zip(lists, targets)])),
+                "size": float(np.mean([len(l) for l in lists])), **({"model": model} if model else {})}
 
-    def recall(lists) -> float:
-        return float(np.mean([np.isin(seq.text_class[l], [t]).any() for l, t in zip(lists, targets)]))
-
-    def restrict(scores_on_union, lists):  # a member's union scores, on another list
-        return [s[[p[int(r)] for r in l]] for s, p, l in zip(scores_on_union, pos, lists)]
-
-    rows: dict[str, dict] = {}
-    for (name, _, meta), lists, sc in zip(members, own, on_union):
-        rows[f"{name} alone"] = {"ranks": ranks(lists, restrict(sc, lists)), "recall": recall(lists),
-                                 "size": float(np.mean([len(l) for l in lists])), "model": meta["model_version"]}
-    summed = [np.sum(s, axis=0) for s in zip(*on_union)]
-    first = own[0]
-    rows[f"sum on {members[0][0]}'s list"] = {"ranks": ranks(first, restrict(summed, first)), "recall": recall(first),
-                                             "size": float(np.mean([len(l) for l in first]))}
-    rows["sum on the union"] = {"ranks": ranks(union, summed), "recall": recall(union),
-                                "size": float(np.mean([len(l) for l in union]))}
-    reference = rows[f"{members[0][0]} alone"]["ranks"]
+    rankings = {f"{name} alone": ranking(lists, [sc], meta["model_version"])
+                for (name, _, meta), lists, sc in zip(members, own, alone)}
+    rankings[f"sum on {members[0][0]}'s list"] = ranking(own[0], on_first)
+    rankings["sum on the union"] = ranking(union, on_union)
+    reference = rankings[f"{members[0][0]} alone"]["ranks"]
     out = {}
-    for label, r in rows.items():
+    for label, r in rankings.items():
         out[label] = {**summarize(r["ranks"]), "stage1_recall": r["recall"], "candidates": r["size"],
                       **({"model": r["model"]} if "model" in r else {}),
                       "gain_over_first": paired_gain(reference, r["ranks"])}
@@ -123,12 +115,14 @@ def main() -> int:
              f"Store {args.data_dir} ({len(seq):,} paragraphs); {len(qs):,} validation queries, L = 4; members "
              + ", ".join(f"{n} ({m['model_version']})" for n, _, m in members)
              + f"; stage 1 and scoring of every list took {seconds:.0f} s.", "",
-             "| ranking | candidates | stage-1 recall | R@1 | MRR@10 | R@1 gain over the first (paired) | MRR@10 gain |",
+             "| ranking | candidates | stage-1 recall | R@1 | MRR@10 | R@1 gain over the first alone (paired) | "
+             "MRR@10 gain |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for label, m in out.items():
         g = m["gain_over_first"]
         lines.append(f"| {label} | {m['candidates']:.0f} | {m['stage1_recall']:.3f} | {m['recall@1']:.3f} "
-                     f"[{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] | {m['mrr@10']:.4f} | "
+                     f"[{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] | {m['mrr@10']:.4f} "
+                     f"[{m['mrr@10_ci'][0]:.4f}, {m['mrr@10_ci'][1]:.4f}] | "
                      f"{g['recall@1']:+.3f} [{g['recall@1_ci'][0]:+.3f}, {g['recall@1_ci'][1]:+.3f}] | "
                      f"{g['mrr@10']:+.4f} [{g['mrr@10_ci'][0]:+.4f}, {g['mrr@10_ci'][1]:+.4f}] |")
     name = args.output or f"ensemble_{Path(args.data_dir).name}"

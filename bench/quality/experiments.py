@@ -60,7 +60,8 @@ VARIANTS = {
     "near3_w1": ({}, {"near_weight": 1.0, "near_window": 3}),
     # a learned last^T W candidate term (model.py: bilinear_last); bench.quality.seam_windows's bilinear reader first
     "bilinear": ({"bilinear_last": True}, {}),
-    # the default again from another seed: a second member for an ensemble (bench.quality.ensemble)
+    # the default again from another seed: a second member for an ensemble (bench.quality.ensemble); the seed also
+    # draws the validation sample where a split has more than TrainConfig.val_queries (not on the built-in docs)
     "seed1": ({}, {"seed": 1}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
     "ft_default": ({}, {}),

@@ -5,20 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 
-def _chunk_inputs(seq, texts: list[str], part):
-    """(context vectors, context texts, excluded ids) of some queries: the context as stored vectors and texts, its
-    paragraphs and their copies excluded."""
-    ctx = [seq.vectors[q.context] for q in part]
-    ctx_texts = [[texts[r] for r in q.context] for q in part]
-    exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in part]
-    return ctx, ctx_texts, exclude
+def _contexts(seq, texts: list[str], part):
+    """(context vectors, context texts) of some queries: the context as stored vectors and texts."""
+    return [seq.vectors[q.context] for q in part], [[texts[r] for r in q.context] for q in part]
 
 
 def candidate_rows(pipeline, seq, texts: list[str], queries, chunk: int = 256) -> list[np.ndarray]:
     """Stage 1 exactly as serving makes it: candidate rows (into ``seq``) per query."""
     lists = []
     for s in range(0, len(queries), chunk):
-        ctx, ctx_texts, exclude = _chunk_inputs(seq, texts, queries[s:s + chunk])
+        part = queries[s:s + chunk]
+        ctx, ctx_texts = _contexts(seq, texts, part)
+        exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in part]  # its paragraphs and copies
         ids, _ = pipeline.candidates(ctx, exclude, context_texts=ctx_texts)
         lists += [np.asarray([seq.row_of_id[int(j)] for j in l], np.int64) for l in ids]
     return lists
@@ -28,7 +26,7 @@ def model_scores(pipeline, seq, texts: list[str], queries, lists: list[np.ndarra
     """The pipeline's model's scores of given candidate rows per query, with its own word features."""
     scores = []
     for s in range(0, len(queries), chunk):
-        ctx, ctx_texts, _ = _chunk_inputs(seq, texts, queries[s:s + chunk])
+        ctx, ctx_texts = _contexts(seq, texts, queries[s:s + chunk])
         rows = lists[s:s + chunk]
         words = pipeline.lexical_features(ctx_texts, [[texts[r] for r in l] for l in rows],
                                           [[int(seq.ids[r]) for r in l] for l in rows])
