@@ -55,12 +55,15 @@ class Deleted:
 
 
 def size_threads(workers: int, threads: int = 0) -> int:
-    """torch and FAISS threads: ``threads``, by default the cores divided among the workers."""
+    """torch and FAISS threads: ``threads``; by default ``OMP_NUM_THREADS`` when it is set (the usual cap on a
+    shared machine), else the cores divided among the workers."""
     import os
 
     from nextpara.attention_core.pipeline import use_threads
 
-    n = threads or max(1, len(os.sched_getaffinity(0)) // max(1, workers))
+    capped = os.environ.get("OMP_NUM_THREADS", "")
+    n = threads or (int(capped) if capped.isdigit() and int(capped) > 0 else 0) \
+        or max(1, len(os.sched_getaffinity(0)) // max(1, workers))
     use_threads(n)
     log.info("CPU work: %d workers x %d torch/FAISS threads", workers, n)
     return n

@@ -7,11 +7,18 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Each pytest-xdist worker (and every process it starts) gets its share of the cores: workers with torch's
+# default of every core each would oversubscribe them, and spinning OpenMP threads on a shared core nearly
+# double every test's time. Set in the worker (the controller's environment is what workers start from), before
+# torch or NumPy load, so they and their children read it; a value the caller set is kept.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0))
+                                                    // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the bench package: tests run some bench scripts at shorter settings

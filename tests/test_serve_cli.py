@@ -85,17 +85,22 @@ def test_tls(server_store, tmp_path):
         stop_serve(server)
 
 
-def test_threads_are_divided_among_the_workers():
+def test_threads_are_divided_among_the_workers(monkeypatch):
     import faiss
     import torch
     from nextpara.server.runtime import size_threads
 
     before = torch.get_num_threads(), faiss.omp_get_max_threads()
     try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         n = size_threads(workers=2)
         assert n == max(1, len(os.sched_getaffinity(0)) // 2)
         assert torch.get_num_threads() == n and faiss.omp_get_max_threads() == n
         assert size_threads(workers=1, threads=3) == 3 and torch.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "5")  # a shared machine's cap is kept, an explicit setting wins
+        assert size_threads(workers=1) == 5 and size_threads(workers=1, threads=2) == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+        assert size_threads(workers=2) == n
     finally:
         torch.set_num_threads(before[0])
         faiss.omp_set_num_threads(before[1])
