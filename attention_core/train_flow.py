@@ -14,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from nextpara.errors import FailedPreconditionError, InvalidInputError, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, StoreMismatchError
 from nextpara.store.store import open_store
 
 from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
@@ -44,21 +45,32 @@ def corpus_fingerprint(seq: ParagraphSequences) -> str:
     return h.hexdigest()[:16]
 
 
-def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool) -> tuple[dict | None, str]:
-    """(weights to start from or None, what they are, in words)."""
+def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_model: Path | None = None
+                   ) -> tuple[dict | None, str]:
+    """(weights to start from or None, what they are, in words). ``start_model``: another general model's
+    checkpoint than the shipped one (one bench.quality.train_general wrote, say), its weights checked against
+    its own hash; asked for by name, it starts training or raises FailedPreconditionError saying why not."""
     if from_scratch:
         return None, "from scratch (--from-scratch)"
+    if start_model is not None and not Path(start_model).is_file():
+        raise FailedPreconditionError(f"cannot start from {start_model}: no such checkpoint file",
+                                      reason=Reason.NO_MODEL)
     try:
-        general, meta = load_general()
+        general, meta = (load_general() if start_model is None
+                         else load_general(Path(start_model), expect_version=""))
     except FailedPreconditionError as e:
+        if start_model is not None:
+            raise
         return None, f"from scratch: {e}"
     mismatch = fits(meta, store)
-    if mismatch:
-        return None, f"from scratch: {mismatch}"
     differ = {k: v for k, v in asdict(model_cfg).items() if getattr(general.cfg, k) != v and k != "dropout"}
-    if differ:
-        return None, f"from scratch: the general model's configuration differs in {differ}"
-    return general.state_dict(), f"from the general model {meta['model_version']}"
+    why_not = mismatch or (f"the general model's configuration differs in {differ}" if differ else "")
+    if why_not and start_model is not None:
+        raise FailedPreconditionError(f"cannot start from {start_model}: {why_not}")
+    if why_not:
+        return None, f"from scratch: {why_not}"
+    return general.state_dict(), (f"from the general model {meta['model_version']}" if start_model is None
+                                  else f"from the model {meta['model_version']} of {start_model}")
 
 
 def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
@@ -79,8 +91,9 @@ def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
 
 
 def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = None, quiet: bool = False,
-          from_scratch: bool = False, force: bool = False) -> TrainOutcome:
-    """Train on the store in ``data_dir``; the new model serves only if the guard says so (or ``force``)."""
+          from_scratch: bool = False, force: bool = False, start_model: Path | None = None) -> TrainOutcome:
+    """Train on the store in ``data_dir``; the new model serves only if the guard says so (or ``force``).
+    ``start_model``: a general model's checkpoint to start from instead of the shipped one (starting_point)."""
     cfg = cfg or TrainConfig()
     with open_store(data_dir, readonly=True) as store:
         seq = ParagraphSequences(store)
@@ -88,7 +101,7 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
             mcfg = RerankerConfig(**{"embed_dim": store.dim, "max_context": cfg.max_context, **(model_cfg or {})})
         except ValueError as e:
             raise InvalidInputError(f"model settings: {e}") from e
-        state, start = starting_point(store, mcfg, from_scratch)
+        state, start = starting_point(store, mcfg, from_scratch, start_model)
         if cfg.init_shrink < 1.0:
             if state is None:
                 log.warning("--init-shrink %s does nothing when training starts %s", cfg.init_shrink, start)

@@ -168,6 +168,31 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
     assert torch.equal(trainer.model.query_scale, state["query_scale"])
 
 
+def test_training_can_start_from_another_general_model(untrained_store, tmp_path):
+    """``train(start_model=PATH)`` (bench.quality.experiments --start: a general model trained without the store's
+    corpus) starts from that checkpoint, checked against its own hash; asked for by name, it never falls back to
+    scratch in silence."""
+    store, _ = untrained_store
+    other = tmp_path / "without_this_corpus.safetensors"
+    shutil.copyfile(GENERAL_CHECKPOINT, other)
+    with open_store(store, readonly=True) as s:
+        mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)
+        state, start = starting_point(s, mcfg, from_scratch=False, start_model=other)
+        assert start == f"from the model {GENERAL_VERSION} of {other}"
+        shipped, _ = starting_point(s, mcfg, from_scratch=False)
+        assert state.keys() == shipped.keys() and all(torch.equal(state[k], shipped[k]) for k in state)
+        assert starting_point(s, mcfg, from_scratch=True, start_model=other)[0] is None
+        with pytest.raises(FailedPreconditionError, match="no such checkpoint file"):
+            starting_point(s, mcfg, from_scratch=False, start_model=tmp_path / "absent.safetensors")
+        with pytest.raises(FailedPreconditionError, match="configuration differs"):
+            starting_point(s, RerankerConfig(embed_dim=s.dim, **SMALL_MODEL), from_scratch=False, start_model=other)
+        data = bytearray(other.read_bytes())
+        data[-100] ^= 0x40  # one bit of one weight: the file's own hash no longer matches
+        other.write_bytes(bytes(data))
+        with pytest.raises(FailedPreconditionError, match="hash"):
+            starting_point(s, mcfg, from_scratch=False, start_model=other)
+
+
 def test_getinfo_says_which_model_serves_and_its_figures_beside_cosine(client):
     """The live server's store has a model of its own (conftest: trained, the guard's figures in its metadata)."""
     m = client.info().model

@@ -1,9 +1,12 @@
 """Training experiments on a built store (PEPs unless ``--corpus`` says otherwise), judged on the validation split only.
 
-    python -m bench.quality.experiments --data-dir /tmp/peps-bench [--corpus NAME] [--keep DIR] NAME [NAME ...]
+    python -m bench.quality.experiments --data-dir /tmp/peps-bench [--corpus NAME] [--keep DIR]
+        [--start LABEL=PATH] NAME [NAME ...]
 
 Each named variant trains into a scratch copy of the store's model file, from scratch, or from the
-shipped general model for the ``ft_`` variants (fine-tuning schedules), and
+shipped general model for the ``ft_`` variants (fine-tuning schedules; ``--start LABEL=PATH``: from another
+general model's checkpoint, such as one ``bench.quality.train_general --leave-out`` trained without this
+corpus, the entry named ``NAME@LABEL``), and
 records its validation metrics (the pipeline's MRR@10 / Recall@1 / stage-1 recall on 1,000
 validation queries) and training time in bench/results/experiments.json, one entry per variant
 (a rerun replaces that variant's entry; on another corpus than PEPs the entry is ``CORPUS:NAME``), with their table in bench/results/experiments.md; the
@@ -77,11 +80,12 @@ VARIANTS = {
 def markdown(record: dict) -> str:
     lines = ["# Training experiments (validation split, 1,000 queries)", "",
              "One row per variant, in the order first run; changes are from the default of the day. PEPs unless the",
-             "name says `CORPUS:`; `ft_` variants start from the general model, the others from scratch.", "",
+             "name says `CORPUS:`; `ft_` variants start from the general model (`@LABEL`: from another general model, see",
+             "`started_from` in the .json), the others from scratch.", "",
              "| variant | changes | date | training s | stage-1 recall | R@1 | MRR@10 |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in record.items():
-        model_cfg, train_cfg = VARIANTS.get(name.split(":")[-1], (r["model_config"], {}))
+        model_cfg, train_cfg = VARIANTS.get(name.split(":")[-1].split("@")[0], (r["model_config"], {}))
         changes = r.get("note") or ", ".join(f"{k} {v}" for k, v in {**model_cfg, **train_cfg}.items()) or "none"
         v = r["validation"]
         lines.append(f"| `{name}` | {changes} | {r.get('date', '')} | {r['seconds']} | {v['stage1_recall']:.3f} | "
@@ -94,6 +98,10 @@ def main() -> int:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--corpus", default="peps", help="the store's corpus, for the record's names (default peps)")
     parser.add_argument("--keep", default=None, metavar="DIR", help="copy each variant's model to DIR/NAME.safetensors")
+    parser.add_argument("--start", default=None, metavar="LABEL=PATH",
+                        help="the ft_ variants start from this general model's checkpoint (one bench.quality."
+                             "train_general wrote: --leave-out for a corpus it never saw) instead of the shipped "
+                             "one; their entries are named NAME@LABEL")
     parser.add_argument("names", nargs="+", choices=sorted(VARIANTS))
     args = parser.parse_args()
     import logging
@@ -103,6 +111,11 @@ def main() -> int:
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.attention_core.train_flow import train
 
+    label, _, start_model = (args.start or "").partition("=")
+    if args.start and not (label and start_model):
+        parser.error(f"--start {args.start}: give LABEL=PATH")
+    if args.start and not any(n.startswith("ft_") for n in args.names):
+        parser.error("--start is where the ft_ variants start: name one")
     path = RESULTS / f"{NAME}.json"
     record = json.loads(path.read_text()) if path.exists() else {}
     for name in args.names:
@@ -116,13 +129,15 @@ def main() -> int:
             t0 = time.perf_counter()
             cfg = TrainConfig(**train_cfg)
             # saved whatever the guard says: the variant's own validation figures are the record
-            meta = train(scratch, model_cfg, cfg, quiet=True, from_scratch=not name.startswith("ft_"), force=True).meta
+            fine_tune = name.startswith("ft_")
+            meta = train(scratch, model_cfg, cfg, quiet=True, from_scratch=not fine_tune, force=True,
+                         start_model=Path(start_model) if fine_tune and start_model else None).meta
             seconds = round(time.perf_counter() - t0, 1)
             if args.keep:
                 Path(args.keep).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(scratch / "model.safetensors", Path(args.keep) / f"{name}.safetensors")
         v = meta["metrics"]["validation"]
-        key = name if args.corpus == "peps" else f"{args.corpus}:{name}"
+        key = (name if args.corpus == "peps" else f"{args.corpus}:{name}") + (f"@{label}" if fine_tune and label else "")
         record[key] = {"model_config": model_cfg, "train_config": asdict(cfg), "seconds": seconds,
                         "validation": v, "history": meta["training"]["history"], "started_from": meta["started_from"],
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
