@@ -78,6 +78,42 @@ def use_bf16() -> bool:
     return setting == "1"
 
 
+POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
+                 "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
+
+
+def declared_dim(model_dir: Path) -> int | None:
+    """The output dimension a sentence-transformers model directory declares (modules.json: a Transformer, its
+    Pooling's width times the pooling modes it concatenates, then Dense layers' out_features; Normalize keeps it);
+    None when a module is of another kind or a file is missing or unreadable (then the model is loaded to ask it).
+    tests/test_embedders.py checks it against the loaded model's answer."""
+    import json
+
+    try:
+        dim = None
+        for module in json.loads((model_dir / "modules.json").read_text()):
+            kind = module["type"].rsplit(".", 1)[-1]
+            if kind == "Normalize":
+                continue
+            if kind not in ("Transformer", "Pooling", "Dense"):
+                return None
+            if kind == "Transformer":
+                continue
+            config = json.loads((model_dir / module["path"] / "config.json").read_text())
+            if kind == "Pooling":  # the legacy pooling_mode_* flags, or pooling_mode: a name or a list of them
+                mode = config.get("pooling_mode")
+                modes = (1 if isinstance(mode, str) else len(mode)) if mode else sum(bool(config.get(m)) for m in POOLING_MODES)
+                width = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+                dim = int(width) * modes if modes and width else None
+            else:
+                dim = int(config["out_features"])
+            if dim is None:
+                return None
+        return dim
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model, loaded lazily on first use, CPU, offline.
 
@@ -117,6 +153,10 @@ class SentenceTransformerEmbedder:
 
     @property
     def dim(self) -> int:
+        """The vectors' dimension: from the model directory's configuration when it declares it, so that a build
+        whose paragraphs are all stored or cached never loads the model (seconds of imports), else from the model."""
+        if self._dim is None:
+            self._dim = declared_dim(Path(self.model_path))
         if self._dim is None:
             model = self.model
             get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension

@@ -57,6 +57,25 @@ def peps_path() -> Path:
     return PEPS
 
 
+def peps_slice(path, paragraphs: dict[str, int]) -> list[str]:
+    """The corpus's first lines, each document kept while its split holds fewer than ``paragraphs[split]``
+    paragraphs: a small corpus whose splits are as large as asked (training holds out its validation split,
+    eval has test queries)."""
+    from nextpara.attention_core.sequences import split_of
+
+    have, lines = dict.fromkeys(paragraphs, 0), []
+    with open(path) as src:
+        for line in src:
+            row = json.loads(line)
+            split = split_of(row["doc_id"])
+            if have[split] < paragraphs[split]:
+                have[split] += len(row["paragraphs"])
+                lines.append(line)
+            if all(have[s] >= n for s, n in paragraphs.items()):
+                return lines
+    raise AssertionError(f"{path} has too few paragraphs for {paragraphs}: {have}")
+
+
 def unit_vectors(n: int, dim: int, seed: int = 0, clusters: int = 0) -> np.ndarray:
     """Seeded unit vectors; with ``clusters`` they gather around that many centres (like real embeddings)."""
     rng = np.random.default_rng(seed)

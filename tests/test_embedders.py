@@ -133,3 +133,29 @@ def test_local_sentence_transformers_directory(minilm):
     local = make_embedder(f"sentence-transformers:{bundled_minilm_path()}")
     assert local.name == "sentence-transformers:model" and local.dim == 384
     np.testing.assert_allclose(local.embed(TEXTS), minilm.embed(TEXTS), atol=1e-5)
+
+
+def test_a_model_directory_declares_its_dimension(tmp_path):
+    """declared_dim reads what sentence-transformers itself writes (so a build with nothing new to embed never loads
+    the model), for the bundled model and for one saved with two pooling modes and a Dense layer; a module of
+    another kind, or a directory without its files, leaves it to the loaded model."""
+    import json
+
+    from nextpara.store.embedders import bundled_minilm_path, declared_dim
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
+
+    assert declared_dim(bundled_minilm_path()) == 384
+    base = SentenceTransformer(str(bundled_minilm_path()), device="cpu")
+    saved = tmp_path / "cls-mean-dense"
+    SentenceTransformer(modules=[base[0], Pooling(384, pooling_mode=["cls", "mean"]), Dense(768, 96), Normalize()],
+                        device="cpu").save(str(saved))
+    loaded = SentenceTransformer(str(saved), device="cpu")
+    get_dim = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
+    assert declared_dim(saved) == get_dim() == 96 == loaded.encode(["A text."]).shape[1]
+    modules = json.loads((saved / "modules.json").read_text())
+    (saved / "modules.json").write_text(json.dumps(modules[:2]))  # no Dense: the two pooled widths side by side
+    assert declared_dim(saved) == 768
+    (saved / "modules.json").write_text(json.dumps([*modules[:2], {**modules[2], "type": "mypackage.Projection"}]))
+    assert declared_dim(saved) is None
+    assert declared_dim(tmp_path / "empty") is None

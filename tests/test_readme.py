@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, peps_slice, run_cli
 from nextpara.server.process import ServerProcess
 
 
@@ -22,24 +22,6 @@ def readme_commands() -> list[list[str]]:
                 if line.startswith(prefix):
                     commands.append(shlex.split(line[len(prefix):]))
     return commands
-
-
-def peps_slice(path, paragraphs: dict[str, int]) -> list[str]:
-    """The corpus's first lines, a document kept while its split has fewer than ``paragraphs[split]``: every split
-    is there (train can hold out its validation split, eval has test queries) at a third of the first 40 PEPs."""
-    from nextpara.attention_core.sequences import split_of
-
-    have, lines = dict.fromkeys(paragraphs, 0), []
-    with open(path) as src:
-        for line in src:
-            row = json.loads(line)
-            split = split_of(row["doc_id"])
-            if have[split] < paragraphs[split]:
-                have[split] += len(row["paragraphs"])
-                lines.append(line)
-            if all(have[s] >= n for s, n in paragraphs.items()):
-                return lines
-    raise AssertionError(f"{path} has too few paragraphs for {paragraphs}: {have}")
 
 
 def readme_python() -> str:
