@@ -49,28 +49,35 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_m
                    ) -> tuple[dict | None, str]:
     """(weights to start from or None, what they are, in words). ``start_model``: another general model's
     checkpoint than the shipped one (one bench.quality.train_general wrote, say), its weights checked against
-    its own hash; asked for by name, it starts training or raises FailedPreconditionError saying why not."""
+    its own hash; when it is given, any reason it cannot be used raises instead of falling back to scratch."""
+    if start_model is not None:
+        start_model = Path(start_model)
+        if from_scratch:
+            raise InvalidInputError(f"a model to start from ({start_model}) and from scratch: one or the other")
+        if not start_model.is_file():
+            raise FailedPreconditionError(f"cannot start from {start_model}: no such checkpoint file",
+                                          reason=Reason.NO_MODEL)
     if from_scratch:
         return None, "from scratch (--from-scratch)"
-    if start_model is not None and not Path(start_model).is_file():
-        raise FailedPreconditionError(f"cannot start from {start_model}: no such checkpoint file",
-                                      reason=Reason.NO_MODEL)
     try:
-        general, meta = (load_general() if start_model is None
-                         else load_general(Path(start_model), expect_version=""))
+        general, meta = load_general() if start_model is None else load_general(start_model, expect_version="")
     except FailedPreconditionError as e:
         if start_model is not None:
             raise
         return None, f"from scratch: {e}"
     mismatch = fits(meta, store)
     differ = {k: v for k, v in asdict(model_cfg).items() if getattr(general.cfg, k) != v and k != "dropout"}
-    why_not = mismatch or (f"the general model's configuration differs in {differ}" if differ else "")
-    if why_not and start_model is not None:
-        raise FailedPreconditionError(f"cannot start from {start_model}: {why_not}")
-    if why_not:
-        return None, f"from scratch: {why_not}"
+    if start_model is not None and (mismatch or differ):
+        raise FailedPreconditionError(
+            f"cannot start from {start_model}: "
+            + (mismatch or f"the general model's configuration differs in {differ}"),
+            reason=Reason.EMBEDDER_MISMATCH if mismatch else Reason.FAILED_PRECONDITION)
+    if mismatch:
+        return None, f"from scratch: {mismatch}"
+    if differ:
+        return None, f"from scratch: the general model's configuration differs in {differ}"
     return general.state_dict(), (f"from the general model {meta['model_version']}" if start_model is None
-                                  else f"from the model {meta['model_version']} of {start_model}")
+                                  else f"from the model {meta['model_version']} ({start_model.name})")
 
 
 def replaced_model(store) -> tuple[NextParagraphModel | None, str]:

@@ -20,8 +20,8 @@ class ServerSettings:
                                                       "batch each; writes run on a thread of their own (they do "
                                                       "not queue behind reads)"})
     threads: int = field(default=0, metadata={"help": "torch and FAISS threads each worker's work may use "
-                                                      "(0: $OMP_NUM_THREADS if set, else cores / "
-                                                      "workers, at least 1)"})
+                                                      "(0: the cores, or $OMP_NUM_THREADS if set, "
+                                                      "divided among the workers, at least 1)"})
     max_batch: int = field(default=32, metadata={"help": "PredictNext/Rerank calls coalesced into one model batch"})
     max_wait_ms: float = field(default=0.0, metadata={"help": "how long a batch waits for more calls once a worker is "
                                                            "free (calls that came while the workers were busy join "

@@ -55,15 +55,24 @@ class Deleted:
 
 
 def size_threads(workers: int, threads: int = 0) -> int:
-    """torch and FAISS threads: ``threads``; by default ``OMP_NUM_THREADS`` when it is set (the usual cap on a
-    shared machine), else the cores divided among the workers."""
+    """torch and FAISS threads per worker: ``threads``; by default the cores, or ``OMP_NUM_THREADS`` when it is set
+    (the usual cap on a shared machine: the whole process's), divided among the workers (the workers are threads
+    of this process, each running its own torch and FAISS calls)."""
     import os
 
     from nextpara.attention_core.pipeline import use_threads
 
-    capped = os.environ.get("OMP_NUM_THREADS", "")
-    n = threads or (int(capped) if capped.isdigit() and int(capped) > 0 else 0) \
-        or max(1, len(os.sched_getaffinity(0)) // max(1, workers))
+    cores = len(os.sched_getaffinity(0))
+    setting = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # OpenMP allows a list: its first level
+    if setting:
+        try:
+            cores = int(setting)
+            if cores < 1:
+                raise ValueError
+        except ValueError:
+            log.warning("OMP_NUM_THREADS=%r is not a positive number of threads: ignored", os.environ["OMP_NUM_THREADS"])
+            cores = len(os.sched_getaffinity(0))
+    n = threads or max(1, cores // max(1, workers))
     use_threads(n)
     log.info("CPU work: %d workers x %d torch/FAISS threads", workers, n)
     return n

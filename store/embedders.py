@@ -85,13 +85,19 @@ POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_
 def declared_dim(model_dir: Path) -> int | None:
     """The output dimension a sentence-transformers model directory declares (modules.json: a Transformer, its
     Pooling's width times the pooling modes it concatenates, then Dense layers' out_features; Normalize keeps it);
-    None when a module is of another kind or a file is missing or unreadable (then the model is loaded to ask it).
+    None when a module is of another kind (or not sentence-transformers' own), the model truncates its vectors
+    (``truncate_dim``), or a file is missing or unreadable: then the model is loaded to ask it.
     tests/test_embedders.py checks it against the loaded model's answer."""
     import json
 
     try:
+        settings = model_dir / "config_sentence_transformers.json"
+        if settings.exists() and json.loads(settings.read_text()).get("truncate_dim"):
+            return None  # the model cuts its vectors on load: let it say to what
         dim = None
         for module in json.loads((model_dir / "modules.json").read_text()):
+            if not module["type"].startswith("sentence_transformers."):  # a module of the model's own code
+                return None
             kind = module["type"].rsplit(".", 1)[-1]
             if kind == "Normalize":
                 continue
@@ -112,6 +118,12 @@ def declared_dim(model_dir: Path) -> int | None:
         return dim
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def model_dimension(model) -> int:
+    """A loaded sentence-transformers model's output dimension (the method's name changed in version 6)."""
+    get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(get_dim())
 
 
 class SentenceTransformerEmbedder:
@@ -158,9 +170,7 @@ class SentenceTransformerEmbedder:
         if self._dim is None:
             self._dim = declared_dim(Path(self.model_path))
         if self._dim is None:
-            model = self.model
-            get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-            self._dim = int(get_dim())
+            self._dim = model_dimension(self.model)
         return self._dim
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -11,8 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Each pytest-xdist worker (and every process it starts) gets its share of the cores: workers with torch's
 # default of every core each would oversubscribe them, and spinning OpenMP threads on a shared core nearly
-# double every test's time. Set in the worker (the controller's environment is what workers start from), before
-# torch or NumPy load, so they and their children read it; a value the caller set is kept.
+# double every test's time. Only workers set it (the controller runs no tests, and the workers start from its
+# environment), before torch or NumPy load, so they and their children read it; a value the caller set is kept.
 if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0))
                                                     // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
@@ -59,16 +59,16 @@ def peps_path() -> Path:
 
 def peps_slice(path, paragraphs: dict[str, int]) -> list[str]:
     """The corpus's first lines, each document kept while its split holds fewer than ``paragraphs[split]``
-    paragraphs: a small corpus whose splits are as large as asked (training holds out its validation split,
-    eval has test queries)."""
-    from nextpara.attention_core.sequences import split_of
+    paragraphs (a split not named gets none): a small corpus whose splits are as large as asked (training holds
+    out its validation split, eval has test queries)."""
+    from nextpara.attention_core.sequences import SPLITS, split_of
 
-    have, lines = dict.fromkeys(paragraphs, 0), []
+    have, lines = {split: 0 for split in SPLITS}, []
     with open(path) as src:
         for line in src:
             row = json.loads(line)
             split = split_of(row["doc_id"])
-            if have[split] < paragraphs[split]:
+            if have[split] < paragraphs.get(split, 0):
                 have[split] += len(row["paragraphs"])
                 lines.append(line)
             if all(have[s] >= n for s, n in paragraphs.items()):

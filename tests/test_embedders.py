@@ -141,21 +141,25 @@ def test_a_model_directory_declares_its_dimension(tmp_path):
     another kind, or a directory without its files, leaves it to the loaded model."""
     import json
 
-    from nextpara.store.embedders import bundled_minilm_path, declared_dim
+    from nextpara.store.embedders import bundled_minilm_path, declared_dim, model_dimension
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 
-    assert declared_dim(bundled_minilm_path()) == 384
+    assert declared_dim(bundled_minilm_path()) == 384  # its Pooling config has the legacy pooling_mode_* flags
+    st_modules = pytest.importorskip("sentence_transformers.sentence_transformer.modules",
+                                     reason="the modules' layout of sentence-transformers 6")
     base = SentenceTransformer(str(bundled_minilm_path()), device="cpu")
     saved = tmp_path / "cls-mean-dense"
-    SentenceTransformer(modules=[base[0], Pooling(384, pooling_mode=["cls", "mean"]), Dense(768, 96), Normalize()],
-                        device="cpu").save(str(saved))
+    SentenceTransformer(modules=[base[0], st_modules.Pooling(384, pooling_mode=["cls", "mean"]),
+                                 st_modules.Dense(768, 96), st_modules.Normalize()], device="cpu").save(str(saved))
     loaded = SentenceTransformer(str(saved), device="cpu")
-    get_dim = getattr(loaded, "get_embedding_dimension", None) or loaded.get_sentence_embedding_dimension
-    assert declared_dim(saved) == get_dim() == 96 == loaded.encode(["A text."]).shape[1]
+    assert declared_dim(saved) == model_dimension(loaded) == 96 == loaded.encode(["A text."]).shape[1]
     modules = json.loads((saved / "modules.json").read_text())
     (saved / "modules.json").write_text(json.dumps(modules[:2]))  # no Dense: the two pooled widths side by side
     assert declared_dim(saved) == 768
-    (saved / "modules.json").write_text(json.dumps([*modules[:2], {**modules[2], "type": "mypackage.Projection"}]))
-    assert declared_dim(saved) is None
+    (saved / "modules.json").write_text(json.dumps([*modules[:2], {**modules[2], "type": "mypackage.Dense"}]))
+    assert declared_dim(saved) is None  # not sentence-transformers' own Dense
+    (saved / "modules.json").write_text(json.dumps(modules[:2]))
+    settings = json.loads((saved / "config_sentence_transformers.json").read_text())
+    (saved / "config_sentence_transformers.json").write_text(json.dumps({**settings, "truncate_dim": 64}))
+    assert declared_dim(saved) is None and model_dimension(SentenceTransformer(str(saved), device="cpu")) == 64
     assert declared_dim(tmp_path / "empty") is None

@@ -18,7 +18,7 @@ from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.attention_core.train_config import TrainConfig
 from nextpara.attention_core.train_flow import starting_point, train
 from nextpara.attention_core.training import Trainer
-from nextpara.errors import FailedPreconditionError
+from nextpara.errors import FailedPreconditionError, InvalidInputError
 from nextpara.store.corpus import CorpusReader
 from nextpara.store.ingest import build
 from nextpara.store.store import open_store
@@ -178,10 +178,11 @@ def test_training_can_start_from_another_general_model(untrained_store, tmp_path
     with open_store(store, readonly=True) as s:
         mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)
         state, start = starting_point(s, mcfg, from_scratch=False, start_model=other)
-        assert start == f"from the model {GENERAL_VERSION} of {other}"
+        assert start == f"from the model {GENERAL_VERSION} ({other.name})"
         shipped, _ = starting_point(s, mcfg, from_scratch=False)
         assert state.keys() == shipped.keys() and all(torch.equal(state[k], shipped[k]) for k in state)
-        assert starting_point(s, mcfg, from_scratch=True, start_model=other)[0] is None
+        with pytest.raises(InvalidInputError, match="one or the other"):
+            starting_point(s, mcfg, from_scratch=True, start_model=other)
         with pytest.raises(FailedPreconditionError, match="no such checkpoint file"):
             starting_point(s, mcfg, from_scratch=False, start_model=tmp_path / "absent.safetensors")
         with pytest.raises(FailedPreconditionError, match="configuration differs"):

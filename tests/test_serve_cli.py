@@ -97,10 +97,14 @@ def test_threads_are_divided_among_the_workers(monkeypatch):
         assert n == max(1, len(os.sched_getaffinity(0)) // 2)
         assert torch.get_num_threads() == n and faiss.omp_get_max_threads() == n
         assert size_threads(workers=1, threads=3) == 3 and torch.get_num_threads() == 3
-        monkeypatch.setenv("OMP_NUM_THREADS", "5")  # a shared machine's cap is kept, an explicit setting wins
-        assert size_threads(workers=1) == 5 and size_threads(workers=1, threads=2) == 2
-        monkeypatch.setenv("OMP_NUM_THREADS", "lots")
-        assert size_threads(workers=2) == n
+        monkeypatch.setenv("OMP_NUM_THREADS", "6")  # a shared machine's cap for the process, shared by the workers
+        assert size_threads(workers=1) == 6 and size_threads(workers=2) == 3 and size_threads(workers=8) == 1
+        assert size_threads(workers=1, threads=2) == 2  # an explicit setting wins
+        monkeypatch.setenv("OMP_NUM_THREADS", "4,2")  # OpenMP's nested levels: the first is this process's
+        assert size_threads(workers=2) == 2
+        for bad in ("lots", "0", "\u00b2"):
+            monkeypatch.setenv("OMP_NUM_THREADS", bad)
+            assert size_threads(workers=2) == n
     finally:
         torch.set_num_threads(before[0])
         faiss.omp_set_num_threads(before[1])

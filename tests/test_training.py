@@ -115,9 +115,9 @@ def test_training_is_deterministic_under_a_seed(predictable_store):
 @pytest.mark.corpus
 @pytest.mark.slow
 def test_training_on_a_peps_slice_lowers_loss_and_beats_random(peps_path, tmp_path):
-    (tmp_path / "slice.jsonl").write_text("".join(peps_slice(peps_path, {"train": 500, "validation": 60, "test": 0})))
+    (tmp_path / "slice.jsonl").write_text("".join(peps_slice(peps_path, {"train": 500, "validation": 60})))
     build(str(tmp_path / "slice.jsonl"), tmp_path / "store", quiet=True)
-    cfg = TrainConfig(phase1_epochs=2, phase2_epochs=1, batch_size=64, val_queries=300, n_candidates=50)
+    cfg = TrainConfig(phase1_epochs=2, phase2_epochs=1, batch_size=64, val_queries=100, n_candidates=50)  # 86 there
     with open_store(tmp_path / "store", readonly=True) as store:
         seq = ParagraphSequences(store)
         trainer = Trainer(store, seq, RerankerConfig(embed_dim=384, **SMALL_MODEL), cfg, quiet=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -77,6 +78,11 @@ VARIANTS = {
 }
 
 
+def fine_tune(name: str) -> bool:
+    """The ``ft_`` variants start from a general model; the others from scratch."""
+    return name.startswith("ft_")
+
+
 def markdown(record: dict) -> str:
     lines = ["# Training experiments (validation split, 1,000 queries)", "",
              "One row per variant, in the order first run; changes are from the default of the day. PEPs unless the",
@@ -112,9 +118,9 @@ def main() -> int:
     from nextpara.attention_core.train_flow import train
 
     label, _, start_model = (args.start or "").partition("=")
-    if args.start and not (label and start_model):
-        parser.error(f"--start {args.start}: give LABEL=PATH")
-    if args.start and not any(n.startswith("ft_") for n in args.names):
+    if args.start and not (re.fullmatch(r"[A-Za-z0-9_-]+", label) and start_model):
+        parser.error(f"--start {args.start}: give LABEL=PATH, the label of letters, digits, _ and -")
+    if args.start and not any(fine_tune(n) for n in args.names):
         parser.error("--start is where the ft_ variants start: name one")
     path = RESULTS / f"{NAME}.json"
     record = json.loads(path.read_text()) if path.exists() else {}
@@ -126,18 +132,19 @@ def main() -> int:
             for f in Path(args.data_dir).iterdir():  # share the store read-only; the model goes to scratch
                 if f.name not in ("model.safetensors", "write.lock"):
                     (scratch / f.name).symlink_to(f.resolve())
+            key = name if args.corpus == "peps" else f"{args.corpus}:{name}"
+            if fine_tune(name) and label:
+                key += f"@{label}"
             t0 = time.perf_counter()
             cfg = TrainConfig(**train_cfg)
             # saved whatever the guard says: the variant's own validation figures are the record
-            fine_tune = name.startswith("ft_")
-            meta = train(scratch, model_cfg, cfg, quiet=True, from_scratch=not fine_tune, force=True,
-                         start_model=Path(start_model) if fine_tune and start_model else None).meta
+            meta = train(scratch, model_cfg, cfg, quiet=True, from_scratch=not fine_tune(name), force=True,
+                         start_model=Path(start_model) if fine_tune(name) and start_model else None).meta
             seconds = round(time.perf_counter() - t0, 1)
             if args.keep:
                 Path(args.keep).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(scratch / "model.safetensors", Path(args.keep) / f"{name}.safetensors")
+                shutil.copyfile(scratch / "model.safetensors", Path(args.keep) / f"{key.split(':')[-1]}.safetensors")
         v = meta["metrics"]["validation"]
-        key = (name if args.corpus == "peps" else f"{args.corpus}:{name}") + (f"@{label}" if fine_tune and label else "")
         record[key] = {"model_config": model_cfg, "train_config": asdict(cfg), "seconds": seconds,
                         "validation": v, "history": meta["training"]["history"], "started_from": meta["started_from"],
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
