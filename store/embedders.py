@@ -78,6 +78,7 @@ def use_bf16() -> bool:
     return setting == "1"
 
 
+KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
                  "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
 
@@ -96,14 +97,10 @@ def declared_dim(model_dir: Path) -> int | None:
             return None  # the model cuts its vectors on load: let it say to what
         dim = None
         for module in json.loads((model_dir / "modules.json").read_text()):
-            if not module["type"].startswith("sentence_transformers."):  # a module of the model's own code
-                return None
             kind = module["type"].rsplit(".", 1)[-1]
-            if kind == "Normalize":
-                continue
-            if kind not in ("Transformer", "Pooling", "Dense"):
-                return None
-            if kind == "Transformer":
+            if not module["type"].startswith("sentence_transformers.") or kind not in KNOWN_MODULES:
+                return None  # a module of another kind, or of the model's own code
+            if kind in ("Transformer", "Normalize"):  # the token vectors' width is Pooling's; Normalize keeps it
                 continue
             config = json.loads((model_dir / module["path"] / "config.json").read_text())
             if kind == "Pooling":  # the legacy pooling_mode_* flags, or pooling_mode: a name or a list of them
