@@ -64,14 +64,10 @@ def size_threads(workers: int, threads: int = 0) -> int:
 
     cores = len(os.sched_getaffinity(0))
     setting = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # OpenMP allows a list: its first level
-    if setting:
-        try:
-            cores = int(setting)
-            if cores < 1:
-                raise ValueError
-        except ValueError:
-            log.warning("OMP_NUM_THREADS=%r is not a positive number of threads: ignored", os.environ["OMP_NUM_THREADS"])
-            cores = len(os.sched_getaffinity(0))
+    if setting.isascii() and setting.isdigit() and int(setting) > 0:
+        cores = int(setting)
+    elif setting:
+        log.warning("OMP_NUM_THREADS=%r is not a positive number of threads: ignored", os.environ["OMP_NUM_THREADS"])
     n = threads or max(1, cores // max(1, workers))
     use_threads(n)
     log.info("CPU work: %d workers x %d torch/FAISS threads", workers, n)
