@@ -27,6 +27,8 @@ class TrainConfig:
     near_window: int = 3  # paragraphs after the target that count as near for near_weight
     init_shrink: float = 1.0  # fine-tuning starts from init_shrink x the starting model's weights + the rest x a fresh
     #                           initialisation ("shrink and perturb": a warm start can generalise worse than a fresh one)
+    scorer_shrink: float = 1.0  # the same again for the scorer alone (every weight but the context encoder and its
+    #                             query head, model.QUERY_SIDE): 0 keeps the starting model's query head, a fresh scorer
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -35,3 +37,5 @@ class TrainConfig:
                              "1 or more")
         if not 0.0 <= self.init_shrink <= 1.0:
             raise ValueError(f"init_shrink ({self.init_shrink}) must be between 0 and 1")
+        if not 0.0 <= self.scorer_shrink <= 1.0:
+            raise ValueError(f"scorer_shrink ({self.scorer_shrink}) must be between 0 and 1")

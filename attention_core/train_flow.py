@@ -109,11 +109,13 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
         except ValueError as e:
             raise InvalidInputError(f"model settings: {e}") from e
         state, start = starting_point(store, mcfg, from_scratch, start_model)
-        if cfg.init_shrink < 1.0:
+        if cfg.init_shrink < 1.0 or cfg.scorer_shrink < 1.0:
             if state is None:
-                log.warning("--init-shrink %s does nothing when training starts %s", cfg.init_shrink, start)
+                log.warning("--init-shrink %s and --scorer-shrink %s do nothing when training starts %s",
+                            cfg.init_shrink, cfg.scorer_shrink, start)
             else:
-                start += f", shrunk to {cfg.init_shrink} of it (the rest a fresh initialisation)"
+                start += (f", shrunk to {cfg.init_shrink} of it and its scorer to {cfg.init_shrink * cfg.scorer_shrink}"
+                          " (the rest a fresh initialisation)")
         log.info("training %s", start)
         old_model, replaced = replaced_model(store)
         try:

@@ -36,7 +36,7 @@ from nextpara.store.store import ParagraphStore
 
 from . import lexical
 from .metrics import hit_rank, per_query, summarize
-from .model import NextParagraphModel, RerankerConfig
+from .model import QUERY_SIDE, NextParagraphModel, RerankerConfig
 from .pipeline import RerankPipeline, pad_candidates, pad_contexts
 from .sequences import ParagraphSequences, Query
 from .train_config import TrainConfig
@@ -83,10 +83,13 @@ class Trainer:
         self.model = NextParagraphModel(model_cfg)
         if init_state is not None:
             start = {k: v for k, v in init_state.items() if k not in STORE_FITTED}
-            if cfg.init_shrink < 1.0:  # towards this model's own fresh initialisation (TrainConfig.init_shrink)
-                fresh = self.model.state_dict()
-                start = {k: cfg.init_shrink * v + (1.0 - cfg.init_shrink) * fresh[k]
-                         if k in fresh and v.is_floating_point() else v for k, v in start.items()}
+            if cfg.init_shrink < 1.0 or cfg.scorer_shrink < 1.0:  # towards this model's own fresh initialisation
+                fresh = self.model.state_dict()  # (TrainConfig.init_shrink, scorer_shrink)
+
+                def mix(k: str, v: torch.Tensor) -> torch.Tensor:
+                    s = cfg.init_shrink * (1.0 if k.startswith(QUERY_SIDE) else cfg.scorer_shrink)
+                    return s * v + (1.0 - s) * fresh[k] if k in fresh and v.is_floating_point() else v
+                start = {k: mix(k, v) for k, v in start.items()}
             self.model.load_state_dict(start, strict=False)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from

@@ -72,9 +72,15 @@ VARIANTS = {
     "ft_lr3e-4": ({}, {"lr": 3e-4}),
     "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "phase1_epochs": 2}),
     "ft_p1x2_lr1e-4": ({}, {"lr": 1e-4, "phase1_epochs": 2}),
+    "ft_p1x0": ({}, {"phase1_epochs": 0}),  # the general model's query head as it is, then phase 2
+    "ft_p1x1": ({}, {"phase1_epochs": 1}),
+    "ft_p1x2": ({}, {"phase1_epochs": 2}),
     # shrink and perturb: start from a mix of the general model's weights and a fresh initialisation
     "ft_shrink0.5": ({}, {"init_shrink": 0.5}),
     "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
+    # the general model's query side (encoder and query head, model.QUERY_SIDE), a fresh scorer or a shrunk one
+    "ft_head": ({}, {"scorer_shrink": 0.0}),
+    "ft_head_shrink0.5": ({}, {"scorer_shrink": 0.5}),
 }
 
 
