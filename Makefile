@@ -21,7 +21,7 @@ run: venv
 	$(BIN)/nextpara serve
 
 test: venv
-	$(BIN)/python -m pytest -n 2 --dist loadfile  # two workers, a test file each: 2 cores
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder  # two workers, a test file each, in tests/conftest.py's order: 2 cores
 
 clean:
 	rm -rf $(VENV) build *.egg-info

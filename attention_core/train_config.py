@@ -10,6 +10,8 @@ class TrainConfig:
     max_context: int = 8  # L: context paragraphs per training query
     n_candidates: int = 100  # per stage-1 source (query head, last paragraph)
     phase1_epochs: int = 6  # query head, full softmax (8 was better on validation but slower; bench/results/experiments.json)
+    phase1_patience: int = 0  # 0: every phase-1 epoch; N: phase 1 stops after N epochs without a lower validation
+    #                           query loss and keeps its best head (a starting model's own head counts as epoch 0)
     phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
     batch_size: int = 128
     lr: float = 1e-3
@@ -37,5 +39,7 @@ class TrainConfig:
                              "1 or more")
         if not 0.0 <= self.init_shrink <= 1.0:
             raise ValueError(f"init_shrink ({self.init_shrink}) must be between 0 and 1")
+        if self.phase1_patience < 0:
+            raise ValueError(f"phase1_patience ({self.phase1_patience}) must be 0 or more")
         if not 0.0 <= self.scorer_shrink <= 1.0:
             raise ValueError(f"scorer_shrink ({self.scorer_shrink}) must be between 0 and 1")

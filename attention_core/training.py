@@ -81,6 +81,7 @@ class Trainer:
             raise FailedPreconditionError(f"{store.data_dir} has no word index for --word-candidates: open it once for "
                                           "writing first (nextpara build with the same corpus adds it)")
         self.model = NextParagraphModel(model_cfg)
+        self.started_from_weights = init_state is not None
         if init_state is not None:
             start = {k: v for k, v in init_state.items() if k not in STORE_FITTED}
             if cfg.init_shrink < 1.0 or cfg.scorer_shrink < 1.0:  # towards this model's own fresh initialisation
@@ -264,16 +265,43 @@ class Trainer:
             near[i, :len(rows)] |= torch.from_numpy(np.isin(self.seq.text_class[rows], self.seq.text_class[after]))
         return near
 
+    def _phase1(self, history: list[dict]) -> None:
+        """The query head's epochs; with ``phase1_patience``, early stopping on the validation query loss, the best
+        head kept (a starting model's head is epoch 0: fine-tuning may keep it as it is)."""
+        watch = self.cfg.phase1_patience > 0
+        best_loss, best_state, stale = float("inf"), None, 0
+        if watch and self.started_from_weights:
+            best_loss = self.validation_loss()
+            best_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+            log.info("phase 1 start: validation query loss %.4f", best_loss)
+        for epoch in range(self.cfg.phase1_epochs):
+            loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{self.cfg.phase1_epochs}",
+                               self._batches(self.train_q), self.phase1_step)
+            entry = {"phase": 1, "epoch": epoch + 1, "loss": loss}
+            if watch:
+                entry["validation_loss"] = self.validation_loss()
+            history.append(entry)
+            log.info("phase 1 epoch %d: loss %.4f%s", epoch + 1, loss,
+                     f", validation query loss {entry['validation_loss']:.4f}" if watch else "")
+            if not watch:
+                continue
+            if entry["validation_loss"] < best_loss:
+                best_loss, stale = entry["validation_loss"], 0
+                best_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+            else:
+                stale += 1
+                if stale >= self.cfg.phase1_patience:
+                    log.info("phase 1 early stop: no lower validation query loss for %d epochs", stale)
+                    break
+        if watch and best_state is not None:
+            self.model.load_state_dict(best_state)
+
     def fit(self) -> dict:
         started = time.perf_counter()
         history = []
         best = {"mrr@10": -1.0}
         best_state = None
-        for epoch in range(self.cfg.phase1_epochs):
-            loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{self.cfg.phase1_epochs}",
-                               self._batches(self.train_q), self.phase1_step)
-            history.append({"phase": 1, "epoch": epoch + 1, "loss": loss})
-            log.info("phase 1 epoch %d: loss %.4f", epoch + 1, loss)
+        self._phase1(history)
         stale = 0
         for group in self.opt.param_groups:
             group["lr"] = self.cfg.phase2_lr or self.cfg.lr

@@ -26,6 +26,15 @@ from bench.reliability.store_checks import write_vector_corpus  # noqa: E402,F40
 
 CORPORA = REPO.parent / "shared" / "corpora"
 PEPS = CORPORA / "peps.jsonl"
+# The files that take longest (minutes each on 2 cores, `pytest --durations=0` summed by file), run first, longest
+# first: `make test` hands whole files to two workers in collection order (--dist loadfile --no-loadscope-reorder),
+# and one of these handed out last would leave the other worker idle while it runs
+LONGEST_FIRST = ("test_crash.py", "test_batch.py", "test_readme.py", "test_cli.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the other files keep their order
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -188,3 +188,26 @@ def test_init_shrink_starts_between_the_given_weights_and_a_fresh_model(predicta
     for k in STORE_FITTED:
         assert torch.equal(mixed[k], fresh[k]) and torch.equal(whole[k], fresh[k]), k
     assert float(mixed["lexical_boost"]) == 0.0
+
+
+def test_phase1_patience_keeps_the_head_with_the_lowest_validation_loss(predictable_store):
+    """TrainConfig.phase1_patience: phase 1 measures the validation query loss at the start (fine-tuning: the
+    starting model's head is epoch 0) and after each epoch, stops after ``patience`` epochs without a lower one,
+    and keeps the head that had the lowest."""
+    model_cfg = RerankerConfig(embed_dim=32, **SMALL_MODEL)
+    small = {"val_queries": 50, "max_train_queries": 300, "batch_size": 32, "phase2_epochs": 0}
+    with open_store(predictable_store, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        start = Trainer(store, seq, model_cfg, TrainConfig(**small, phase1_epochs=2), quiet=True)
+        start.fit()
+        trainer = Trainer(store, seq, model_cfg, TrainConfig(**small, phase1_epochs=8, phase1_patience=1, lr=0.03),
+                          quiet=True, init_state=start.model.state_dict())
+        at_start = trainer.validation_loss()
+        history = trainer.fit()["history"]
+        kept = trainer.validation_loss()
+    losses = [at_start] + [h["validation_loss"] for h in history]
+    assert history and all(h["phase"] == 1 for h in history) and len(history) <= 8
+    best = int(np.argmin(losses))
+    assert kept == pytest.approx(losses[best], rel=1e-5), (kept, losses)
+    if len(history) < 8:  # stopped early: the one epoch after the best was no better
+        assert len(losses) == best + 2 and losses[-1] >= losses[best], losses

@@ -75,6 +75,7 @@ VARIANTS = {
     "ft_p1x0": ({}, {"phase1_epochs": 0}),  # the general model's query head as it is, then phase 2
     "ft_p1x1": ({}, {"phase1_epochs": 1}),
     "ft_p1x2": ({}, {"phase1_epochs": 2}),
+    "ft_p1es": ({}, {"phase1_patience": 1}),  # phase 1 while the validation query loss falls (the start: epoch 0)
     # shrink and perturb: start from a mix of the general model's weights and a fresh initialisation
     "ft_shrink0.5": ({}, {"init_shrink": 0.5}),
     "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
