@@ -46,8 +46,6 @@ from . import lexical
 POOL_TOP = 20  # neighbours in the candidate pool used for the density feature
 POOL_NEIGHBOURS = 3  # features of a candidate's nearest in its list, with ``pool_neighbours`` (NextParagraphModel.pool)
 # named scorer configurations (``nextpara train --scorer``): changes from RerankerConfig's defaults
-# weights of the context encoder and its query head (NextParagraphModel.encode); every other weight is the scorer's
-QUERY_SIDE = ("in_proj.", "pos_emb.", "type_emb.", "encoder.", "ln_enc.", "query_out.", "mix")
 SCORERS = {"full": {}, "fast": {"n_scorer_layers": 0, "candidate_tokens": False}}
 SCORER_FIELDS = ("n_scorer_layers", "n_list_layers", "candidate_tokens", "pool_density")  # what names a scorer
 

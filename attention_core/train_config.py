@@ -10,8 +10,9 @@ class TrainConfig:
     max_context: int = 8  # L: context paragraphs per training query
     n_candidates: int = 100  # per stage-1 source (query head, last paragraph)
     phase1_epochs: int = 6  # query head, full softmax (8 was better on validation but slower; bench/results/experiments.json)
-    phase1_patience: int = 0  # 0: every phase-1 epoch; N: phase 1 stops after N epochs without a lower validation
-    #                           query loss and keeps its best head (a starting model's own head counts as epoch 0)
+    finetune_phase1_epochs: int = 0  # the same when starting from a general model: 0 keeps its query head as it is (phase 2
+    #                                  still trains it, phase2_query_weight); more epochs fit a small corpus's training
+    #                                  queries, and the scorer trained on their lists ranks worse (bench/README.md)
     phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
     batch_size: int = 128
     lr: float = 1e-3
@@ -29,8 +30,6 @@ class TrainConfig:
     near_window: int = 3  # paragraphs after the target that count as near for near_weight
     init_shrink: float = 1.0  # fine-tuning starts from init_shrink x the starting model's weights + the rest x a fresh
     #                           initialisation ("shrink and perturb": a warm start can generalise worse than a fresh one)
-    scorer_shrink: float = 1.0  # the same again for the scorer alone (every weight but the context encoder and its
-    #                             query head, model.QUERY_SIDE): 0 keeps the starting model's query head, a fresh scorer
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -39,7 +38,3 @@ class TrainConfig:
                              "1 or more")
         if not 0.0 <= self.init_shrink <= 1.0:
             raise ValueError(f"init_shrink ({self.init_shrink}) must be between 0 and 1")
-        if self.phase1_patience < 0:
-            raise ValueError(f"phase1_patience ({self.phase1_patience}) must be 0 or more")
-        if not 0.0 <= self.scorer_shrink <= 1.0:
-            raise ValueError(f"scorer_shrink ({self.scorer_shrink}) must be between 0 and 1")

@@ -109,14 +109,16 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
         except ValueError as e:
             raise InvalidInputError(f"model settings: {e}") from e
         state, start = starting_point(store, mcfg, from_scratch, start_model)
-        if cfg.init_shrink < 1.0 or cfg.scorer_shrink < 1.0:
+        if cfg.init_shrink < 1.0:
             if state is None:
-                log.warning("--init-shrink %s and --scorer-shrink %s do nothing when training starts %s",
-                            cfg.init_shrink, cfg.scorer_shrink, start)
+                log.warning("--init-shrink %s does nothing when training starts %s", cfg.init_shrink, start)
             else:
-                start += (f", shrunk to {cfg.init_shrink} of it and its scorer to {cfg.init_shrink * cfg.scorer_shrink}"
-                          " (the rest a fresh initialisation)")
+                start += f", shrunk to {cfg.init_shrink} of it (the rest a fresh initialisation)"
         log.info("training %s", start)
+        if state is not None:
+            log.info("phase 1: %s", f"{cfg.finetune_phase1_epochs} query-head epochs (--finetune-phase1-epochs)"
+                     if cfg.finetune_phase1_epochs else "none, the starting model's query head kept as it is "
+                     "(--finetune-phase1-epochs 0; phase 2 still trains it)")
         old_model, replaced = replaced_model(store)
         try:
             trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet, init_state=state)

@@ -36,7 +36,7 @@ from nextpara.store.store import ParagraphStore
 
 from . import lexical
 from .metrics import hit_rank, per_query, summarize
-from .model import QUERY_SIDE, NextParagraphModel, RerankerConfig
+from .model import NextParagraphModel, RerankerConfig
 from .pipeline import RerankPipeline, pad_candidates, pad_contexts
 from .sequences import ParagraphSequences, Query
 from .train_config import TrainConfig
@@ -84,13 +84,10 @@ class Trainer:
         self.started_from_weights = init_state is not None
         if init_state is not None:
             start = {k: v for k, v in init_state.items() if k not in STORE_FITTED}
-            if cfg.init_shrink < 1.0 or cfg.scorer_shrink < 1.0:  # towards this model's own fresh initialisation
-                fresh = self.model.state_dict()  # (TrainConfig.init_shrink, scorer_shrink)
-
-                def mix(k: str, v: torch.Tensor) -> torch.Tensor:
-                    s = cfg.init_shrink * (1.0 if k.startswith(QUERY_SIDE) else cfg.scorer_shrink)
-                    return s * v + (1.0 - s) * fresh[k] if k in fresh and v.is_floating_point() else v
-                start = {k: mix(k, v) for k, v in start.items()}
+            if cfg.init_shrink < 1.0:  # towards this model's own fresh initialisation (TrainConfig.init_shrink)
+                fresh = self.model.state_dict()
+                start = {k: cfg.init_shrink * v + (1.0 - cfg.init_shrink) * fresh[k]
+                         if k in fresh and v.is_floating_point() else v for k, v in start.items()}
             self.model.load_state_dict(start, strict=False)
         self.all_vectors = torch.from_numpy(seq.vectors)  # (N, D)
         # a target whose text repeats a context paragraph is excluded with it: nothing to learn from
@@ -265,43 +262,17 @@ class Trainer:
             near[i, :len(rows)] |= torch.from_numpy(np.isin(self.seq.text_class[rows], self.seq.text_class[after]))
         return near
 
-    def _phase1(self, history: list[dict]) -> None:
-        """The query head's epochs; with ``phase1_patience``, early stopping on the validation query loss, the best
-        head kept (a starting model's head is epoch 0: fine-tuning may keep it as it is)."""
-        watch = self.cfg.phase1_patience > 0
-        best_loss, best_state, stale = float("inf"), None, 0
-        if watch and self.started_from_weights:
-            best_loss = self.validation_loss()
-            best_state = {k: v.clone() for k, v in self.model.state_dict().items()}
-            log.info("phase 1 start: validation query loss %.4f", best_loss)
-        for epoch in range(self.cfg.phase1_epochs):
-            loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{self.cfg.phase1_epochs}",
-                               self._batches(self.train_q), self.phase1_step)
-            entry = {"phase": 1, "epoch": epoch + 1, "loss": loss}
-            if watch:
-                entry["validation_loss"] = self.validation_loss()
-            history.append(entry)
-            log.info("phase 1 epoch %d: loss %.4f%s", epoch + 1, loss,
-                     f", validation query loss {entry['validation_loss']:.4f}" if watch else "")
-            if not watch:
-                continue
-            if entry["validation_loss"] < best_loss:
-                best_loss, stale = entry["validation_loss"], 0
-                best_state = {k: v.clone() for k, v in self.model.state_dict().items()}
-            else:
-                stale += 1
-                if stale >= self.cfg.phase1_patience:
-                    log.info("phase 1 early stop: no lower validation query loss for %d epochs", stale)
-                    break
-        if watch and best_state is not None:
-            self.model.load_state_dict(best_state)
-
     def fit(self) -> dict:
         started = time.perf_counter()
         history = []
         best = {"mrr@10": -1.0}
         best_state = None
-        self._phase1(history)
+        epochs = self.cfg.finetune_phase1_epochs if self.started_from_weights else self.cfg.phase1_epochs
+        for epoch in range(epochs):
+            loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{epochs}", self._batches(self.train_q),
+                               self.phase1_step)
+            history.append({"phase": 1, "epoch": epoch + 1, "loss": loss})
+            log.info("phase 1 epoch %d: loss %.4f", epoch + 1, loss)
         stale = 0
         for group in self.opt.param_groups:
             group["lr"] = self.cfg.phase2_lr or self.cfg.lr

@@ -159,6 +159,11 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
         assert read_checkpoint_meta(copy / CHECKPOINT)["started_from"] == outcome.meta["started_from"]
     scratch = train(copy, SMALL_MODEL, TINY, quiet=True, from_scratch=True)
     assert scratch.meta["started_from"] == "from scratch (--from-scratch)"
+
+    def phase1_epochs(outcome):
+        return sum(h["phase"] == 1 for h in outcome.meta["training"]["history"])
+    # fine-tuning keeps the general model's query head (finetune_phase1_epochs 0: bench/README.md); scratch trains it
+    assert phase1_epochs(outcome) == 0 and phase1_epochs(scratch) == TINY.phase1_epochs == 1
     # what is fitted to a store is not inherited: the word weights and the lexical boost start as from scratch
     with open_store(copy, readonly=True) as s:
         mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)

@@ -8,7 +8,7 @@ import torch
 from conftest import peps_slice, vector_store
 from nextpara.attention_core.evaluation import Evaluation
 from nextpara.attention_core.metrics import NO_HIT, summarize
-from nextpara.attention_core.model import QUERY_SIDE, RerankerConfig
+from nextpara.attention_core.model import RerankerConfig
 from nextpara.attention_core.pipeline import RerankPipeline
 from nextpara.attention_core.sequences import ParagraphSequences, Query, split_of
 from nextpara.attention_core.train_flow import train
@@ -163,8 +163,7 @@ def test_near_positives_are_the_target_and_the_paragraphs_after_it(predictable_s
 
 def test_init_shrink_starts_between_the_given_weights_and_a_fresh_model(predictable_store):
     """TrainConfig.init_shrink: training starts at that mix of the weights it is given and the model's own fresh
-    initialisation under the same seed; 1 (the default) starts at the given weights exactly; scorer_shrink 0 takes the
-    given query side (model.QUERY_SIDE) and a fresh scorer. What is fitted to the
+    initialisation under the same seed; 1 (the default) starts at the given weights exactly. What is fitted to the
     store (its word weights, the lexical boost) is never taken from the given weights, mixed or not."""
     from nextpara.attention_core.training import STORE_FITTED
 
@@ -176,38 +175,11 @@ def test_init_shrink_starts_between_the_given_weights_and_a_fresh_model(predicta
         given = {k: torch.full_like(v, 2.0) if v.is_floating_point() else v for k, v in fresh.items()}
         mixed = Trainer(store, seq, model_cfg, TrainConfig(**small, init_shrink=0.25), init_state=given).model.state_dict()
         whole = Trainer(store, seq, model_cfg, TrainConfig(**small), init_state=given).model.state_dict()
-        head = Trainer(store, seq, model_cfg, TrainConfig(**small, scorer_shrink=0.0), init_state=given).model.state_dict()
     floats = [k for k, v in fresh.items() if v.is_floating_point() and k not in STORE_FITTED]
     assert floats and any(not torch.equal(fresh[k], given[k]) for k in floats)
-    query_side = [k for k in floats if k.startswith(QUERY_SIDE)]
-    assert "query_out.weight" in query_side and "score_mlp.3.weight" in floats and "score_mlp.3.weight" not in query_side
     for k in floats:
         assert torch.allclose(mixed[k], 0.25 * 2.0 + 0.75 * fresh[k]), k
         assert torch.equal(whole[k], given[k]), k
-        assert torch.equal(head[k], given[k] if k in query_side else fresh[k]), k  # scorer_shrink 0: a fresh scorer
     for k in STORE_FITTED:
         assert torch.equal(mixed[k], fresh[k]) and torch.equal(whole[k], fresh[k]), k
     assert float(mixed["lexical_boost"]) == 0.0
-
-
-def test_phase1_patience_keeps_the_head_with_the_lowest_validation_loss(predictable_store):
-    """TrainConfig.phase1_patience: phase 1 measures the validation query loss at the start (fine-tuning: the
-    starting model's head is epoch 0) and after each epoch, stops after ``patience`` epochs without a lower one,
-    and keeps the head that had the lowest."""
-    model_cfg = RerankerConfig(embed_dim=32, **SMALL_MODEL)
-    small = {"val_queries": 50, "max_train_queries": 300, "batch_size": 32, "phase2_epochs": 0}
-    with open_store(predictable_store, readonly=True) as store:
-        seq = ParagraphSequences(store)
-        start = Trainer(store, seq, model_cfg, TrainConfig(**small, phase1_epochs=2), quiet=True)
-        start.fit()
-        trainer = Trainer(store, seq, model_cfg, TrainConfig(**small, phase1_epochs=8, phase1_patience=1, lr=0.03),
-                          quiet=True, init_state=start.model.state_dict())
-        at_start = trainer.validation_loss()
-        history = trainer.fit()["history"]
-        kept = trainer.validation_loss()
-    losses = [at_start] + [h["validation_loss"] for h in history]
-    assert history and all(h["phase"] == 1 for h in history) and len(history) <= 8
-    best = int(np.argmin(losses))
-    assert kept == pytest.approx(losses[best], rel=1e-5), (kept, losses)
-    if len(history) < 8:  # stopped early: the one epoch after the best was no better
-        assert len(losses) == best + 2 and losses[-1] >= losses[best], losses

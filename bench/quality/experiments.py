@@ -67,21 +67,19 @@ VARIANTS = {
     # the default again from another seed: a second member for an ensemble (bench.quality.ensemble); the seed also
     # draws the validation sample where a split has more than TrainConfig.val_queries (not on the built-in docs)
     "seed1": ({}, {"seed": 1}),
-    # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's
-    "ft_default": ({}, {}),
-    "ft_lr3e-4": ({}, {"lr": 3e-4}),
-    "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "phase1_epochs": 2}),
-    "ft_p1x2_lr1e-4": ({}, {"lr": 1e-4, "phase1_epochs": 2}),
-    "ft_p1x0": ({}, {"phase1_epochs": 0}),  # the general model's query head as it is, then phase 2
-    "ft_p1x1": ({}, {"phase1_epochs": 1}),
-    "ft_p1x2": ({}, {"phase1_epochs": 2}),
-    "ft_p1es": ({}, {"phase1_patience": 1}),  # phase 1 while the validation query loss falls (the start: epoch 0)
+    # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's. Until
+    # 2026-12-02 fine-tuning ran phase 1 for phase1_epochs (6), so these set finetune_phase1_epochs 6 where they did
+    "ft_default": ({}, {}),  # from 2026-12-02, the general model's query head kept (finetune_phase1_epochs 0)
+    "ft_p1x6": ({}, {"finetune_phase1_epochs": 6}),  # the fine-tuning default before
+    "ft_lr3e-4": ({}, {"lr": 3e-4, "finetune_phase1_epochs": 6}),
+    "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "finetune_phase1_epochs": 2}),
+    "ft_p1x2_lr1e-4": ({}, {"lr": 1e-4, "finetune_phase1_epochs": 2}),
+    "ft_p1x0": ({}, {"finetune_phase1_epochs": 0}),  # the general model's query head as it is, then phase 2
+    "ft_p1x1": ({}, {"finetune_phase1_epochs": 1}),
+    "ft_p1x2": ({}, {"finetune_phase1_epochs": 2}),
     # shrink and perturb: start from a mix of the general model's weights and a fresh initialisation
-    "ft_shrink0.5": ({}, {"init_shrink": 0.5}),
-    "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
-    # the general model's query side (encoder and query head, model.QUERY_SIDE), a fresh scorer or a shrunk one
-    "ft_head": ({}, {"scorer_shrink": 0.0}),
-    "ft_head_shrink0.5": ({}, {"scorer_shrink": 0.5}),
+    "ft_shrink0.5": ({}, {"init_shrink": 0.5, "finetune_phase1_epochs": 6}),
+    "ft_shrink0.8": ({}, {"init_shrink": 0.8, "finetune_phase1_epochs": 6}),
 }
 
 
