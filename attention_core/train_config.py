@@ -10,9 +10,9 @@ class TrainConfig:
     max_context: int = 8  # L: context paragraphs per training query
     n_candidates: int = 100  # per stage-1 source (query head, last paragraph)
     phase1_epochs: int = 6  # query head, full softmax (8 was better on validation but slower; bench/results/experiments.json)
-    finetune_phase1_epochs: int = 0  # the same when starting from a general model: 0 keeps its query head as it is (phase 2
-    #                                  still trains it, phase2_query_weight); more epochs fit a small corpus's training
-    #                                  queries, and the scorer trained on their lists ranks worse (bench/README.md)
+    finetune_phase1_epochs: int = 0  # the same when starting from a general model (init_shrink 1): 0 keeps its query head
+    #                                  (phase 2's query loss still trains it, phase2_query_weight); 6 epochs did worse on
+    #                                  the built-in docs' validation split (bench/README.md, The general model ...)
     phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
     batch_size: int = 128
     lr: float = 1e-3
@@ -29,12 +29,16 @@ class TrainConfig:
     #                           paragraphs after it (a locality signal: near the context beats far in its document)
     near_window: int = 3  # paragraphs after the target that count as near for near_weight
     init_shrink: float = 1.0  # fine-tuning starts from init_shrink x the starting model's weights + the rest x a fresh
-    #                           initialisation ("shrink and perturb": a warm start can generalise worse than a fresh one)
+    #                           initialisation ("shrink and perturb": a warm start can generalise worse than a fresh one);
+    #                           below 1, phase 1 runs phase1_epochs, as from scratch
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.near_weight < 0 or self.near_window < 1:
             raise ValueError(f"near_weight ({self.near_weight}) must be 0 or more and near_window ({self.near_window}) "
                              "1 or more")
+        if min(self.phase1_epochs, self.finetune_phase1_epochs, self.phase2_epochs) < 0:
+            raise ValueError(f"epochs must be 0 or more (phase1_epochs {self.phase1_epochs}, finetune_phase1_epochs "
+                             f"{self.finetune_phase1_epochs}, phase2_epochs {self.phase2_epochs})")
         if not 0.0 <= self.init_shrink <= 1.0:
             raise ValueError(f"init_shrink ({self.init_shrink}) must be between 0 and 1")

@@ -59,11 +59,16 @@ def ranking(row: dict) -> list:
 
 
 def assert_same_output(a: list[dict], b: list[dict]) -> None:
-    """Same ids in the same order, same rankings, scores equal to float32 rounding of different batchings."""
+    """Same ids in the same order, same rankings, scores equal to float32 rounding of different batchings. Stored
+    paragraphs of one text (the built-in docs repeat some in several documents) have one vector and tie but for
+    that rounding, so they may swap places: then the ranked texts are the same (the evaluation protocol counts
+    either as the same answer)."""
     assert [r["id"] for r in a] == [r["id"] for r in b]
     for x, y in zip(a, b):
         assert x.get("error") == y.get("error"), x["id"]
-        assert ranking(x) == ranking(y), x["id"]
+        if ranking(x) != ranking(y):
+            texts = [[r.get("text") for r in row["results"]] for row in (x, y)]
+            assert None not in texts[0] and texts[0] == texts[1], (x["id"], ranking(x), ranking(y))
         np.testing.assert_allclose([r["score"] for r in x.get("results", [])],
                                    [r["score"] for r in y.get("results", [])], rtol=1e-4, atol=1e-4)
 

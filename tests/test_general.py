@@ -162,8 +162,13 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
 
     def phase1_epochs(outcome):
         return sum(h["phase"] == 1 for h in outcome.meta["training"]["history"])
-    # fine-tuning keeps the general model's query head (finetune_phase1_epochs 0: bench/README.md); scratch trains it
-    assert phase1_epochs(outcome) == 0 and phase1_epochs(scratch) == TINY.phase1_epochs == 1
+    # fine-tuning keeps the general model's query head (finetune_phase1_epochs 0: bench/README.md) unless asked to
+    # train it, or unless init_shrink made it partly fresh; scratch trains it (phase1_epochs)
+    head = train(copy, cfg=TrainConfig(phase1_epochs=3, finetune_phase1_epochs=2, phase2_epochs=1, batch_size=32,
+                                       val_queries=50), quiet=True)
+    shrunk = train(copy, cfg=TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50,
+                                         init_shrink=0.5), quiet=True)
+    assert [phase1_epochs(o) for o in (outcome, head, shrunk, scratch)] == [0, 2, 1, 1]
     # what is fitted to a store is not inherited: the word weights and the lexical boost start as from scratch
     with open_store(copy, readonly=True) as s:
         mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)

@@ -69,17 +69,16 @@ VARIANTS = {
     "seed1": ({}, {"seed": 1}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's. Until
     # 2026-12-02 fine-tuning ran phase 1 for phase1_epochs (6), so these set finetune_phase1_epochs 6 where they did
-    "ft_default": ({}, {}),  # from 2026-12-02, the general model's query head kept (finetune_phase1_epochs 0)
     "ft_p1x6": ({}, {"finetune_phase1_epochs": 6}),  # the fine-tuning default before
     "ft_lr3e-4": ({}, {"lr": 3e-4, "finetune_phase1_epochs": 6}),
     "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "finetune_phase1_epochs": 2}),
     "ft_p1x2_lr1e-4": ({}, {"lr": 1e-4, "finetune_phase1_epochs": 2}),
-    "ft_p1x0": ({}, {"finetune_phase1_epochs": 0}),  # the general model's query head as it is, then phase 2
+    "ft_p1x0": ({}, {"finetune_phase1_epochs": 0}),  # the default from 2026-12-02: the general model's head kept
     "ft_p1x1": ({}, {"finetune_phase1_epochs": 1}),
     "ft_p1x2": ({}, {"finetune_phase1_epochs": 2}),
     # shrink and perturb: start from a mix of the general model's weights and a fresh initialisation
-    "ft_shrink0.5": ({}, {"init_shrink": 0.5, "finetune_phase1_epochs": 6}),
-    "ft_shrink0.8": ({}, {"init_shrink": 0.8, "finetune_phase1_epochs": 6}),
+    "ft_shrink0.5": ({}, {"init_shrink": 0.5}),  # below 1, phase 1 runs phase1_epochs (6)
+    "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
 }
 
 
