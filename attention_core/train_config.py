@@ -42,3 +42,8 @@ class TrainConfig:
                              f"{self.finetune_phase1_epochs}, phase2_epochs {self.phase2_epochs})")
         if not 0.0 <= self.init_shrink <= 1.0:
             raise ValueError(f"init_shrink ({self.init_shrink}) must be between 0 and 1")
+
+    def head_epochs(self, fine_tuning: bool) -> int:
+        """Phase 1's epochs: a head started whole from a model's weights is kept unless finetune_phase1_epochs says
+        otherwise; a fresh head, or one init_shrink made partly fresh, is trained for phase1_epochs."""
+        return self.finetune_phase1_epochs if fine_tuning and self.init_shrink == 1.0 else self.phase1_epochs

@@ -115,10 +115,9 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
             else:
                 start += f", shrunk to {cfg.init_shrink} of it (the rest a fresh initialisation)"
         log.info("training %s", start)
-        if state is not None and cfg.init_shrink == 1.0:
-            log.info("phase 1: %s", f"{cfg.finetune_phase1_epochs} query-head epochs (--finetune-phase1-epochs)"
-                     if cfg.finetune_phase1_epochs else "none, the starting model's query head kept "
-                     "(--finetune-phase1-epochs 0; phase 2's query loss still trains it)")
+        if state is not None and cfg.head_epochs(fine_tuning=True) == 0:
+            log.info("phase 1: none, the starting model's query head kept (--finetune-phase1-epochs 0; phase 2's "
+                     "query loss still trains it)")
         old_model, replaced = replaced_model(store)
         try:
             trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet, init_state=state)

@@ -267,9 +267,7 @@ class Trainer:
         history = []
         best = {"mrr@10": -1.0}
         best_state = None
-        # a head started from a model's weights keeps them (finetune_phase1_epochs); a fresh or shrunk one is trained
-        kept_head = self.started_from_weights and self.cfg.init_shrink == 1.0
-        epochs = self.cfg.finetune_phase1_epochs if kept_head else self.cfg.phase1_epochs
+        epochs = self.cfg.head_epochs(fine_tuning=self.started_from_weights)
         for epoch in range(epochs):
             loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{epochs}", self._batches(self.train_q),
                                self.phase1_step)
