@@ -1,18 +1,23 @@
 """Where training starts to pay: Recall@1 / MRR@10 against the amount of training text.
 
     python -m bench.quality.learning_curve --store peps=DIR --store narrative=DIR [--sizes 2000,5000,10000,20000]
+        [--start peps=CHECKPOINT --start narrative=CHECKPOINT]
 
 For each corpus (a built, full store of it) and each size, a slice store gets whole training documents
-(a seeded shuffle, up to about SIZE paragraphs) and every validation document (early stopping); two models
-are trained on it, from the general model (attention_core/general.py: `nextpara train`'s default) and from
+(a seeded shuffle, up to about SIZE paragraphs) and every validation document (early stopping); models
+are trained on it from the general model (attention_core/general.py: `nextpara train`'s default) and from
 scratch (`--from-scratch`), with the default configuration, and saved whatever the guard would say. Every
 model, the general model itself and B1 are then evaluated on the *full* store's test split (the protocol of
 docs/evaluation.md at L = 4: the same queries and the same index for every row, only the training text
-changes; contexts are given as their stored vectors and texts, not embedded again). The general model shipped
-with the package saw these corpora's training documents, so its row, and the fine-tuned rows that start from
-it, are the start a user of one of these corpora gets, not what a new corpus gets (for that, put a model that
-train_general.py --leave-out made in place of the shipped one first; zero-shot figures: general_model.md).
-Records: bench/results/learning_curve.{json,md}, and learning_curve.png (needs matplotlib).
+changes; contexts are given as their stored vectors and texts, not embedded again).
+
+The general model shipped with the package saw these corpora's training documents, so its row, and the
+fine-tuned rows that start from it, are the start a user of one of these corpora gets, not what a new
+corpus gets. ``--start NAME=CHECKPOINT`` adds, for corpus NAME, a general model that never saw it (one
+``bench.quality.train_general --leave-out NAME`` wrote: WORK/general.safetensors): its own row (zero-shot)
+and a third model per slice fine-tuned from it (train_flow.starting_point's ``start_model``, as
+``bench.quality.experiments --start`` uses), which is what a user's new corpus gets. Records: bench/results/learning_curve.{json,md}, and learning_curve.png (needs
+matplotlib).
 """
 
 from __future__ import annotations
@@ -79,8 +84,9 @@ def test_figures(full: Path, checkpoint: str | None) -> dict:
                                                                                "mrr@10_ci")}
 
 
-def train_slice(store: Path, from_scratch: bool) -> tuple[str, float, str]:
-    """`nextpara train`'s start and fit (train_flow.py) without its guard: every model is kept and measured."""
+def train_slice(store: Path, key: str, start_model: Path | None = None) -> tuple[str, float, str]:
+    """`nextpara train`'s start and fit (train_flow.py) without its guard: every model is kept and measured.
+    ``key``: "scratch", "finetuned" (from the shipped general model) or "finetuned_new" (from ``start_model``)."""
     from nextpara.attention_core.checkpoint import save_checkpoint
     from nextpara.attention_core.model import RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences
@@ -91,10 +97,10 @@ def train_slice(store: Path, from_scratch: bool) -> tuple[str, float, str]:
 
     t0 = time.perf_counter()
     cfg = TrainConfig()
-    path = store.parent / f"{'scratch' if from_scratch else 'finetuned'}.safetensors"
+    path = store.parent / f"{key}.safetensors"
     with open_store(store, readonly=True) as s:
         mcfg = RerankerConfig(embed_dim=s.dim, max_context=cfg.max_context)
-        state, start = starting_point(s, mcfg, from_scratch)
+        state, start = starting_point(s, mcfg, key == "scratch", start_model)
         trainer = Trainer(s, ParagraphSequences(s), mcfg, cfg, quiet=True, init_state=state)
         result = trainer.fit()
         save_checkpoint(path, trainer.model, {"embedder": {"name": s.embedder_name, "dim": s.dim}, "started_from": start,
@@ -102,21 +108,31 @@ def train_slice(store: Path, from_scratch: bool) -> tuple[str, float, str]:
     return str(path), round(time.perf_counter() - t0, 1), start
 
 
+KEYS = {"finetuned": "fine-tuned from general", "scratch": "from scratch",
+        "finetuned_new": "fine-tuned from the general model without this corpus"}
+
+
 def markdown(record: dict) -> str:
     def f(m):
-        return f"{m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] / {m['mrr@10']:.3f}"
+        return f"{m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] / {m['mrr@10']:.3f}" if m else ""
 
     lines = ["# Learning curve: test Recall@1 [95%] / MRR@10 against training paragraphs", "",
              "Full store's test split, 2,000 queries, L = 4; each row trains on a slice of the training documents "
-             "(with every validation document for early stopping).", "",
-             "| corpus | training paragraphs | B1 | general model | fine-tuned from general | from scratch | seconds (fine-tuned / scratch) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "(with every validation document for early stopping). \"general\" is the shipped general model (it saw "
+             "these corpora's training documents); \"general without\" one trained without the corpus (`--start`), "
+             "what a new corpus gets.", "",
+             "| corpus | training paragraphs | B1 | general model | fine-tuned from general | from scratch | "
+             "general without this corpus | fine-tuned from it | seconds (fine-tuned / scratch / from without) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for corpus, entry in record["corpora"].items():
         for row in entry["rows"]:
+            seconds = " / ".join(str(row["seconds"][k]) for k in KEYS if k in row["seconds"])
             lines.append(f"| {corpus} | {row['train_paragraphs']:,} | {f(entry['B1'])} | {f(entry['general'])} | "
-                         f"{f(row['finetuned'])} | {f(row['scratch'])} | {row['seconds']['finetuned']} / "
-                         f"{row['seconds']['scratch']} |")
-    return "\n".join(lines) + f"\n\nCommand: `{record['command']}` ({record['date']}).\n"
+                         f"{f(row['finetuned'])} | {f(row['scratch'])} | {f(entry.get('general_new'))} | "
+                         f"{f(row.get('finetuned_new'))} | {seconds} |")
+    starts = [f"{corpus}: {entry['start']}" for corpus, entry in record["corpora"].items() if entry.get("start")]
+    return ("\n".join(lines) + (f"\n\nGeneral models without the corpus: {'; '.join(starts)}." if starts else "")
+            + f"\n\nCommand: `{record['command']}` ({record['date']}).\n")
 
 
 def plot(record: dict) -> None:
@@ -130,12 +146,15 @@ def plot(record: dict) -> None:
     fig, axes = plt.subplots(1, len(record["corpora"]), figsize=(6 * len(record["corpora"]), 4), squeeze=False)
     for ax, (corpus, entry) in zip(axes[0], record["corpora"].items()):
         x = [r["train_paragraphs"] for r in entry["rows"]]
-        for key, label in (("finetuned", "fine-tuned from general"), ("scratch", "from scratch")):
-            ax.plot(x, [r[key]["mrr@10"] for r in entry["rows"]], marker="o", label=label)
+        for key, label in KEYS.items():
+            if all(key in r for r in entry["rows"]):
+                ax.plot(x, [r[key]["mrr@10"] for r in entry["rows"]], marker="o", label=label.replace(" this corpus", ""))
         ax.axhline(entry["general"]["mrr@10"], linestyle="--", color="grey", label="general model")
+        if entry.get("general_new"):
+            ax.axhline(entry["general_new"]["mrr@10"], linestyle="-.", color="grey", label="general model without it")
         ax.axhline(entry["B1"]["mrr@10"], linestyle=":", color="black", label="B1 (cosine)")
         ax.set(xscale="log", xlabel="training paragraphs", ylabel="test MRR@10", title=corpus)
-        ax.legend()
+        ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(RESULTS / f"{NAME}.png", dpi=110)
 
@@ -143,6 +162,8 @@ def plot(record: dict) -> None:
 def main() -> int:
     p = argument_parser(__doc__, __file__)
     p.add_argument("--store", action="append", required=True, metavar="NAME=DIR", help="a full built store of a corpus")
+    p.add_argument("--start", action="append", default=[], metavar="NAME=CHECKPOINT",
+                   help="a general model trained without corpus NAME (train_general --leave-out NAME)")
     p.add_argument("--sizes", default="2000,5000,10000,20000", help="training paragraphs per slice")
     p.add_argument("--work", default="/tmp/nextpara-learning-curve", help="slice stores go here (must not hold them yet)")
     args = p.parse_args()
@@ -150,19 +171,34 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("nextpara").setLevel(logging.INFO)
+    stores = dict(item.split("=", 1) for item in args.store)
+    starts = dict(item.split("=", 1) for item in args.start)
+    for corpus, path in starts.items():
+        if corpus not in stores:
+            raise SystemExit(f"--start {corpus}=...: not one of the --store names {sorted(stores)}")
+        if not Path(path).is_file():
+            raise SystemExit(f"--start {corpus}={path}: no such checkpoint file")
+    sizes = list(map(int, args.sizes.split(",")))
+    for corpus in stores:  # before any work: a rerun into the same --work would mix two runs' slices
+        for size in sizes:
+            if (Path(args.work) / f"{corpus}-{size}" / "store").exists():
+                raise SystemExit(f"{Path(args.work) / f'{corpus}-{size}'} exists: remove {args.work} first")
     record = {**stamp(__file__), "corpora": {}}
-    for item in args.store:
-        corpus, full = item.split("=", 1)
+    for corpus, full in stores.items():
         entry = {"B1": test_figures(Path(full), None), "general": test_figures(Path(full), "general"), "rows": []}
-        for size in map(int, args.sizes.split(",")):
+        start = Path(starts[corpus]) if corpus in starts else None
+        if start is not None:
+            from nextpara.attention_core.checkpoint import read_checkpoint_meta
+
+            entry["start"] = f"{start} (model {read_checkpoint_meta(start)['model_version']})"
+            entry["general_new"] = test_figures(Path(full), str(start))
+        for size in sizes:
             store = Path(args.work) / f"{corpus}-{size}" / "store"
-            if store.exists():
-                raise SystemExit(f"{store} exists: remove {args.work} first (a slice is built once)")
             taken = slice_store(Path(full), store, size)
             row = {"size": size, "train_paragraphs": taken, "seconds": {}, "started_from": {}}
-            for key in ("finetuned", "scratch"):
-                path, seconds, start = train_slice(store, from_scratch=key == "scratch")
-                row[key], row["seconds"][key], row["started_from"][key] = test_figures(Path(full), path), seconds, start
+            for key in [k for k in KEYS if k != "finetuned_new" or start is not None]:
+                path, seconds, begun = train_slice(store, key, start if key == "finetuned_new" else None)
+                row[key], row["seconds"][key], row["started_from"][key] = test_figures(Path(full), path), seconds, begun
                 print(f"{corpus} {taken} {key}: {row[key]}", flush=True)
             entry["rows"].append(row)
             record["corpora"][corpus] = entry
