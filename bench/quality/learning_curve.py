@@ -148,7 +148,7 @@ def plot(record: dict) -> None:
         x = [r["train_paragraphs"] for r in entry["rows"]]
         for key, label in KEYS.items():
             if all(key in r for r in entry["rows"]):
-                ax.plot(x, [r[key]["mrr@10"] for r in entry["rows"]], marker="o", label=label.replace(" this corpus", ""))
+                ax.plot(x, [r[key]["mrr@10"] for r in entry["rows"]], marker="o", label=label.replace("this corpus", "it"))
         ax.axhline(entry["general"]["mrr@10"], linestyle="--", color="grey", label="general model")
         if entry.get("general_new"):
             ax.axhline(entry["general_new"]["mrr@10"], linestyle="-.", color="grey", label="general model without it")
