@@ -14,10 +14,10 @@ changes; contexts are given as their stored vectors and texts, not embedded agai
 The general model shipped with the package saw these corpora's training documents, so its row, and the
 fine-tuned rows that start from it, are the start a user of one of these corpora gets, not what a new
 corpus gets. ``--start NAME=CHECKPOINT`` adds, for corpus NAME, a general model that never saw it (one
-``bench.quality.train_general --leave-out NAME`` wrote: WORK/general.safetensors): its own row (zero-shot)
-and a third model per slice fine-tuned from it (train_flow.starting_point's ``start_model``, as
-``bench.quality.experiments --start`` uses), which is what a user's new corpus gets. Records: bench/results/learning_curve.{json,md}, and learning_curve.png (needs
-matplotlib).
+``bench.quality.train_general --leave-out NAME`` wrote, WORK/general.safetensors; its metadata must say
+so): its own row (zero-shot) and a third model per slice fine-tuned from it (train_flow.starting_point's
+``start_model``, as ``bench.quality.experiments --start`` uses), which is what a user's new corpus gets.
+Records: bench/results/learning_curve.{json,md}, and learning_curve.png (needs matplotlib).
 """
 
 from __future__ import annotations
@@ -116,21 +116,25 @@ def markdown(record: dict) -> str:
     def f(m):
         return f"{m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] / {m['mrr@10']:.3f}" if m else ""
 
+    new = any(entry.get("start") for entry in record["corpora"].values())  # the --start columns, if any corpus has one
     lines = ["# Learning curve: test Recall@1 [95%] / MRR@10 against training paragraphs", "",
              "Full store's test split, 2,000 queries, L = 4; each row trains on a slice of the training documents "
              "(with every validation document for early stopping). \"general\" is the shipped general model (it saw "
-             "these corpora's training documents); \"general without\" one trained without the corpus (`--start`), "
-             "what a new corpus gets.", "",
+             "these corpora's training documents)" + ("; \"general without\" one trained without the corpus (`--start`), "
+                                                     "what a new corpus gets." if new else "."), "",
              "| corpus | training paragraphs | B1 | general model | fine-tuned from general | from scratch | "
-             "general without this corpus | fine-tuned from it | seconds (fine-tuned / scratch / from without) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             + ("general without this corpus | fine-tuned from it | seconds (fine-tuned / scratch / from without) |" if new
+                else "seconds (fine-tuned / scratch) |"),
+             "| --- " * (9 if new else 7) + "|"]
     for corpus, entry in record["corpora"].items():
         for row in entry["rows"]:
             seconds = " / ".join(str(row["seconds"][k]) for k in KEYS if k in row["seconds"])
             lines.append(f"| {corpus} | {row['train_paragraphs']:,} | {f(entry['B1'])} | {f(entry['general'])} | "
-                         f"{f(row['finetuned'])} | {f(row['scratch'])} | {f(entry.get('general_new'))} | "
-                         f"{f(row.get('finetuned_new'))} | {seconds} |")
-    starts = [f"{corpus}: {entry['start']}" for corpus, entry in record["corpora"].items() if entry.get("start")]
+                         f"{f(row['finetuned'])} | {f(row['scratch'])} | "
+                         + (f"{f(entry.get('general_new'))} | {f(row.get('finetuned_new'))} | " if new else "")
+                         + f"{seconds} |")
+    starts = [f"{corpus}: model {entry['start']['model_version']} (`train_general --leave-out {entry['start']['left_out']}`)"
+              for corpus, entry in record["corpora"].items() if entry.get("start")]
     return ("\n".join(lines) + (f"\n\nGeneral models without the corpus: {'; '.join(starts)}." if starts else "")
             + f"\n\nCommand: `{record['command']}` ({record['date']}).\n")
 
@@ -149,12 +153,12 @@ def plot(record: dict) -> None:
         for key, label in KEYS.items():
             if all(key in r for r in entry["rows"]):
                 ax.plot(x, [r[key]["mrr@10"] for r in entry["rows"]], marker="o", label=label.replace("this corpus", "it"))
-        ax.axhline(entry["general"]["mrr@10"], linestyle="--", color="grey", label="general model")
+        ax.axhline(entry["general"]["mrr@10"], linestyle="--", color="grey", label="shipped general model")
         if entry.get("general_new"):
             ax.axhline(entry["general_new"]["mrr@10"], linestyle="-.", color="grey", label="general model without it")
         ax.axhline(entry["B1"]["mrr@10"], linestyle=":", color="black", label="B1 (cosine)")
         ax.set(xscale="log", xlabel="training paragraphs", ylabel="test MRR@10", title=corpus)
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
     fig.savefig(RESULTS / f"{NAME}.png", dpi=110)
 
@@ -171,14 +175,33 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("nextpara").setLevel(logging.INFO)
-    stores = dict(item.split("=", 1) for item in args.store)
-    starts = dict(item.split("=", 1) for item in args.start)
-    for corpus, path in starts.items():
+    from nextpara.attention_core.checkpoint import read_checkpoint_meta
+    from nextpara.errors import FailedPreconditionError
+
+    def pairs(option: str, items: list[str]) -> dict[str, str]:
+        names = [item.split("=", 1)[0] for item in items]
+        bad = [item for item in items if "=" not in item] or [n for n in names if names.count(n) > 1]
+        if bad:
+            p.error(f"{option} takes NAME=PATH, each NAME once: {bad[0]!r}")
+        return dict(item.split("=", 1) for item in items)
+
+    stores, starts, meta = pairs("--store", args.store), pairs("--start", args.start), {}
+    for corpus, path in starts.items():  # every start checked before any work: a wrong one would be labelled "never saw"
         if corpus not in stores:
-            raise SystemExit(f"--start {corpus}=...: not one of the --store names {sorted(stores)}")
-        if not Path(path).is_file():
-            raise SystemExit(f"--start {corpus}={path}: no such checkpoint file")
-    sizes = list(map(int, args.sizes.split(",")))
+            p.error(f"--start {corpus}=...: not one of the --store names {sorted(stores)}")
+        try:
+            meta[corpus] = read_checkpoint_meta(path)
+        except (FailedPreconditionError, OSError) as e:
+            p.error(f"--start {corpus}={path}: {e}")
+        if meta[corpus].get("left_out") != corpus:
+            p.error(f"--start {corpus}={path}: not a general model trained without {corpus} (its metadata says left out: "
+                    f"{meta[corpus].get('left_out')}); train one with `bench.quality.train_general --leave-out {corpus}`")
+    try:
+        sizes = [int(size) for size in args.sizes.split(",")]
+    except ValueError:
+        p.error(f"--sizes {args.sizes!r}: comma-separated whole numbers")
+    if len(set(sizes)) != len(sizes) or min(sizes) < 1:
+        p.error(f"--sizes {args.sizes!r}: each size once, each at least 1")
     for corpus in stores:  # before any work: a rerun into the same --work would mix two runs' slices
         for size in sizes:
             if (Path(args.work) / f"{corpus}-{size}" / "store").exists():
@@ -188,9 +211,7 @@ def main() -> int:
         entry = {"B1": test_figures(Path(full), None), "general": test_figures(Path(full), "general"), "rows": []}
         start = Path(starts[corpus]) if corpus in starts else None
         if start is not None:
-            from nextpara.attention_core.checkpoint import read_checkpoint_meta
-
-            entry["start"] = f"{start} (model {read_checkpoint_meta(start)['model_version']})"
+            entry["start"] = {"model_version": meta[corpus]["model_version"], "left_out": corpus}
             entry["general_new"] = test_figures(Path(full), str(start))
         for size in sizes:
             store = Path(args.work) / f"{corpus}-{size}" / "store"

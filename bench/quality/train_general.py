@@ -178,6 +178,7 @@ def main() -> int:
         variant += f", {args.scorer} scorer"
     if args.eval and args.eval_queries != 2000:
         variant += f", {args.eval_queries} test queries" if args.eval_queries else ", every test query"
+    started = stamp(__file__)  # the command, date and commit as the run starts (a later commit may land meanwhile)
     work = Path(args.work)
     if (work / "store").exists():
         raise SystemExit(f"{work / 'store'} exists: give an empty --work (the mixture is built there from the --store dirs)")
@@ -193,7 +194,7 @@ def main() -> int:
     meta = save_checkpoint(checkpoint, model, meta)
     path = RESULTS / f"{NAME}.json"
     record = json.loads(path.read_text()) if path.exists() else {}
-    entry = {**stamp(__file__), "corpora": counts, "seconds": round(time.perf_counter() - t0, 1),
+    entry = {**started, "corpora": counts, "seconds": round(time.perf_counter() - t0, 1),
              "validation": result["validation"], "model_version": meta["model_version"], "eval": {}}
     if args.install:
         entry["installed"] = str(install(checkpoint, meta["model_version"]).relative_to(GENERAL_PY.parents[1]))
