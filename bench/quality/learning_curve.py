@@ -22,7 +22,6 @@ Records: bench/results/learning_curve.{json,md}, and learning_curve.png (needs m
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -225,7 +224,6 @@ def main() -> int:
             record["corpora"][corpus] = entry
             save(NAME, record, markdown(record))  # after each row: a long run keeps what it finished
     plot(record)
-    (RESULTS / f"{NAME}.json").write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 
