@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+FINETUNE_HEAD = ("auto", "train")  # TrainConfig.finetune_head
+
 
 @dataclass
 class TrainConfig:
     max_context: int = 8  # L: context paragraphs per training query
     n_candidates: int = 100  # per stage-1 source (query head, last paragraph)
     phase1_epochs: int = 6  # query head, full softmax (8 was better on validation but slower; bench/results/experiments.json)
-    finetune_phase1_epochs: int = 0  # the same when starting from a general model (init_shrink 1): 0 keeps its query head
-    #                                  (phase 2's query loss still trains it, phase2_query_weight); 6 epochs did worse on
-    #                                  the built-in docs' validation split (bench/README.md, The general model ...)
+    finetune_phase1_epochs: int = 6  # the most query-head epochs when starting from a general model (init_shrink 1);
+    #                                  0 keeps its head as it is (phase 2's query loss still trains it, phase2_query_weight)
+    finetune_head: str = "auto"  # auto: head epochs run one at a time, each followed by the validation split's stage-1
+    #                              recall, while it rises; the trained head is kept only if it finds clearly more targets
+    #                              than the starting head (by more than twice the standard error of the paired gain), else
+    #                              the starting model's weights are restored; train: every finetune_phase1_epochs epoch
+    #                              runs and is kept (bench/README.md, The general model and fine-tuning)
     phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
     batch_size: int = 128
     lr: float = 1e-3
@@ -40,10 +46,12 @@ class TrainConfig:
         if min(self.phase1_epochs, self.finetune_phase1_epochs, self.phase2_epochs) < 0:
             raise ValueError(f"epochs must be 0 or more (phase1_epochs {self.phase1_epochs}, finetune_phase1_epochs "
                              f"{self.finetune_phase1_epochs}, phase2_epochs {self.phase2_epochs})")
+        if self.finetune_head not in FINETUNE_HEAD:
+            raise ValueError(f"finetune_head {self.finetune_head!r} must be one of {', '.join(FINETUNE_HEAD)}")
         if not 0.0 <= self.init_shrink <= 1.0:
             raise ValueError(f"init_shrink ({self.init_shrink}) must be between 0 and 1")
 
     def head_epochs(self, fine_tuning: bool) -> int:
-        """Phase 1's epochs: a head started whole from a model's weights is kept unless finetune_phase1_epochs says
-        otherwise; a fresh head, or one init_shrink made partly fresh, is trained for phase1_epochs."""
+        """Phase 1's epochs (at most, with finetune_head auto): a head started whole from a model's weights gets
+        finetune_phase1_epochs; a fresh head, or one init_shrink made partly fresh, is trained for phase1_epochs."""
         return self.finetune_phase1_epochs if fine_tuning and self.init_shrink == 1.0 else self.phase1_epochs

@@ -56,6 +56,14 @@ def candidate_batch(seq: ParagraphSequences, lists: list[np.ndarray]):
     return pad_candidates([seq.vectors[rows] for rows in lists])
 
 
+def clearly_more(start: np.ndarray, new: np.ndarray) -> tuple[bool, float]:
+    """Whether the per-query hits ``new`` (bool, one per validation query) beat ``start``'s on the same queries by
+    more than twice the standard error of the paired gain (about a one-sided 98% test), and that standard error."""
+    gain = new.astype(np.float64) - start
+    se = float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else float("inf")
+    return bool(gain.mean() > 2 * se), se
+
+
 class TooLittleData(ValueError):
     """The store holds too few documents for a training split and a validation split."""
 
@@ -262,17 +270,58 @@ class Trainer:
             near[i, :len(rows)] |= torch.from_numpy(np.isin(self.seq.text_class[rows], self.seq.text_class[after]))
         return near
 
+    def stage1_hits(self) -> np.ndarray:
+        """Per validation query, whether its stage-1 list (the current query head's) holds the target or a copy."""
+        return np.array([np.isin(self.seq.text_class[rows], self.seq.text_class[q.target]).any()
+                         for rows, q in zip(self.mine(self.val_q), self.val_q)])
+
+    def phase1(self, history: list) -> dict | None:
+        """The query head's epochs. From scratch (or ``finetune_head`` train) every one runs. Fine-tuning with
+        ``finetune_head`` auto runs them while the validation split's stage-1 recall rises, and keeps the best
+        epoch's head only if it finds clearly more targets than the starting model's (the paired gain over the
+        validation queries above twice its standard error); else the starting weights come back. A start that knows
+        the corpus's genre already finds what a few head epochs would (and the epochs can fit the training queries'
+        lists without finding more on new text), one that does not finds fewer targets than a trained head
+        (bench/README.md, The general model and fine-tuning). Returns what the trial found, None without one."""
+        epochs = self.cfg.head_epochs(fine_tuning=self.started_from_weights)
+        trial = (self.started_from_weights and self.cfg.init_shrink == 1.0 and self.cfg.finetune_head == "auto"
+                 and epochs > 0)
+        if trial:
+            start_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+            start = best = self.stage1_hits()
+            best_state, best_epoch = None, 0
+            log.info("phase 1: the starting query head finds %.3f of the validation targets", start.mean())
+        for epoch in range(epochs):
+            loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{epochs}", self._batches(self.train_q),
+                               self.phase1_step)
+            history.append({"phase": 1, "epoch": epoch + 1, "loss": loss})
+            if not trial:
+                log.info("phase 1 epoch %d: loss %.4f", epoch + 1, loss)
+                continue
+            hits = self.stage1_hits()
+            history[-1]["stage1_recall"] = float(hits.mean())
+            log.info("phase 1 epoch %d: loss %.4f, validation stage-1 recall %.3f", epoch + 1, loss, hits.mean())
+            if hits.mean() <= best.mean():
+                break
+            best, best_state, best_epoch = hits, {k: v.clone() for k, v in self.model.state_dict().items()}, epoch + 1
+        if not trial:
+            return None
+        kept, se = clearly_more(start, best)
+        self.model.load_state_dict(best_state if kept else start_state)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        out = {"start_stage1_recall": float(start.mean()), "best_stage1_recall": float(best.mean()),
+               "best_epoch": best_epoch, "gain_se": se, "kept": "trained" if kept else "start"}
+        log.info("phase 1: %s (validation stage-1 recall %.3f -> %.3f after %d epoch(s), twice the gain's standard "
+                 "error %.3f)", f"the head of epoch {best_epoch} kept" if kept else "the starting query head kept",
+                 start.mean(), best.mean(), best_epoch, 2 * se)
+        return out
+
     def fit(self) -> dict:
         started = time.perf_counter()
         history = []
         best = {"mrr@10": -1.0}
         best_state = None
-        epochs = self.cfg.head_epochs(fine_tuning=self.started_from_weights)
-        for epoch in range(epochs):
-            loss = self._epoch(f"phase 1 (query head) epoch {epoch + 1}/{epochs}", self._batches(self.train_q),
-                               self.phase1_step)
-            history.append({"phase": 1, "epoch": epoch + 1, "loss": loss})
-            log.info("phase 1 epoch %d: loss %.4f", epoch + 1, loss)
+        head = self.phase1(history)
         stale = 0
         for group in self.opt.param_groups:
             group["lr"] = self.cfg.phase2_lr or self.cfg.lr
@@ -302,6 +351,6 @@ class Trainer:
             boost = self.tune_lexical_boost(lists)
             best = self.validate(lists)
             log.info("with the boost: validation MRR@10 %.4f R@1 %.4f", best["mrr@10"], best["recall@1"])
-        return {"validation": best, "history": history, "lexical_boost": boost, "train_queries": len(self.train_q),
+        return {"validation": best, "history": history, "head": head, "lexical_boost": boost, "train_queries": len(self.train_q),
                 "val_queries": len(self.val_q), "seconds": round(time.perf_counter() - started, 1),
                 "train_config": asdict(self.cfg)}

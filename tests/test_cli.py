@@ -85,6 +85,8 @@ def test_bad_training_settings_are_usage_errors(tmp_path):
     r = run_cli("train", "--data-dir", str(data), "--finetune-phase1-epochs", "-1")
     assert r.returncode == 2 and "training settings: epochs must be 0 or more" in r.stderr, r.stderr
     assert "finetune_phase1_epochs -1" in r.stderr, r.stderr
+    r = run_cli("train", "--data-dir", str(data), "--finetune-head", "keep")
+    assert r.returncode == 2 and "training settings: finetune_head 'keep' must be one of auto, train" in r.stderr, r.stderr
     r = run_cli("train", "--data-dir", str(data), "--d-model", "30")
     assert r.returncode == 2 and "model settings: d_model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (data / "model.safetensors").exists()

@@ -17,7 +17,7 @@ from nextpara.attention_core.model import RerankerConfig
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.attention_core.train_config import TrainConfig
 from nextpara.attention_core.train_flow import starting_point, train
-from nextpara.attention_core.training import Trainer
+from nextpara.attention_core.training import Trainer, clearly_more
 from nextpara.errors import FailedPreconditionError, InvalidInputError
 from nextpara.store.corpus import CorpusReader
 from nextpara.store.ingest import build
@@ -162,13 +162,21 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
 
     def phase1_epochs(outcome):
         return sum(h["phase"] == 1 for h in outcome.meta["training"]["history"])
-    # fine-tuning keeps the general model's query head (finetune_phase1_epochs 0: bench/README.md) unless asked to
-    # train it, or unless init_shrink made it partly fresh; scratch trains it (phase1_epochs)
-    head = train(copy, cfg=TrainConfig(phase1_epochs=3, finetune_phase1_epochs=2, phase2_epochs=1, batch_size=32,
-                                       val_queries=50), quiet=True)
+    # fine-tuning tries the query head's epochs while they raise validation stage-1 recall (finetune_head auto:
+    # bench/README.md), runs them all when asked to (train), none with finetune_phase1_epochs 0, and as from scratch
+    # (phase1_epochs) when init_shrink made the head partly fresh
+    trial = outcome.meta["training"]["head"]
+    recall = [h["stage1_recall"] for h in outcome.meta["training"]["history"] if h["phase"] == 1]
+    assert 1 <= len(recall) <= TrainConfig().finetune_phase1_epochs and trial["best_epoch"] <= len(recall)
+    assert trial["best_stage1_recall"] == max([trial["start_stage1_recall"], *recall])
+    head = train(copy, cfg=TrainConfig(phase1_epochs=3, finetune_phase1_epochs=2, finetune_head="train",
+                                       phase2_epochs=1, batch_size=32, val_queries=50), quiet=True)
+    kept = train(copy, cfg=TrainConfig(finetune_phase1_epochs=0, phase2_epochs=1, batch_size=32, val_queries=50),
+                 quiet=True)
     shrunk = train(copy, cfg=TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50,
                                          init_shrink=0.5), quiet=True)
-    assert [phase1_epochs(o) for o in (outcome, head, shrunk, scratch)] == [0, 2, 1, 1]
+    assert [phase1_epochs(o) for o in (head, kept, shrunk, scratch)] == [2, 0, 1, 1]
+    assert all(o.meta["training"]["head"] is None for o in (head, kept, shrunk, scratch))
     # what is fitted to a store is not inherited: the word weights and the lexical boost start as from scratch
     with open_store(copy, readonly=True) as s:
         mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)
@@ -176,6 +184,42 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
         trainer = Trainer(s, ParagraphSequences(s), mcfg, TINY, quiet=True, init_state=state)
     assert float(state["lexical_boost"]) > 0 and float(trainer.model.lexical_boost) == 0
     assert torch.equal(trainer.model.query_scale, state["query_scale"])
+
+
+def test_head_epochs_are_kept_only_when_they_clearly_find_more_targets(untrained_store, tmp_path):
+    """finetune_head auto: the trained query head replaces the starting one only if the validation queries' stage-1
+    hits rise by more than twice the paired gain's standard error; otherwise the starting weights come back."""
+    hits = np.zeros(400, bool)
+    hits[:100] = True
+    more = hits.copy()
+    more[100:140] = True  # 40 more of 400 found, none lost: a gain of 0.1, its standard error 0.015
+    assert clearly_more(hits, more)[0] and not clearly_more(more, hits)[0] and not clearly_more(hits, hits)[0]
+    mixed = hits.copy()
+    mixed[100:112], mixed[:10] = True, False  # 12 found, 10 lost: +0.005 against a standard error of 0.012
+    assert not clearly_more(hits, mixed)[0]
+    # on a real store, the model after the trial holds either the start's weights or the best epoch's head
+    store, _ = untrained_store
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("write.lock"))
+    extra = [d for d in CorpusReader("builtin") if split_of(d.doc_id) == "validation" and len(d.paragraphs) >= 5][:4]
+    with open(tmp_path / "more.jsonl", "w") as f:
+        for d in extra:
+            f.write(json.dumps({"doc_id": d.doc_id, "paragraphs": d.paragraphs}) + "\n")
+    build(str(tmp_path / "more.jsonl"), copy, quiet=True)
+    cfg = TrainConfig(finetune_phase1_epochs=3, batch_size=32, val_queries=50, n_candidates=20)
+    with open_store(copy, readonly=True) as s:
+        mcfg = RerankerConfig(embed_dim=s.dim, max_context=cfg.max_context)
+        state, _ = starting_point(s, mcfg, from_scratch=False)
+        trainer = Trainer(s, ParagraphSequences(s), mcfg, cfg, quiet=True, init_state=state)
+        start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        history = []
+        trial = trainer.phase1(history)
+        after = trainer.model.state_dict()
+        unchanged = all(torch.equal(after[k], start[k]) for k in start)
+        assert unchanged == (trial["kept"] == "start")
+        assert trainer.stage1_hits().mean() == (trial["best_stage1_recall"] if trial["kept"] == "trained"
+                                                else trial["start_stage1_recall"])
+        assert [h["epoch"] for h in history] == list(range(1, len(history) + 1)) and len(history) <= 3
 
 
 def test_training_can_start_from_another_general_model(untrained_store, tmp_path):
