@@ -3,7 +3,8 @@
     python -m bench.speed.grpc_latency --data-dir /tmp/peps-bench [--seconds 10] [--output NAME]
 
 Starts `nextpara serve --read-only` as a separate process on 127.0.0.1 (NEXTPARA_* settings in the
-environment apply to it, e.g. NEXTPARA_WORKERS and NEXTPARA_THREADS), then measures three workloads of
+environment apply to it, e.g. NEXTPARA_WORKERS and NEXTPARA_THREADS, and so do OpenMP's, e.g. OMP_WAIT_POLICY; the
+record lists both), then measures three workloads of
 4-paragraph contexts from test documents: ``ids`` (stored paragraph ids), ``texts`` (four texts no earlier
 call sent: every call embeds four) and ``growing`` (a writing tool's calls: a document's last four paragraphs as
 text, advancing by one paragraph per call, so each call repeats three texts of the previous one and embeds
@@ -185,7 +186,7 @@ def main() -> int:
                                      for c in (1, 8, 16, 32)}
     ceiling, reference = references(args.data_dir, texts, args.seconds)
     record = {**stamp(__file__), "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
-              "settings": {k: v for k, v in os.environ.items() if k.startswith("NEXTPARA_")},
+              "settings": {k: v for k, v in os.environ.items() if k.startswith(("NEXTPARA_", "OMP_"))},
               "results": results, "minilm_paragraphs_per_second": ceiling, "semantic_search_p50_ms": reference}
     lines = [f"# PredictNext latency ({record['date']})", "", f"Command: `{record['command']}`", "",
              f"Machine: {record['machine']}; server and clients share it. Server settings from the environment: "
