@@ -19,11 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "clearly better: --finetune-head), phase 2 the "
                                    "scorer on FAISS-mined candidate lists; early stopping on validation MRR@10.")
     add_data_dir(p)
-    from .train_config import TrainConfig
+    from .train_config import FINETUNE_HEAD, TrainConfig
 
     for f in fields(TrainConfig):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                       help=f"(default {f.default})")
+                       help=f"(default {f.default})",
+                       **({"metavar": "{" + ",".join(FINETUNE_HEAD) + "}"} if f.name == "finetune_head" else {}))
     p.add_argument("--d-model", type=int, default=None, help="model width (default from RerankerConfig)")
     p.add_argument("--layers", type=int, default=None, help="context encoder layers")
     p.add_argument("--word-candidates", type=int, default=None,

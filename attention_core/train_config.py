@@ -18,7 +18,8 @@ class TrainConfig:
     #                              recall, while it rises; the trained head is kept only if it finds clearly more targets
     #                              than the starting head (by more than twice the standard error of the paired gain), else
     #                              the starting model's weights are restored; train: every finetune_phase1_epochs epoch
-    #                              runs and is kept (bench/README.md, The general model and fine-tuning)
+    #                              runs and is kept (bench/README.md, The general model and fine-tuning); phase 2
+    #                              then starts with a fresh optimizer under auto, with phase 1's under train
     phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
     batch_size: int = 128
     lr: float = 1e-3
@@ -55,3 +56,7 @@ class TrainConfig:
         """Phase 1's epochs (at most, with finetune_head auto): a head started whole from a model's weights gets
         finetune_phase1_epochs; a fresh head, or one init_shrink made partly fresh, is trained for phase1_epochs."""
         return self.finetune_phase1_epochs if fine_tuning and self.init_shrink == 1.0 else self.phase1_epochs
+
+    def head_trial(self, fine_tuning: bool) -> bool:
+        """Whether phase 1 is a trial whose head is kept only if it pays (finetune_head auto, Trainer.phase1)."""
+        return fine_tuning and self.init_shrink == 1.0 and self.finetune_head == "auto" and self.head_epochs(True) > 0

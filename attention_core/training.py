@@ -58,7 +58,9 @@ def candidate_batch(seq: ParagraphSequences, lists: list[np.ndarray]):
 
 def clearly_more(start: np.ndarray, new: np.ndarray) -> tuple[bool, float]:
     """Whether the per-query hits ``new`` (bool, one per validation query) beat ``start``'s on the same queries by
-    more than twice the standard error of the paired gain (about a one-sided 98% test), and that standard error."""
+    more than twice the standard error of the paired gain, and that standard error (inf for one query). Roughly a
+    one-sided 98% test for one comparison; the trial compares the best of its epochs on the same queries, so it
+    keeps a head that found no more targets somewhat more often than that."""
     gain = new.astype(np.float64) - start
     se = float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else float("inf")
     return bool(gain.mean() > 2 * se), se
@@ -189,8 +191,7 @@ class Trainer:
                                lexical_features=self._lexical([q.context for q in self.val_q], lists, train=False))
         ranks = [hit_rank(self.seq.text_class[[self.seq.row_of_id[int(i)] for i in s.ids[:10]]], self.seq.text_class[q.target])
                  for s, q in zip(scored, self.val_q)]
-        stage1 = np.mean([np.isin(self.seq.text_class[l], self.seq.text_class[q.target]).any()
-                          for l, q in zip(lists, self.val_q)])
+        stage1 = np.mean([self.holds_target(l, q) for l, q in zip(lists, self.val_q)])
         return {**summarize(np.array(ranks), n_boot=200), "stage1_recall": float(stage1)}
 
     def tune_lexical_boost(self, lists: list[np.ndarray]) -> float:
@@ -270,24 +271,31 @@ class Trainer:
             near[i, :len(rows)] |= torch.from_numpy(np.isin(self.seq.text_class[rows], self.seq.text_class[after]))
         return near
 
+    def holds_target(self, rows: np.ndarray, q: Query) -> bool:
+        """Whether the candidate ``rows`` hold ``q``'s target or a paragraph with its text."""
+        return bool(np.isin(self.seq.text_class[rows], self.seq.text_class[q.target]).any())
+
     def stage1_hits(self) -> np.ndarray:
-        """Per validation query, whether its stage-1 list (the current query head's) holds the target or a copy."""
-        return np.array([np.isin(self.seq.text_class[rows], self.seq.text_class[q.target]).any()
-                         for rows, q in zip(self.mine(self.val_q), self.val_q)])
+        """Per validation query, whether its stage-1 list (the current query head's) holds the target."""
+        return np.array([self.holds_target(rows, q) for rows, q in zip(self.mine(self.val_q), self.val_q)])
+
+    def _snapshot(self) -> dict:
+        return {k: v.clone() for k, v in self.model.state_dict().items()}
 
     def phase1(self, history: list) -> dict | None:
         """The query head's epochs. From scratch (or ``finetune_head`` train) every one runs. Fine-tuning with
-        ``finetune_head`` auto runs them while the validation split's stage-1 recall rises, and keeps the best
-        epoch's head only if it finds clearly more targets than the starting model's (the paired gain over the
-        validation queries above twice its standard error); else the starting weights come back. A start that knows
-        the corpus's genre already finds what a few head epochs would (and the epochs can fit the training queries'
-        lists without finding more on new text), one that does not finds fewer targets than a trained head
-        (bench/README.md, The general model and fine-tuning). Returns what the trial found, None without one."""
+        ``finetune_head`` auto (TrainConfig.head_trial) runs them while the validation split's stage-1 recall rises,
+        and keeps the best epoch's head only if it finds clearly more targets than the starting model's (clearly_more
+        over the validation queries); else the starting weights come back, and the random generators' states with
+        them, so that phase 2 runs as with finetune_phase1_epochs 0. Either way phase 2 starts with a fresh optimizer
+        (the trial's moments belong to the epochs it may have undone). A start that knows the corpus's genre already
+        finds what head epochs would (and the epochs can fit the training queries' lists without finding more on new
+        text); one that never saw it finds fewer targets than a trained head (bench/README.md, The general model and
+        fine-tuning). Returns what the trial found, None without one."""
         epochs = self.cfg.head_epochs(fine_tuning=self.started_from_weights)
-        trial = (self.started_from_weights and self.cfg.init_shrink == 1.0 and self.cfg.finetune_head == "auto"
-                 and epochs > 0)
+        trial = self.started_from_weights and self.cfg.head_trial(fine_tuning=True)
         if trial:
-            start_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+            start_state, start_rng = self._snapshot(), (self.rng.bit_generator.state, torch.get_rng_state())
             start = best = self.stage1_hits()
             best_state, best_epoch = None, 0
             log.info("phase 1: the starting query head finds %.3f of the validation targets", start.mean())
@@ -303,18 +311,23 @@ class Trainer:
             log.info("phase 1 epoch %d: loss %.4f, validation stage-1 recall %.3f", epoch + 1, loss, hits.mean())
             if hits.mean() <= best.mean():
                 break
-            best, best_state, best_epoch = hits, {k: v.clone() for k, v in self.model.state_dict().items()}, epoch + 1
+            best, best_state, best_epoch = hits, self._snapshot(), epoch + 1
         if not trial:
             return None
         kept, se = clearly_more(start, best)
         self.model.load_state_dict(best_state if kept else start_state)
+        if not kept:
+            self.rng.bit_generator.state = start_rng[0]
+            torch.set_rng_state(start_rng[1])
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-        out = {"start_stage1_recall": float(start.mean()), "best_stage1_recall": float(best.mean()),
-               "best_epoch": best_epoch, "gain_se": se, "kept": "trained" if kept else "start"}
-        log.info("phase 1: %s (validation stage-1 recall %.3f -> %.3f after %d epoch(s), twice the gain's standard "
-                 "error %.3f)", f"the head of epoch {best_epoch} kept" if kept else "the starting query head kept",
-                 start.mean(), best.mean(), best_epoch, 2 * se)
-        return out
+        found = (f"validation stage-1 recall {start.mean():.3f} -> {best.mean():.3f} at epoch {best_epoch}"
+                 if best_epoch else f"no epoch raised validation stage-1 recall above {start.mean():.3f}")
+        log.info("phase 1: %s (%s of %d run; twice the gain's standard error %.3f)",
+                 f"the head of epoch {best_epoch} kept" if kept else "the starting query head kept", found,
+                 len([h for h in history if h["phase"] == 1]), 2 * se)
+        return {"start_stage1_recall": float(start.mean()), "best_stage1_recall": float(best.mean()),
+                "best_epoch": best_epoch, "epochs_run": len([h for h in history if h["phase"] == 1]),
+                "gain_se": se if np.isfinite(se) else None, "kept": "trained" if kept else "start"}
 
     def fit(self) -> dict:
         started = time.perf_counter()
@@ -327,8 +340,7 @@ class Trainer:
             group["lr"] = self.cfg.phase2_lr or self.cfg.lr
         for epoch in range(self.cfg.phase2_epochs):
             lists = self.mine(self.train_q)  # re-mined with the current query head, as inference would
-            usable = [(q, rows) for q, rows in zip(self.train_q, lists)
-                      if np.isin(self.seq.text_class[rows], self.seq.text_class[q.target]).any()]
+            usable = [(q, rows) for q, rows in zip(self.train_q, lists) if self.holds_target(rows, q)]
             loss = self._epoch(f"phase 2 (scorer) epoch {epoch + 1}/{self.cfg.phase2_epochs}",
                                self._batches(usable), self.phase2_step)
             metrics = self.validate()
@@ -351,6 +363,6 @@ class Trainer:
             boost = self.tune_lexical_boost(lists)
             best = self.validate(lists)
             log.info("with the boost: validation MRR@10 %.4f R@1 %.4f", best["mrr@10"], best["recall@1"])
-        return {"validation": best, "history": history, "head": head, "lexical_boost": boost, "train_queries": len(self.train_q),
+        return {"validation": best, "history": history, "head_trial": head, "lexical_boost": boost, "train_queries": len(self.train_q),
                 "val_queries": len(self.val_q), "seconds": round(time.perf_counter() - started, 1),
                 "train_config": asdict(self.cfg)}

@@ -69,7 +69,7 @@ VARIANTS = {
     "seed1": ({}, {"seed": 1}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's. Until
     # 2026-12-02 fine-tuning ran phase 1 for phase1_epochs (6), then none that day (finetune_phase1_epochs 0), then
-    # head epochs while they pay (finetune_head auto, from 2026-12-02 13:00 UTC); so these say which they ran
+    # head epochs while they pay (finetune_head auto, from the afternoon of 2026-12-02); so these say which they ran
     "ft_auto": ({}, {}),  # the default since: head epochs kept only if validation stage-1 recall clearly rises
     "ft_p1x6": ({}, {"finetune_phase1_epochs": 6, "finetune_head": "train"}),  # the fine-tuning default before
     "ft_lr3e-4": ({}, {"lr": 3e-4, "finetune_phase1_epochs": 6, "finetune_head": "train"}),
@@ -99,10 +99,11 @@ def markdown(record: dict) -> str:
     for name, r in record.items():
         model_cfg, train_cfg = VARIANTS.get(name.split(":")[-1].split("@")[0], (r["model_config"], {}))
         changes = r.get("note") or ", ".join(f"{k} {v}" for k, v in {**model_cfg, **train_cfg}.items()) or "none"
-        if r.get("head"):  # finetune_head auto: what its trial of head epochs found
-            h = r["head"]
-            changes += (f" (head epochs: stage-1 {h['start_stage1_recall']:.3f} -> {h['best_stage1_recall']:.3f} at "
-                        f"epoch {h['best_epoch']}, {'kept' if h['kept'] == 'trained' else 'not clear: start kept'})")
+        if r.get("head_trial"):  # finetune_head auto: what its trial of head epochs found
+            h = r["head_trial"]
+            found = (f"stage-1 {h['start_stage1_recall']:.3f} -> {h['best_stage1_recall']:.3f} at epoch {h['best_epoch']}"
+                     if h["best_epoch"] else f"stage-1 {h['start_stage1_recall']:.3f}, no epoch raised it")
+            changes += f" (head epochs: {found}, {'kept' if h['kept'] == 'trained' else 'start kept'})"
         v = r["validation"]
         lines.append(f"| `{name}` | {changes} | {r.get('date', '')} | {r['seconds']} | {v['stage1_recall']:.3f} | "
                      f"{v['recall@1']:.4f} | {v['mrr@10']:.4f} |")
@@ -157,7 +158,7 @@ def main() -> int:
         v = meta["metrics"]["validation"]
         record[key] = {"model_config": model_cfg, "train_config": asdict(cfg), "seconds": seconds,
                         "validation": v, "history": meta["training"]["history"], "started_from": meta["started_from"],
-                        **({"head": meta["training"]["head"]} if meta["training"].get("head") else {}),
+                        **({"head_trial": meta["training"]["head_trial"]} if meta["training"].get("head_trial") else {}),
                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         save(NAME, record, markdown(record))  # after each variant: a long run keeps what it finished
     return 0
