@@ -141,17 +141,23 @@ def test_the_guard_serves_the_better_model_and_says_how_it_compares_with_cosine(
         assert "plain cosine" not in verdict.line
 
 
-def test_training_starts_from_the_general_model(untrained_store, tmp_path):
+def store_with_validation(untrained_store, tmp_path):
+    """A copy of the untrained store with four validation documents added, so that training can run."""
     store, _ = untrained_store
     copy = tmp_path / "store"
     shutil.copytree(store, copy, ignore=shutil.ignore_patterns("write.lock"))
-    # add validation documents so that training can run: the guard then judges it against the general model
     extra = [d for d in CorpusReader("builtin") if split_of(d.doc_id) == "validation" and len(d.paragraphs) >= 5][:4]
     with open(tmp_path / "more.jsonl", "w") as f:
         for d in extra:
             f.write(json.dumps({"doc_id": d.doc_id, "paragraphs": d.paragraphs}) + "\n")
     build(str(tmp_path / "more.jsonl"), copy, quiet=True)
-    outcome = train(copy, cfg=TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50), quiet=True)
+    return copy
+
+
+def test_training_starts_from_the_general_model(untrained_store, tmp_path):
+    copy = store_with_validation(untrained_store, tmp_path)  # the guard then judges training against the general model
+    outcome = train(copy, cfg=TrainConfig(phase1_epochs=1, finetune_phase1_epochs=2, phase2_epochs=1, batch_size=32,
+                                          val_queries=50), quiet=True)
     assert outcome.meta["started_from"] == f"from the general model {GENERAL_VERSION}"
     assert outcome.meta["metrics"]["guard"]["replaced"]["queries"] > 0  # judged against the general model
     assert ("serving the new model" in outcome.line) == outcome.served == (copy / CHECKPOINT).exists()
@@ -162,13 +168,11 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
 
     def phase1_epochs(outcome):
         return sum(h["phase"] == 1 for h in outcome.meta["training"]["history"])
-    # fine-tuning tries the query head's epochs while they raise validation stage-1 recall (finetune_head auto:
-    # bench/README.md), runs them all when asked to (train), none with finetune_phase1_epochs 0, and as from scratch
+    # fine-tuning tries the query head's epochs (finetune_head auto: the next test), and its record says what the
+    # trial found; it runs them all when asked to (train), none with finetune_phase1_epochs 0, and as from scratch
     # (phase1_epochs) when init_shrink made the head partly fresh
-    trial = outcome.meta["training"]["head"]
-    recall = [h["stage1_recall"] for h in outcome.meta["training"]["history"] if h["phase"] == 1]
-    assert 1 <= len(recall) <= TrainConfig().finetune_phase1_epochs and trial["best_epoch"] <= len(recall)
-    assert trial["best_stage1_recall"] == max([trial["start_stage1_recall"], *recall])
+    trial = outcome.meta["training"]["head_trial"]
+    assert trial["kept"] in ("start", "trained") and trial["epochs_run"] == phase1_epochs(outcome) >= 1
     head = train(copy, cfg=TrainConfig(phase1_epochs=3, finetune_phase1_epochs=2, finetune_head="train",
                                        phase2_epochs=1, batch_size=32, val_queries=50), quiet=True)
     kept = train(copy, cfg=TrainConfig(finetune_phase1_epochs=0, phase2_epochs=1, batch_size=32, val_queries=50),
@@ -176,7 +180,7 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
     shrunk = train(copy, cfg=TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50,
                                          init_shrink=0.5), quiet=True)
     assert [phase1_epochs(o) for o in (head, kept, shrunk, scratch)] == [2, 0, 1, 1]
-    assert all(o.meta["training"]["head"] is None for o in (head, kept, shrunk, scratch))
+    assert all(o.meta["training"]["head_trial"] is None for o in (head, kept, shrunk, scratch))
     # what is fitted to a store is not inherited: the word weights and the lexical boost start as from scratch
     with open_store(copy, readonly=True) as s:
         mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)
@@ -197,29 +201,25 @@ def test_head_epochs_are_kept_only_when_they_clearly_find_more_targets(untrained
     mixed = hits.copy()
     mixed[100:112], mixed[:10] = True, False  # 12 found, 10 lost: +0.005 against a standard error of 0.012
     assert not clearly_more(hits, mixed)[0]
-    # on a real store, the model after the trial holds either the start's weights or the best epoch's head
-    store, _ = untrained_store
-    copy = tmp_path / "store"
-    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("write.lock"))
-    extra = [d for d in CorpusReader("builtin") if split_of(d.doc_id) == "validation" and len(d.paragraphs) >= 5][:4]
-    with open(tmp_path / "more.jsonl", "w") as f:
-        for d in extra:
-            f.write(json.dumps({"doc_id": d.doc_id, "paragraphs": d.paragraphs}) + "\n")
-    build(str(tmp_path / "more.jsonl"), copy, quiet=True)
-    cfg = TrainConfig(finetune_phase1_epochs=3, batch_size=32, val_queries=50, n_candidates=20)
+    # on a real store: head epochs that barely move the weights (lr 1e-7) find no more targets, and the start comes
+    # back exactly, with the random generators' states, so phase 2 runs as it would with the head kept
+    copy = store_with_validation(untrained_store, tmp_path)
     with open_store(copy, readonly=True) as s:
-        mcfg = RerankerConfig(embed_dim=s.dim, max_context=cfg.max_context)
+        seq = ParagraphSequences(s)
+        mcfg = RerankerConfig(embed_dim=s.dim, max_context=8)
         state, _ = starting_point(s, mcfg, from_scratch=False)
-        trainer = Trainer(s, ParagraphSequences(s), mcfg, cfg, quiet=True, init_state=state)
-        start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        still = Trainer(s, seq, mcfg, TrainConfig(finetune_phase1_epochs=3, batch_size=32, val_queries=50, lr=1e-7),
+                        quiet=True, init_state=state)
+        before, rng = {k: v.clone() for k, v in still.model.state_dict().items()}, still.rng.bit_generator.state
         history = []
-        trial = trainer.phase1(history)
-        after = trainer.model.state_dict()
-        unchanged = all(torch.equal(after[k], start[k]) for k in start)
-        assert unchanged == (trial["kept"] == "start")
-        assert trainer.stage1_hits().mean() == (trial["best_stage1_recall"] if trial["kept"] == "trained"
-                                                else trial["start_stage1_recall"])
-        assert [h["epoch"] for h in history] == list(range(1, len(history) + 1)) and len(history) <= 3
+        trial = still.phase1(history)
+        assert trial["kept"] == "start" and trial["epochs_run"] == len(history) >= 1
+        moved = {k for k in before if not torch.equal(before[k], still.model.state_dict()[k])}
+        assert not moved, moved
+        assert still.rng.bit_generator.state == rng
+        # the other branch, a trained head kept (the best epoch's, not the last's), needs a start whose head finds
+        # clearly fewer targets than a few epochs learn to, which a store this small does not give (tried: a reversed
+        # head, a random one, permuted synthetic vectors); the novels' run in bench/results/experiments.json keeps one
 
 
 def test_training_can_start_from_another_general_model(untrained_store, tmp_path):
