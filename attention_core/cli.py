@@ -14,9 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from dataclasses import fields
 
     p = sub.add_parser("train", help="train the attention reranker on a built store; saves model.safetensors there",
-                       description="Phase 1 trains the query head (full softmax over the store; when fine-tuning the "
-                                   "general model, only while validation stage-1 recall rises, and kept only if "
-                                   "clearly better: --finetune-head), phase 2 the "
+                       description="Phase 1 trains the query head (full softmax over the store; none when fine-tuning "
+                                   "the general model, whose head is kept: --finetune-phase1-epochs, --finetune-head), "
+                                   "phase 2 the "
                                    "scorer on FAISS-mined candidate lists; early stopping on validation MRR@10.")
     add_data_dir(p)
     from .train_config import FINETUNE_HEAD, TrainConfig

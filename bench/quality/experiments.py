@@ -68,14 +68,15 @@ VARIANTS = {
     # draws the validation sample where a split has more than TrainConfig.val_queries (not on the built-in docs)
     "seed1": ({}, {"seed": 1}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's. Until
-    # 2026-12-02 fine-tuning ran phase 1 for phase1_epochs (6), then none that day (finetune_phase1_epochs 0), then
-    # head epochs while they pay (finetune_head auto, from the afternoon of 2026-12-02); so these say which they ran
-    "ft_auto": ({}, {}),  # the default since: head epochs kept only if validation stage-1 recall clearly rises
+    # 2026-12-02 fine-tuning ran phase 1 for phase1_epochs (6), then none (finetune_phase1_epochs 0, the default
+    # since; for a few hours that afternoon the trial, ft_auto, was); so these say which they ran
+    "ft_auto": ({}, {"finetune_phase1_epochs": 6, "finetune_head": "auto"}),  # head epochs kept only if validation
+    #                                                                            stage-1 recall clearly rises
     "ft_p1x6": ({}, {"finetune_phase1_epochs": 6, "finetune_head": "train"}),  # the fine-tuning default before
     "ft_lr3e-4": ({}, {"lr": 3e-4, "finetune_phase1_epochs": 6, "finetune_head": "train"}),
     "ft_p1x2_lr3e-4": ({}, {"lr": 3e-4, "finetune_phase1_epochs": 2, "finetune_head": "train"}),
     "ft_p1x2_lr1e-4": ({}, {"lr": 1e-4, "finetune_phase1_epochs": 2, "finetune_head": "train"}),
-    "ft_p1x0": ({}, {"finetune_phase1_epochs": 0}),  # the default of 2026-12-02 morning: the general model's head kept
+    "ft_p1x0": ({}, {"finetune_phase1_epochs": 0}),  # the default: the general model's head kept
     "ft_p1x1": ({}, {"finetune_phase1_epochs": 1, "finetune_head": "train"}),
     "ft_p1x2": ({}, {"finetune_phase1_epochs": 2, "finetune_head": "train"}),
     # shrink and perturb: start from a mix of the general model's weights and a fresh initialisation
