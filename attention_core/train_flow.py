@@ -122,6 +122,8 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
             log.info("phase 1: up to %d query-head epochs while validation stage-1 recall rises; the starting head "
                      "comes back unless the trained one finds clearly more targets (--finetune-head train: every "
                      "epoch)", cfg.head_epochs(fine_tuning=True))
+        elif state is not None and cfg.init_shrink == 1.0:
+            log.info("phase 1: %d query-head epochs, all kept (--finetune-head train)", cfg.head_epochs(fine_tuning=True))
         old_model, replaced = replaced_model(store)
         try:
             trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet, init_state=state)

@@ -69,7 +69,7 @@ VARIANTS = {
     "seed1": ({}, {"seed": 1}),
     # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's. Until
     # 2026-12-02 fine-tuning ran phase 1 for phase1_epochs (6), then none (finetune_phase1_epochs 0, the default
-    # since; for a few hours that afternoon the trial, ft_auto, was); so these say which they ran
+    # since, but for an hour and a half that afternoon when the trial, ft_auto, was); so these say which they ran
     "ft_auto": ({}, {"finetune_phase1_epochs": 6, "finetune_head": "auto"}),  # head epochs kept only if validation
     #                                                                            stage-1 recall clearly rises
     "ft_p1x6": ({}, {"finetune_phase1_epochs": 6, "finetune_head": "train"}),  # the fine-tuning default before

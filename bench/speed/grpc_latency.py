@@ -189,7 +189,8 @@ def main() -> int:
               "settings": {k: v for k, v in os.environ.items() if k.startswith(("NEXTPARA_", "OMP_"))},
               "results": results, "minilm_paragraphs_per_second": ceiling, "semantic_search_p50_ms": reference}
     lines = [f"# PredictNext latency ({record['date']})", "", f"Command: `{record['command']}`", "",
-             f"Machine: {record['machine']}; server and clients share it. Server settings from the environment: "
+             f"Machine: {record['machine']}; server and clients share it. Settings from the environment (the server's, and "
+             f"OMP_* the in-process runs' too): "
              f"{record['settings'] or 'none (the defaults)'}.", "",
              f"References in the same run: MiniLM alone embeds {ceiling} paragraphs/s (the `texts` workload embeds 4 "
              f"per call: {ceiling / 4:.1f} calls/s at most); `util.semantic_search` of one vector over the store: "
