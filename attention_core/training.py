@@ -320,13 +320,13 @@ class Trainer:
             self.rng.bit_generator.state = start_rng[0]
             torch.set_rng_state(start_rng[1])
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        run = sum(h["phase"] == 1 for h in history)
         found = (f"validation stage-1 recall {start.mean():.3f} -> {best.mean():.3f} at epoch {best_epoch}"
                  if best_epoch else f"no epoch raised validation stage-1 recall above {start.mean():.3f}")
         log.info("phase 1: %s (%s of %d run; twice the gain's standard error %.3f)",
-                 f"the head of epoch {best_epoch} kept" if kept else "the starting query head kept", found,
-                 len([h for h in history if h["phase"] == 1]), 2 * se)
+                 f"the head of epoch {best_epoch} kept" if kept else "the starting query head kept", found, run, 2 * se)
         return {"start_stage1_recall": float(start.mean()), "best_stage1_recall": float(best.mean()),
-                "best_epoch": best_epoch, "epochs_run": len([h for h in history if h["phase"] == 1]),
+                "best_epoch": best_epoch, "epochs_run": run,
                 "gain_se": se if np.isfinite(se) else None, "kept": "trained" if kept else "start"}
 
     def fit(self) -> dict:
