@@ -115,15 +115,17 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
             else:
                 start += f", shrunk to {cfg.init_shrink} of it (the rest a fresh initialisation)"
         log.info("training %s", start)
-        if state is not None and cfg.init_shrink == 1.0 and cfg.head_epochs(fine_tuning=True) == 0:
-            log.info("phase 1: none, the starting model's query head kept (--finetune-phase1-epochs 0; phase 2's "
-                     "query loss still trains it)")
-        elif state is not None and cfg.head_trial(fine_tuning=True):
-            log.info("phase 1: up to %d query-head epochs while validation stage-1 recall rises; the starting head "
-                     "comes back unless the trained one finds clearly more targets (--finetune-head train: every "
-                     "epoch)", cfg.head_epochs(fine_tuning=True))
-        elif state is not None and cfg.init_shrink == 1.0:
-            log.info("phase 1: %d query-head epochs, all kept (--finetune-head train)", cfg.head_epochs(fine_tuning=True))
+        if state is not None and cfg.init_shrink == 1.0:  # the general model's head, whole (TrainConfig.head_epochs)
+            epochs = cfg.head_epochs(fine_tuning=True)
+            if epochs == 0:
+                log.info("phase 1: none, the starting model's query head kept (--finetune-phase1-epochs 0; phase 2's "
+                         "query loss still trains it)")
+            elif cfg.head_trial(fine_tuning=True):
+                log.info("phase 1: up to %d query-head epochs while validation stage-1 recall rises; the starting "
+                         "head comes back unless the trained one finds clearly more targets (--finetune-head train: "
+                         "every epoch)", epochs)
+            else:
+                log.info("phase 1: %d query-head epochs, all kept (--finetune-head train)", epochs)
         old_model, replaced = replaced_model(store)
         try:
             trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet, init_state=state)
