@@ -35,10 +35,17 @@ def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_v
     source may return (None: any)."""
     # both vector sources in one search: an exact search reads every stored vector once per call (memory-bound), so
     # two query sets stacked cost little more than one (bench/results/profile_request.md)
-    both = search_excluding(store, np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude], allow)
+    _, both = store.search(np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude], allow)
     sources = [both[:len(query_vectors)], both[len(query_vectors):]]
     if n_words and context_texts is not None:
         last = [texts[-1] if len(texts) else None for texts in context_texts]
         whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
         sources += [store.word_search(last, n_words, exclude, allow), store.word_search(whole, n_words, exclude, allow)]
-    return [np.asarray(list(dict.fromkeys(sum(lists, []))), dtype=np.int64) for lists in zip(*sources)]
+    return [first_seen(np.concatenate([np.asarray(ids, np.int64) for ids in lists])) for lists in zip(*sources)]
+
+
+def first_seen(ids: np.ndarray) -> np.ndarray:
+    """The ids of ``ids`` that are not padding (-1), each once, in the order of its first occurrence."""
+    ids = ids[ids >= 0]
+    _, first = np.unique(ids, return_index=True)
+    return ids[np.sort(first)]

@@ -311,9 +311,9 @@ class ParagraphStore:
         vector table for all rows (vector_table.py: a matrix product for a flat index, FAISS for the others).
 
         ``exclude[i]``: ids never returned for row i. ``allow``: the only ids any row may return (None: all; a
-        filter's ``Allowed.allow``). ``allow`` and what every row excludes are filtered inside the search
-        (vector_table.py); the rest by searching deeper and dropping them, so each row still gets k results where the
-        store has them. Short rows (small store, many exclusions, few allowed) are padded with id -1 and score -inf.
+        filter's ``Allowed.allow``). Both are filtered inside the search (vector_table.py: an exact scan sets each
+        row's exclusions to -inf; FAISS searches deeper and each row drops its own), so each row still gets k results
+        where the store has them. Short rows (small store, many exclusions, few allowed) are padded with id -1 and score -inf.
         """
         queries = np.asarray(queries, dtype=np.float32)
         queries = unit_rows(queries[None, :] if queries.ndim == 1 else queries, self.dim, "query vectors")
@@ -323,16 +323,9 @@ class ParagraphStore:
         if len(sets) != len(queries):
             raise InvalidInputError(f"{len(queries)} queries but {len(sets)} exclusion sets")
         common = set.intersection(*sets) if sets else set()
-        extra = max((len(e) - len(common) for e in sets), default=0)
+        row_exclude = [np.fromiter(e - common, np.int64) for e in sets]
         with self._mutex:
-            scores, ids = self.vector_table.search(queries, k + extra, np.asarray(sorted(common), dtype=np.int64), allow)
-        if not extra:
-            return scores, ids
-        out_s, out_i = np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)
-        for row, e in enumerate(sets):
-            keep = [j for j, i in enumerate(ids[row]) if i >= 0 and int(i) not in e][:k]
-            out_s[row, :len(keep)], out_i[row, :len(keep)] = scores[row, keep], ids[row, keep]
-        return out_s, out_i
+            return self.vector_table.search(queries, k, np.asarray(sorted(common), dtype=np.int64), allow, row_exclude)
 
     def word_search(self, texts: Sequence[str | None], k: int, exclude: Sequence[Iterable[int]] | None = None,
                     allow: np.ndarray | None = None) -> list[list[int]]:

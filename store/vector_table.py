@@ -171,28 +171,53 @@ class VectorTable:
             raise unknown_ids("paragraph id", ids[~ok].tolist())
         return self.vectors[rows]
 
-    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray,
-               allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, ids) per query row by inner product, never an id of ``exclude``, and with ``allow`` only ids
-        among it; short rows padded with -1. A flat index (or an untrained IVF one) is scanned exactly here rather
-        than through FAISS (see _exact)."""
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray, allow: np.ndarray | None = None,
+               row_exclude: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) per query row by inner product, never an id of ``exclude`` (nor, for row i, of
+        ``row_exclude[i]``), and with ``allow`` only ids among it; short rows padded with -1. A flat index (or an
+        untrained IVF one) is scanned exactly here rather than through FAISS (see _exact), each row's own exclusions
+        set to -inf in its scores; FAISS searches deeper by the longest row's exclusions and each row drops its own."""
         scan = self.index.is_flat or not self.index.is_trained
-        if allow is None:
-            if not scan:
-                return self.index.search(queries, k, exclude)
-            return self._exact(queries, k, blocked=self._present_rows(exclude))
-        rows = np.unique(self._present_rows(allow))
-        rows = rows[~np.isin(self.ids[rows], exclude)]
-        if scan or len(rows) <= EXACT_FILTERED_MAX:
-            return self._exact(queries, k, rows)
-        scores, ids = self.index.search(queries, k, exclude, self.ids[rows])
-        short = (ids[:, :min(k, len(rows))] < 0).any(axis=1)
-        if short.any():
-            scores[short], ids[short] = self._exact(queries[short], k, rows)
-        return scores, ids
+        rows = None
+        if allow is not None:
+            rows = np.unique(self._present_rows(allow))
+            rows = rows[~np.isin(self.ids[rows], exclude)]
+        if scan or (rows is not None and len(rows) <= EXACT_FILTERED_MAX):
+            blocked = self._present_rows(exclude) if rows is None else None
+            return self._exact(queries, k, rows, blocked, self._row_blocked(row_exclude, rows))
+        extra = max((len(e) for e in row_exclude), default=0) if row_exclude is not None else 0
+        if rows is None:
+            scores, ids = self.index.search(queries, k + extra, exclude)
+        else:
+            scores, ids = self.index.search(queries, k + extra, exclude, self.ids[rows])
+            short = (ids[:, :min(k + extra, len(rows))] < 0).any(axis=1)
+            if short.any():
+                scores[short], ids[short] = self._exact(queries[short], k + extra, rows)
+        if not extra:
+            return scores, ids
+        out_s, out_i = np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)
+        for r, e in enumerate(row_exclude):
+            keep = np.flatnonzero((ids[r] >= 0) & ~np.isin(ids[r], e))[:k]
+            out_s[r, :len(keep)], out_i[r, :len(keep)] = scores[r, keep], ids[r, keep]
+        return out_s, out_i
 
-    def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None,
-               blocked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def _row_blocked(self, row_exclude: list[np.ndarray] | None,
+                     rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """(query, column) pairs of the exact scan to block: each row's excluded ids among the scanned vectors (every
+        row of the table, or ``rows``)."""
+        if row_exclude is None or not any(len(e) for e in row_exclude):
+            return None
+        which = np.repeat(np.arange(len(row_exclude)), [len(e) for e in row_exclude])
+        ids = np.concatenate([np.asarray(e, np.int64) for e in row_exclude])
+        scanned = self.ids if rows is None else self.ids[rows]
+        if not len(scanned):
+            return None
+        cols = np.minimum(np.searchsorted(scanned, ids), len(scanned) - 1)
+        hit = scanned[cols] == ids
+        return which[hit], cols[hit]
+
+    def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None, blocked: np.ndarray | None = None,
+               row_blocked: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id
         order; short rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
         in blocks), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
@@ -217,6 +242,9 @@ class VectorTable:
                 scores = (table @ q.T).T  # the table on the left (see above)
                 if blocked is not None and len(blocked):
                     scores[:, torch.from_numpy(np.asarray(blocked, dtype=np.int64))] = -torch.inf
+                if row_blocked is not None:  # each query's own exclusions, (query, column) pairs
+                    here = (row_blocked[0] >= start) & (row_blocked[0] < start + len(q))
+                    scores[torch.from_numpy(row_blocked[0][here] - start), torch.from_numpy(row_blocked[1][here])] = -torch.inf
                 top_s, top = torch.topk(scores, min(kk + 1, len(ids)), dim=1)  # one more: is the k-th place tied?
             top_s, top = top_s.numpy(), top.numpy()
             tied = np.flatnonzero(top_s[:, kk - 1] == top_s[:, kk]) if kk < len(ids) else np.zeros(0, np.int64)

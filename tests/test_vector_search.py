@@ -52,3 +52,28 @@ def test_the_lowest_ids_win_a_tie_for_the_last_place():
     t = table(vectors, np.arange(2, 9))
     assert t.search(vectors[:1], 3, np.array([], np.int64))[1].tolist() == [[2, 3, 4]]
     assert t.search(vectors[:1], 3, np.array([3]), allow=np.arange(2, 9))[1].tolist() == [[2, 4, 5]]
+
+
+@pytest.mark.parametrize("factory", ["flat", "hnsw"])
+def test_each_row_has_exclusions_of_its_own(factory):
+    """Row i never gets an id of ``row_exclude[i]`` and still gets k results: the exact scan blocks them in its scores,
+    FAISS (HNSW: exact at this size) searches deeper and each row drops its own; with a filter too."""
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((60, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(10, 70)
+    index = VectorIndex(choose_index(factory, len(ids)), 8)
+    index.add(vectors, ids)
+    t = VectorTable(8, factory, index, ids, vectors)
+    queries = vectors[[3, 3, 20, 41]]  # two rows with the same query and different exclusions
+    common = np.array([ids[5]])
+    rows = [ids[[3, 7, 8]], ids[[9]], np.array([999, ids[20]]), np.zeros(0, np.int64)]  # 999: not stored
+    for allow in (None, ids[::2]):
+        for k in (1, 5, 40):
+            got_s, got = t.search(queries, k, common, allow, rows)
+            for q, row_ex, s_row, i_row in zip(queries, rows, got_s, got):
+                ok = ~np.isin(ids, np.concatenate([common, row_ex])) & (np.isin(ids, allow) if allow is not None else True)
+                want = -np.sort(-(vectors[ok] @ q))[:k]
+                np.testing.assert_allclose(s_row[:len(want)], want, atol=1e-6)
+                assert (i_row[len(want):] == -1).all()
+                assert np.isin(i_row[:len(want)], ids[ok]).all()
