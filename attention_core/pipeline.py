@@ -207,11 +207,15 @@ class RerankPipeline:
         return self.lexicon.uncached(ids) if self.lexicon is not None else ids[:0]
 
     def stored_lexical_features(self, context_texts: list[list[str | None]], sizes: Sequence[int],
-                                candidates: sparse.csr_matrix) -> list[np.ndarray]:
+                                candidates: sparse.csr_matrix, context_ids: list | None = None) -> list[np.ndarray]:
         """lexical_features() for stored candidates, from their rows (``Lexicon.stored_rows``: ``sizes[i]`` rows for
         query i, query after query), and contexts given as texts (the whole batch in one call:
-        lexical.features_many)."""
-        contexts, context_sizes, _ = self._word_rows([ct[-self.max_context:] for ct in context_texts], None)
+        lexical.features_many); a context item with a stored id (``context_ids``, as in lexical_features) takes the
+        row kept for that id instead of weighing its text again."""
+        L = self.max_context
+        if context_ids is not None:
+            context_ids = [ids[-L:] if ids is not None else None for ids in context_ids]
+        contexts, context_sizes, _ = self._word_rows([ct[-L:] for ct in context_texts], context_ids)
         if contexts is None:  # raw vectors: no words
             contexts = lexical.empty_rows(int(context_sizes.sum()))
         return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words,
@@ -249,7 +253,7 @@ class RerankPipeline:
     @torch.no_grad()
     def retrieve(self, contexts: list[np.ndarray], exclude: list[set[int]], context_texts: list[list[str | None]],
                  need_weights: bool = False, observe=lambda stage, seconds: None, keep: int | None = None,
-                 allow: np.ndarray | None = None) -> list[Scored]:
+                 allow: np.ndarray | None = None, context_ids: list | None = None) -> list[Scored]:
         """The serving path, for many queries at once: per chunk of SCORE_BATCH queries, the context is encoded
         once (its query vector searches, its states score), each source searched once for all queries, every
         candidate row read once, word features computed once, and one model call scores them all.
@@ -259,7 +263,8 @@ class RerankPipeline:
         (all if None), read once for the batch. A candidate whose row has gone (a read-only replica whose writer
         deleted it since the replica loaded its index) is dropped, and the next one takes its place. ``allow``: the only ids any query may retrieve (a
         retrieval filter's, resolved by the store; None: any). ``observe(stage, seconds)`` gets the time of each
-        stage of each chunk: STAGES, in that order."""
+        stage of each chunk: STAGES, in that order. ``context_ids``: per query, each context item's stored id (None for
+        a text or vector; ResolvedItems.ids), whose word row is then the one kept by id."""
         out: list[Scored] = []
         for s in range(0, len(contexts), SCORE_BATCH):
             chunk, texts = contexts[s:s + SCORE_BATCH], context_texts[s:s + SCORE_BATCH]
@@ -292,7 +297,8 @@ class RerankPipeline:
             cand_vecs = [vectors[a:b] for a, b in zip(at[:-1], at[1:])]
             lap("rows")
             if self.lexicon is not None:
-                lex = self.stored_lexical_features(texts, [len(row_ids) for row_ids in ids], words)
+                lex = self.stored_lexical_features(texts, [len(row_ids) for row_ids in ids], words,
+                                                   context_ids[s:s + SCORE_BATCH] if context_ids is not None else None)
                 lap("word_features")
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,

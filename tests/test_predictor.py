@@ -50,6 +50,8 @@ def test_text_id_and_vector_contexts_agree(predictor):
     by_text = predictor.predict_next(texts, top_k=5)
     by_vector = predictor.predict_next(vectors, top_k=8, exclude_doc_ids=[])
     assert [p.paragraph_id for p in by_id.predictions] == [p.paragraph_id for p in by_text.predictions]
+    # the ids' word rows are the ones kept by id, the texts' are weighed from the texts: the same rows, the same scores
+    assert [p.score for p in by_id.predictions] == pytest.approx([p.score for p in by_text.predictions], abs=1e-5)
     # vectors carry no text: nothing but what they are is excluded, and the model scores them without word
     # overlap, so they rank as the ids do when the words are hidden
     blind = copy.copy(predictor)
@@ -173,8 +175,12 @@ def test_a_request_reads_each_stored_row_once(trained_store):
     with Predictor.open(trained_store) as predictor:  # warmed as a server warms it once it has loaded
         assert predictor.pipeline.warm_word_rows() == predictor.store.count_paragraphs()
         others = [int(i) for i in predictor.store.paragraph_table()[0][40:44]]
+        weighed: list[str] = []
+        weigh = predictor.pipeline.lexicon.weigh
+        predictor.pipeline.lexicon.weigh = lambda text: weighed.append(text) or weigh(text)
         first, answered = reads(predictor, [others])
         assert first == set(others) | answered  # the first request already reads no candidate's text
+        assert weighed == []  # ... and weighs none, its context's included: their rows are kept by id
 
 
 def test_reranking_stored_ids_looks_up_no_copies_of_their_texts(trained_store):
