@@ -45,10 +45,6 @@ from torch import nn
 from . import lexical
 
 POOL_TOP = 20  # neighbours in the candidate pool used for the density feature
-# at inference, attention over at most this many keys (the context: max_context) is computed as written out
-# (reference_attention): for so few keys the fused kernel costs 2-4x as much (a batch of 16 lists of 150 candidates
-# over 8 context paragraphs: 1.65 -> 0.76 ms on 2 cores); training (dropout) and longer key sets stay fused
-EXPLICIT_MAX_KEYS = 32
 POOL_NEIGHBOURS = 3  # features of a candidate's nearest in its list, with ``pool_neighbours`` (NextParagraphModel.pool)
 # named scorer configurations (``nextpara train --scorer``): changes from RerankerConfig's defaults
 SCORERS = {"full": {}, "fast": {"n_scorer_layers": 0, "candidate_tokens": False}}
@@ -129,9 +125,8 @@ class MultiHeadAttention(nn.Module):
         k = self.w_k(x_kv).view(B, Tk, self.n_heads, hs).transpose(1, 2)  # (B, h, Tk, hs)
         v = self.w_v(x_kv).view(B, Tk, self.n_heads, hs).transpose(1, 2)  # (B, h, Tk, hs)
         m = mask[:, None] if mask is not None else None  # (B, 1, Tq, Tk)
-        if need_weights or (not self.training and Tk <= EXPLICIT_MAX_KEYS):
+        if need_weights:
             out, weights = reference_attention(q, k, v, m)
-            weights = weights if need_weights else None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=self.dropout if self.training else 0.0)
             weights = None
@@ -239,7 +234,8 @@ class NextParagraphModel(nn.Module):
         others = cosines.masked_fill(~neighbours, float("-inf"))
         n = min(POOL_TOP, max(K - 1, 1))
         if to_last is None and not others.requires_grad:  # the density needs the n largest in no order: NumPy's
-            # selection finds them in about two thirds of torch's top-k time on CPU
+            # selection finds them in half torch's top-k time for a training or batch job's 256 lists, as fast for a
+            # served batch of 16 (bench/results/scorer_kernels.md)
             top = torch.from_numpy(np.partition(others.numpy(), K - n, axis=-1)[..., K - n:])  # (B, K, n)
         else:
             top = others.topk(n, dim=-1, sorted=to_last is not None).values  # (B, K, n)

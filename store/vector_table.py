@@ -9,7 +9,8 @@ is a binary search. The snapshot's vectors stay memory-mapped until a write repl
 (never written in place).
 
 A flat index (or an IVF index not trained yet) is searched here, by an exact scan of the table's vectors (_exact:
-one torch matrix product and a top-k, faster than FAISS's flat scan). An approximate index (HNSW, IVF) is searched
+one torch matrix product and a top-k, faster than FAISS's flat scan; what every query excludes, and what each query
+excludes on its own, set to -inf in the scores). An approximate index (HNSW, IVF) is searched
 by FAISS; restricted to some ids (a retrieval filter) with an id selector, or, when few ids are allowed (at most
 EXACT_FILTERED_MAX) or the index answered a row short (an HNSW graph or the probed IVF lists can miss the allowed
 ids of a narrow filter), by an exact scan of the allowed vectors: k results wherever k paragraphs pass.
@@ -218,8 +219,9 @@ class VectorTable:
 
     def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None, blocked: np.ndarray | None = None,
                row_blocked: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), ties in id
-        order; short rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
+        """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), never the
+        (query, column) pairs of ``row_blocked`` (each query's own exclusions, _row_blocked), ties in id order; short
+        rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
         in blocks), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
         call's two queries spent 3.2x as long in the search on PEPs' 43,588 x 384 (bench/README.md, Serving latency);
         on 2 cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS keeps

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nextpara.attention_core.candidates import first_seen
 from nextpara.store import vector_table
 from nextpara.store.vector_index import VectorIndex, choose_index
 from nextpara.store.vector_table import VectorTable
@@ -54,10 +55,15 @@ def test_the_lowest_ids_win_a_tie_for_the_last_place():
     assert t.search(vectors[:1], 3, np.array([3]), allow=np.arange(2, 9))[1].tolist() == [[2, 4, 5]]
 
 
+@pytest.mark.parametrize("scan_scores", [1 << 24, 60])  # one block, and a block per query
+@pytest.mark.parametrize("exact_filtered_max", [10_000, 0])  # a filter scanned exactly, or searched by FAISS
 @pytest.mark.parametrize("factory", ["flat", "hnsw"])
-def test_each_row_has_exclusions_of_its_own(factory):
-    """Row i never gets an id of ``row_exclude[i]`` and still gets k results: the exact scan blocks them in its scores,
-    FAISS (HNSW: exact at this size) searches deeper and each row drops its own; with a filter too."""
+def test_each_row_has_exclusions_of_its_own(monkeypatch, factory, exact_filtered_max, scan_scores):
+    """Row i never gets an id of ``row_exclude[i]`` and still gets its k best in order: the exact scan blocks them in
+    its scores (block after block of queries), FAISS (HNSW: exact at this size) searches deeper and each row drops its
+    own; with a filter too."""
+    monkeypatch.setattr(vector_table, "EXACT_FILTERED_MAX", exact_filtered_max)
+    monkeypatch.setattr(vector_table, "SCAN_SCORES", scan_scores)
     rng = np.random.default_rng(1)
     vectors = rng.standard_normal((60, 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -73,7 +79,12 @@ def test_each_row_has_exclusions_of_its_own(factory):
             got_s, got = t.search(queries, k, common, allow, rows)
             for q, row_ex, s_row, i_row in zip(queries, rows, got_s, got):
                 ok = ~np.isin(ids, np.concatenate([common, row_ex])) & (np.isin(ids, allow) if allow is not None else True)
-                want = -np.sort(-(vectors[ok] @ q))[:k]
-                np.testing.assert_allclose(s_row[:len(want)], want, atol=1e-6)
-                assert (i_row[len(want):] == -1).all()
-                assert np.isin(i_row[:len(want)], ids[ok]).all()
+                order = np.argsort(-(vectors[ok] @ q), kind="stable")[:k]  # no ties in random vectors
+                np.testing.assert_allclose(s_row[:len(order)], (vectors[ok] @ q)[order], atol=1e-6)
+                assert i_row[:len(order)].tolist() == ids[ok][order].tolist()
+                assert (i_row[len(order):] == -1).all()
+
+
+def test_candidate_lists_keep_each_id_once_where_it_first_came():
+    assert first_seen(np.array([7, 3, -1, 7, 9, 3, -1, 1])).tolist() == [7, 3, 9, 1]
+    assert first_seen(np.array([-1, -1])).tolist() == [] and first_seen(np.zeros(0, np.int64)).dtype == np.int64
