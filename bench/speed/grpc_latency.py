@@ -17,7 +17,9 @@ QPS window, and so is the word rows' warm-up a server does once it has loaded (t
 in-process, it runs it first). In the same run, two references: what MiniLM alone embeds on this machine
 (paragraphs/s, the store's embedder over the text workload's paragraphs, 128 per call: the ceiling of the ``texts``
 workload, which needs four per call), and sentence-transformers' ``util.semantic_search`` of one stored vector over the
-store (B1, no model), p50.
+store (B1, no model), p50. For each gRPC measurement, the cores the server process and the clients used over its
+window (CPU seconds per second: the server's from /proc, the clients' from os.times), to tell whether the load
+generator, which shares the machine, takes cores from the server.
 Prints a table, writes bench/results/grpc_latency.{json,md} (or NAME.{json,md}).
 """
 
@@ -28,6 +30,7 @@ import platform
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -82,8 +85,22 @@ def in_process(data_dir, streams, seconds, warmup):
     return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
 
 
-def through_grpc(address, streams, concurrency, seconds, warmup):
-    """``concurrency`` clients, client k calling with streams k, k + concurrency, ... in turn, each in order."""
+def cpu_seconds(pid: int | None = None) -> float | None:
+    """User + system CPU seconds a process has used: this one (the load generator: os.times), or ``pid`` (the server:
+    /proc/PID/stat); None where /proc has no such file (not Linux, or the process has gone)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def through_grpc(address, streams, concurrency, seconds, warmup, server_pid=None):
+    """``concurrency`` clients, client k calling with streams k, k + concurrency, ... in turn, each in order. Also the
+    cores the server process (``server_pid``) and this one (the clients) used over the window."""
     from nextpara.client import Client
 
     times: list[float] = []
@@ -113,15 +130,19 @@ def through_grpc(address, streams, concurrency, seconds, warmup):
         t.start()
     window["stop"] = time.perf_counter() + seconds + 1e9  # set for real once every worker is warm
     started.wait()
+    cpu = (cpu_seconds(server_pid) if server_pid else None, cpu_seconds())
     start = time.perf_counter()
     window["stop"] = start + seconds
     for t in threads:
         t.join()
+    took = time.perf_counter() - start
+    server_after = cpu_seconds(server_pid) if server_pid else None
+    cores = {"server_cores": round((server_after - cpu[0]) / took, 2) if None not in (cpu[0], server_after) else None,
+             "client_cores": round((cpu_seconds() - cpu[1]) / took, 2)}
     if any(ran_out):
         print(f"warning: {sum(ran_out)} of {concurrency} clients ran out of contexts before the window closed: use "
               "fewer --seconds", flush=True)
-    return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1),
-            "clients_out_of_contexts": sum(ran_out)}
+    return {**percentiles(times), "qps": round(len(times) / took, 1), "clients_out_of_contexts": sum(ran_out), **cores}
 
 
 def references(data_dir, texts, seconds):
@@ -182,8 +203,8 @@ def main() -> int:
         if not server.wait_for(WORD_ROWS_READY, 120):  # as a server up a few seconds: every word row kept
             raise SystemExit(f"the server did not log {WORD_ROWS_READY!r} within 120 s; its log ends:\n{server.tail()}")
         for kind, (pool, pick) in kinds.items():
-            results["grpc"][kind] = {str(c): through_grpc(server.address, pick(pool), c, args.seconds, texts[-1])
-                                     for c in (1, 8, 16, 32)}
+            results["grpc"][kind] = {str(c): through_grpc(server.address, pick(pool), c, args.seconds, texts[-1],
+                                                          server.pid) for c in (1, 8, 16, 32)}
     ceiling, reference = references(args.data_dir, texts, args.seconds)
     record = {**stamp(__file__), "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
               "settings": {k: v for k, v in os.environ.items() if k.startswith(("NEXTPARA_", "OMP_"))},
@@ -195,15 +216,19 @@ def main() -> int:
              f"References in the same run: MiniLM alone embeds {ceiling} paragraphs/s (the `texts` workload embeds 4 "
              f"per call: {ceiling / 4:.1f} calls/s at most); `util.semantic_search` of one vector over the store: "
              f"p50 {reference} ms.", "",
-             "| path | context | concurrency | p50 ms | p99 ms | QPS | p50 / semantic_search |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "Cores: CPU seconds per second of the window, of the server process (/proc) and of the clients (this "
+             "process's threads, os.times); torch's threads spin between operations, so a server's figure counts "
+             "their waiting too.", "",
+             "| path | context | concurrency | p50 ms | p99 ms | QPS | p50 / semantic_search | cores: server / clients |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for kind in kinds:
         r = results["in_process"][kind]
         lines.append(f"| in-process | {kind} | 1 | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} | "
-                     f"{r['p50_ms'] / reference:.1f}x |")
+                     f"{r['p50_ms'] / reference:.1f}x | |")
         for c, r in results["grpc"][kind].items():
             lines.append(f"| gRPC | {kind} | {c} | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} | "
-                         f"{r['p50_ms'] / reference:.1f}x |")
+                         f"{r['p50_ms'] / reference:.1f}x | {r['server_cores'] if r['server_cores'] is not None else 'n/a'} / "
+                         f"{r['client_cores']} |")
     short = [f"{kind} at {c}" for kind, levels in results["grpc"].items() for c, r in levels.items()
              if r["clients_out_of_contexts"]]
     if short:
