@@ -33,8 +33,9 @@ def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_v
     (with ``n_words`` and the context's texts) the word index's results for the last paragraph's words and for the
     whole context's. A context paragraph without text (a raw vector) adds no words. ``allow``: the only ids any
     source may return (None: any)."""
-    # both vector sources in one search: an exact search reads every stored vector once per call (memory-bound), so
-    # two query sets stacked cost little more than one (bench/results/profile_request.md)
+    # both vector sources in one search: an exact search reads every stored vector once per call (memory-bound for a
+    # few queries, compute-bound for a batch's), so two query sets stacked cost less than two searches
+    # (bench/results/profile_request.md)
     _, both = store.search(np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude], allow)
     sources = [both[:len(query_vectors)], both[len(query_vectors):]]
     if n_words and context_texts is not None:
