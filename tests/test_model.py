@@ -6,7 +6,14 @@ import pickle
 import pytest
 import torch
 from nextpara.attention_core.checkpoint import LATER_FIELDS, load_checkpoint, save_checkpoint
-from nextpara.attention_core.model import POOL_TOP, SCORERS, MultiHeadAttention, NextParagraphModel, RerankerConfig, scorer_name
+from nextpara.attention_core.model import (
+    POOL_TOP,
+    SCORERS,
+    MultiHeadAttention,
+    NextParagraphModel,
+    RerankerConfig,
+    scorer_name,
+)
 from nextpara.errors import FailedPreconditionError, StoreMismatchError
 
 

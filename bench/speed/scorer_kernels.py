@@ -59,8 +59,9 @@ def main() -> int:
             q, k, v = torch.randn(B, 4, Tq, 32), torch.randn(B, 4, Tk, 32), torch.randn(B, 4, Tk, 32)
             mask = torch.rand(B, 1, Tq, Tk) > 0.3
             mask[..., -1] = True
-            fused = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.repeat)
-            written = median_ms(lambda: reference_attention(q, k, v, mask), args.repeat)
+            fused = median_ms(lambda q=q, k=k, v=v, mask=mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                              args.repeat)
+            written = median_ms(lambda q=q, k=k, v=v, mask=mask: reference_attention(q, k, v, mask), args.repeat)
             diff = (F.scaled_dot_product_attention(q, k, v, attn_mask=mask) - reference_attention(q, k, v, mask)[0]).abs().max()
             attention.append({"B": B, "Tq": Tq, "Tk": Tk, "fused_ms": round(fused, 3), "written_out_ms": round(written, 3),
                               "max_abs_difference": float(diff)})
@@ -68,8 +69,8 @@ def main() -> int:
             c = F.normalize(torch.randn(B, K, 384), dim=-1)
             others = (c @ c.transpose(1, 2)).masked_fill(torch.eye(K, dtype=torch.bool), float("-inf"))
             a = others.numpy()
-            topk = median_ms(lambda: others.topk(POOL_TOP, dim=-1, sorted=False).values.sum(-1), args.repeat)
-            part = median_ms(lambda: np.partition(a, K - POOL_TOP, axis=-1)[..., K - POOL_TOP:].sum(-1), args.repeat)
+            topk = median_ms(lambda o=others: o.topk(POOL_TOP, dim=-1, sorted=False).values.sum(-1), args.repeat)
+            part = median_ms(lambda a=a, K=K: np.partition(a, K - POOL_TOP, axis=-1)[..., K - POOL_TOP:].sum(-1), args.repeat)
             diff = (others.topk(POOL_TOP, dim=-1, sorted=False).values.sum(-1)
                     - torch.from_numpy(np.partition(a, K - POOL_TOP, axis=-1)[..., K - POOL_TOP:].sum(-1))).abs().max()
             pool.append({"B": B, "K": K, "topk_ms": round(topk, 3), "partition_ms": round(part, 3),
