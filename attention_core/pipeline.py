@@ -129,10 +129,7 @@ class RerankPipeline:
         if self.lexicon is None:
             return None
         L = self.max_context
-        context_texts = [ts[-L:] for ts in context_texts]
-        if context_ids is not None:
-            context_ids = [ids[-L:] if ids is not None else None for ids in context_ids]
-        contexts, context_sizes, context_words = self._word_rows(context_texts, context_ids)
+        contexts, context_sizes, context_words = self._context_word_rows(context_texts, context_ids)
         candidates, sizes, candidate_words = self._word_rows(candidate_texts, candidate_ids)
         if not (context_words or candidate_words):  # raw vectors only: no words, what features_many gives
             width = lexical.n_features(L, self.model.cfg.novel_words)
@@ -143,6 +140,14 @@ class RerankPipeline:
             candidates = lexical.empty_rows(int(sizes.sum()))
         return lexical.features_many(contexts, candidates, sizes, L, self.model.cfg.novel_words,
                                      context_sizes=context_sizes)
+
+    def _context_word_rows(self, context_texts: list[list[str | None]], context_ids: list | None
+                           ) -> tuple[sparse.csr_matrix | None, np.ndarray, bool]:
+        """_word_rows() of the contexts' last max_context items, the ones the model reads."""
+        L = self.max_context
+        if context_ids is not None:
+            context_ids = [ids[-L:] if ids is not None else None for ids in context_ids]
+        return self._word_rows([ts[-L:] for ts in context_texts], context_ids)
 
     def _word_rows(self, text_lists: list[list[str | None]], id_lists: list | None
                    ) -> tuple[sparse.csr_matrix | None, np.ndarray, bool]:
@@ -212,10 +217,7 @@ class RerankPipeline:
         query i, query after query), and contexts given as texts (the whole batch in one call:
         lexical.features_many); a context item with a stored id (``context_ids``, as in lexical_features) takes the
         row kept for that id instead of weighing its text again."""
-        L = self.max_context
-        if context_ids is not None:
-            context_ids = [ids[-L:] if ids is not None else None for ids in context_ids]
-        contexts, context_sizes, _ = self._word_rows([ct[-L:] for ct in context_texts], context_ids)
+        contexts, context_sizes, _ = self._context_word_rows(context_texts, context_ids)
         if contexts is None:  # raw vectors: no words
             contexts = lexical.empty_rows(int(context_sizes.sum()))
         return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words,

@@ -155,10 +155,7 @@ class VectorTable:
     # ---- reads ------------------------------------------------------------------------
     def rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows into the table, mask of ids that exist)."""
-        if not len(self.ids):
-            return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
-        rows = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
-        return rows, self.ids[rows] == ids
+        return positions(self.ids, ids)
 
     def _present_rows(self, ids) -> np.ndarray:
         """Rows of those of ``ids`` the table holds."""
@@ -209,12 +206,8 @@ class VectorTable:
         if row_exclude is None or not any(len(e) for e in row_exclude):
             return None
         which = np.repeat(np.arange(len(row_exclude)), [len(e) for e in row_exclude])
-        ids = np.concatenate([np.asarray(e, np.int64) for e in row_exclude])
-        scanned = self.ids if rows is None else self.ids[rows]
-        if not len(scanned):
-            return None
-        cols = np.minimum(np.searchsorted(scanned, ids), len(scanned) - 1)
-        hit = scanned[cols] == ids
+        cols, hit = positions(self.ids if rows is None else self.ids[rows],
+                              np.concatenate([np.asarray(e, np.int64) for e in row_exclude]))
         return which[hit], cols[hit]
 
     def _exact(self, queries: np.ndarray, k: int, rows: np.ndarray | None = None, blocked: np.ndarray | None = None,
@@ -262,3 +255,11 @@ class VectorTable:
             out_s[start:start + block, :kk] = np.where(found, top_s, -np.inf)
             out_i[start:start + block, :kk] = np.where(found, ids[top], -1)
         return out_s, out_i
+
+
+def positions(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each of ``ids`` is in ``sorted_ids``, ascending; mask of those it holds): a binary search."""
+    if not len(sorted_ids):
+        return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
+    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return at, sorted_ids[at] == ids

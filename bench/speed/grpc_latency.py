@@ -18,7 +18,7 @@ in-process, it runs it first). In the same run, two references: what MiniLM alon
 (paragraphs/s, the store's embedder over the text workload's paragraphs, 128 per call: the ceiling of the ``texts``
 workload, which needs four per call), and sentence-transformers' ``util.semantic_search`` of one stored vector over the
 store (B1, no model), p50. For each gRPC measurement, the cores the server process and the clients used over its
-window (CPU seconds per second: the server's from /proc, the clients' from os.times), to tell whether the load
+window (CPU seconds per second, from /proc), to tell whether the load
 generator, which shares the machine, takes cores from the server.
 Prints a table, writes bench/results/grpc_latency.{json,md} (or NAME.{json,md}).
 """
@@ -85,17 +85,19 @@ def in_process(data_dir, streams, seconds, warmup):
     return {**percentiles(times), "qps": round(len(times) / (time.perf_counter() - start), 1)}
 
 
-def cpu_seconds(pid: int | None = None) -> float | None:
-    """User + system CPU seconds a process has used: this one (the load generator: os.times), or ``pid`` (the server:
-    /proc/PID/stat); None where /proc has no such file (not Linux, or the process has gone)."""
-    if pid is None:
-        t = os.times()
-        return t.user + t.system
+def cpu_seconds(pid: int | str = "self") -> float | None:
+    """User + system CPU seconds a process has used, all its threads: this one (the clients) or ``pid`` (the server),
+    from /proc/PID/stat; None where there is no such file (not Linux, or the process has gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def cores(before: float | None, after: float | None, seconds: float) -> float | None:
+    """CPU seconds per second between two cpu_seconds() readings; None if either is missing."""
+    return None if before is None or after is None else round((after - before) / seconds, 2)
 
 
 def through_grpc(address, streams, concurrency, seconds, warmup, server_pid=None):
@@ -130,19 +132,18 @@ def through_grpc(address, streams, concurrency, seconds, warmup, server_pid=None
         t.start()
     window["stop"] = time.perf_counter() + seconds + 1e9  # set for real once every worker is warm
     started.wait()
-    cpu = (cpu_seconds(server_pid) if server_pid else None, cpu_seconds())
+    server_cpu, client_cpu = cpu_seconds(server_pid) if server_pid else None, cpu_seconds()
     start = time.perf_counter()
     window["stop"] = start + seconds
     for t in threads:
         t.join()
     took = time.perf_counter() - start
-    server_after = cpu_seconds(server_pid) if server_pid else None
-    cores = {"server_cores": round((server_after - cpu[0]) / took, 2) if None not in (cpu[0], server_after) else None,
-             "client_cores": round((cpu_seconds() - cpu[1]) / took, 2)}
+    used = {"server_cores": cores(server_cpu, cpu_seconds(server_pid) if server_pid else None, took),
+            "client_cores": cores(client_cpu, cpu_seconds(), took)}
     if any(ran_out):
         print(f"warning: {sum(ran_out)} of {concurrency} clients ran out of contexts before the window closed: use "
               "fewer --seconds", flush=True)
-    return {**percentiles(times), "qps": round(len(times) / took, 1), "clients_out_of_contexts": sum(ran_out), **cores}
+    return {**percentiles(times), "qps": round(len(times) / took, 1), "clients_out_of_contexts": sum(ran_out), **used}
 
 
 def references(data_dir, texts, seconds):
@@ -216,8 +217,8 @@ def main() -> int:
              f"References in the same run: MiniLM alone embeds {ceiling} paragraphs/s (the `texts` workload embeds 4 "
              f"per call: {ceiling / 4:.1f} calls/s at most); `util.semantic_search` of one vector over the store: "
              f"p50 {reference} ms.", "",
-             "Cores: CPU seconds per second of the window, of the server process (/proc) and of the clients (this "
-             "process's threads, os.times); torch's threads spin between operations, so a server's figure counts "
+             "Cores: CPU seconds per second of the window, of the server process and of the clients (this "
+             "process's threads), from /proc; torch's threads spin between operations, so a server's figure counts "
              "their waiting too.", "",
              "| path | context | concurrency | p50 ms | p99 ms | QPS | p50 / semantic_search | cores: server / clients |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -228,7 +229,7 @@ def main() -> int:
         for c, r in results["grpc"][kind].items():
             lines.append(f"| gRPC | {kind} | {c} | {r['p50_ms']} | {r['p99_ms']} | {r['qps']} | "
                          f"{r['p50_ms'] / reference:.1f}x | {r['server_cores'] if r['server_cores'] is not None else 'n/a'} / "
-                         f"{r['client_cores']} |")
+                         f"{r['client_cores'] if r['client_cores'] is not None else 'n/a'} |")
     short = [f"{kind} at {c}" for kind, levels in results["grpc"].items() for c, r in levels.items()
              if r["clients_out_of_contexts"]]
     if short:
