@@ -1,8 +1,8 @@
 """The three engines of a batch job. Each takes the pending rows in input order and yields their
 output rows in the same order, a chunk at a time (the job writes each chunk before asking for more).
 
-* ``InProcessEngine``: a Predictor in this process, ``scoring.score_rows`` per chunk, the next chunk read
-  meanwhile by a thread (read_ahead.py).
+* ``InProcessEngine``: a Predictor in this process, ``scoring.score_rows`` per chunk (each row's lists of
+  vectors made one array as it is read: ``scoring.vectors_as_arrays``).
 * ``ServiceEngine``: a running nextpara service; rows with candidates go to Rerank, rows without
   to PredictNext, at most ``in_flight`` calls unanswered (the server coalesces concurrent calls
   into batches). Only the client library is imported.
@@ -46,12 +46,10 @@ class InProcessEngine:
         return self.predictor.model_version
 
     def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
-        """Chunks scored in order, the next one read (and its vectors made arrays) by a thread meanwhile
-        (read_ahead.py)."""
-        from .read_ahead import read_ahead, vectors_as_arrays
-        from .scoring import score_rows
+        from .scoring import score_rows, vectors_as_arrays
 
-        for chunk in read_ahead(chunked(map(vectors_as_arrays, rows), self.chunk_rows)):
+        # lists of vectors made arrays row by row as read: a chunk never holds them as Python floats
+        for chunk in chunked(map(vectors_as_arrays, rows), self.chunk_rows):
             yield score_rows(self.predictor, chunk, self.with_text)
 
     def close(self) -> None:

@@ -187,41 +187,9 @@ def _write(table, path):
     return path
 
 
-def test_read_ahead_keeps_order_and_raises_where_the_source_did():
-    import threading
-
-    from nextpara.batch.read_ahead import read_ahead
-
-    def source():
-        yield from range(10)
-        raise ValueError("line 11: unreadable")
-
-    got = []
-    with pytest.raises(ValueError, match="line 11: unreadable"):
-        for item in read_ahead(source(), depth=2):
-            got.append(item)
-    assert got == list(range(10))
-
-    reading, closed = threading.Event(), threading.Event()
-
-    def endless():
-        try:
-            n = 0
-            while True:
-                reading.set()
-                yield n
-                n += 1
-        finally:
-            closed.set()
-
-    consumer = read_ahead(endless())
-    assert [next(consumer) for _ in range(3)] == [0, 1, 2]
-    consumer.close()  # the job stopped early: the reader stops too, without reading the source to its end
-    assert closed.wait(5)
-
 
 def test_vectors_become_the_arrays_the_scorer_would_make():
-    from nextpara.batch.read_ahead import vectors_as_arrays
+    from nextpara.batch.scoring import vectors_as_arrays
     from nextpara.store.unit_vectors import unit_rows
 
     lists = [[0.1, -2.0, 3], [1e-3, 0.5, 7.25]]
@@ -233,20 +201,40 @@ def test_vectors_become_the_arrays_the_scorer_would_make():
     ragged = [[1.0, 2.0], [1.0]]
     kept = vectors_as_arrays(Row(line=2, id="m", context=mixed, candidates=ragged))
     assert kept.context is mixed and kept.candidates is ragged  # the scorer takes or names these as before
-    bad = Row(line=3, id="b", context=[[1.0]], error="missing context")
+    huge = [[10**400, 1.0]]  # beyond float64: left to the scorer
+    assert vectors_as_arrays(Row(line=3, id="h", context=huge)).context is huge
+    bad = Row(line=4, id="b", context=[[1.0]], error="missing context")
     assert vectors_as_arrays(bad).context == [[1.0]]  # an error row is written as it is, not converted
 
 
-def test_vector_rows_read_ahead_score_as_the_rows_as_given(trained_store, engine, tmp_path):
-    """The in-process engine's reader makes vector lists arrays: the same outputs as scoring the rows as parsed."""
-    from nextpara.batch.scoring import score_rows
+def test_vector_rows_made_arrays_score_as_the_rows_as_given(trained_store, engine, tmp_path):
+    """The in-process engine makes vector lists arrays as it reads: the same outputs, and the same messages for bad
+    vectors and for contexts longer than the model reads, as scoring the rows as parsed."""
+    from nextpara.batch.scoring import score_rows, vectors_as_arrays
 
     made = make_input(trained_store, tmp_path / "all.jsonl", n=24, seed=4)
-    vector_rows = [r for r in made if isinstance(r["context"][0], list)]
+    rows = [r for r in made if isinstance(r["context"][0], list)]
+    good = rows[0]
+    dim = len(good["context"][0])
+    reads = engine.predictor.pipeline.max_context
+    long = dict(good, id="long", context=(good["context"] * (reads + 4))[:reads + 4])  # the model reads its last ones
+    nan = dict(good, id="nan", candidates=good["candidates"][:3] + [[float("nan")] * dim])
+    short = dict(good, id="short", context=[[0.5] * (dim - 1)])
+    predict = {"id": "predict", "context": good["context"][:4], "top_k": 3}  # no candidates: retrieval
+    rows += [long, nan, short, predict]
     path = tmp_path / "vectors.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in vector_rows))
-    run = engine.run(parse_row(n, raw, 10) for n, raw in read_raw(path))
-    got = [o for chunk in run for o in chunk]
-    as_given = score_rows(engine.predictor, [parse_row(n, raw, 10) for n, raw in read_raw(path)])
-    assert len(got) == len(vector_rows) == 6
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def parsed():
+        return [parse_row(n, raw, 10) for n, raw in read_raw(path)]
+
+    assert all(isinstance(vectors_as_arrays(r).context, np.ndarray) for r in parsed())  # the engine scores arrays ...
+    got = [o for chunk in engine.run(iter(parsed())) for o in chunk]
+    as_given = score_rows(engine.predictor, parsed())  # ... and these the lists as parsed
+    assert len(got) == len(rows) == 10
     assert_same_output(json.loads(json.dumps(as_given)), json.loads(json.dumps(got)))
+    by_id = {o["id"]: o for o in got}
+    assert by_id["long"]["context_dropped"] == 4
+    assert "vector has a NaN or infinite value" in by_id["nan"]["error"]
+    assert "vector of dimension" in by_id["short"]["error"]
+    assert len(by_id["predict"]["results"]) == 3
