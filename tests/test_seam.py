@@ -1,0 +1,49 @@
+"""The word features read the seam: on a synthetic corpus whose next paragraph only the words where two paragraphs
+meet give away (bench/quality/seam_synthetic.py: a made-up name introduced by one paragraph's last sentence and
+repeated by the next one's first, random common nouns around them), a model with them ranks the next paragraph
+first far more often than the same model without them, which has only the paragraph vectors to go by.
+
+The full-size run of the bench script (200 documents) gives 0.58 against 0.09 (bench/README.md, Direction); this is
+a smaller one (100 documents, every test query; it gave 0.63 against 0.04, B1 0.03, on 2026-12-03), with bars well
+inside that: the issue's > 90% is not met, stage 1 being the limit there."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.quality.seam_synthetic import SMALL, corpus
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def seam_store(tmp_path_factory):
+    from nextpara.store.ingest import build
+
+    root = tmp_path_factory.mktemp("seam")
+    with open(root / "seam.jsonl", "w") as f:
+        f.writelines(json.dumps(doc) + "\n" for doc in corpus(100))
+    build(str(root / "seam.jsonl"), root / "store", quiet=True)
+    return root / "store"
+
+
+def _recall_at_1(store, model_cfg: dict) -> tuple[float, float]:
+    """(test Recall@1 of the full pipeline, of B1) after training a small model from scratch with ``model_cfg``."""
+    from nextpara.attention_core.eval_report import run_evaluation
+    from nextpara.attention_core.train_config import TrainConfig
+    from nextpara.attention_core.train_flow import train
+
+    train(store, {**SMALL, **model_cfg}, TrainConfig(phase1_epochs=2, phase2_epochs=8, batch_size=64, val_queries=200),
+          quiet=True, from_scratch=True, force=True)
+    methods = run_evaluation(store, n_queries=100_000, context_length=4, latency_queries=5)["methods"]
+    return methods["full"]["recall@1"], methods["B1"]["recall@1"]
+
+
+def test_word_features_find_the_next_paragraph_by_the_words_at_the_seam(seam_store):
+    words, b1 = _recall_at_1(seam_store, {})  # the default model: word features on
+    vectors, _ = _recall_at_1(seam_store, {"lexical": False})
+    assert words >= 0.4, f"with word features, Recall@1 {words:.3f}"
+    assert vectors <= 0.2 and b1 <= 0.2, f"without them {vectors:.3f}, B1 {b1:.3f}: the vectors should not tell"
+    assert words >= vectors + 0.25, f"with word features {words:.3f}, without {vectors:.3f}"
