@@ -50,8 +50,8 @@ class RowError(InvalidInputError):
 class Row:
     line: int  # 1-based line of a JSON Lines file, or 1-based row of a Parquet file
     id: Any = None  # the row's id as given (str or int), None when it could not be read
-    context: list | None = None  # items; a row's vectors as one 2-d array (Parquet, or scoring.vectors_as_arrays)
-    candidates: list | None = None
+    context: Any = None  # a list of items, or a row's vectors as one 2-d array (Parquet, or scoring.vectors_as_arrays)
+    candidates: Any = None  # the same, or None
     top_k: int = 10
     error: str | None = None  # set when the row is bad: the job writes an error row
 

@@ -4,7 +4,7 @@ repeated by the next one's first, random common nouns around them), a model with
 first far more often than the same model without them, which has only the paragraph vectors to go by.
 
 The full-size run of the bench script (200 documents) gives 0.58 against 0.09 (bench/README.md, Direction); this is
-a smaller one (100 documents, every test query; it gave 0.63 against 0.04, B1 0.03, on 2026-12-03), with bars well
+a smaller one (100 documents, every test query; one run of it, not a record, gave 0.63 against 0.04, B1 0.03), with bars well
 inside that: the issue's > 90% is not met, stage 1 being the limit there."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from bench.quality.seam_synthetic import SMALL, corpus
+from bench.quality.seam_synthetic import corpus, train_and_evaluate
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +31,7 @@ def seam_store(tmp_path_factory):
 
 def _recall_at_1(store, model_cfg: dict) -> tuple[float, float]:
     """(test Recall@1 of the full pipeline, of B1) after training a small model from scratch with ``model_cfg``."""
-    from nextpara.attention_core.eval_report import run_evaluation
-    from nextpara.attention_core.train_config import TrainConfig
-    from nextpara.attention_core.train_flow import train
-
-    train(store, {**SMALL, **model_cfg}, TrainConfig(phase1_epochs=2, phase2_epochs=8, batch_size=64, val_queries=200),
-          quiet=True, from_scratch=True, force=True)
-    methods = run_evaluation(store, n_queries=100_000, context_length=4, latency_queries=5)["methods"]
+    methods = train_and_evaluate(store, model_cfg)["methods"]
     return methods["full"]["recall@1"], methods["B1"]["recall@1"]
 
 

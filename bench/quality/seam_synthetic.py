@@ -3,16 +3,18 @@ only from the words where two paragraphs meet.
 
     python -m bench.quality.seam_synthetic --work DIR [--docs 200] [--output NAME]
 
-Each of ``--docs`` documents has 10 paragraphs; each paragraph is two sentences of 7 words drawn at random
-from ~250 common English nouns, between a first sentence that names what the previous paragraph's last one
-introduced ("Kalomi was mentioned again.") and a last sentence that introduces a new made-up name ("Then
-someone named Zoturave arrived."). Every name is used by exactly two paragraphs, one and the next; the names are
-built from 16 syllables, so their word pieces recur all over the corpus and sentence embeddings see little of
-them. Only the words at the seam say which paragraph comes next.
+Each of ``--docs`` documents (at most 409: the names run out beyond) has 10 paragraphs; each paragraph is two
+sentences of 7 words drawn at random from 210 common English nouns (three in a document's first paragraph), between
+a first sentence that names what the previous paragraph's last one introduced ("Kalomi was mentioned again.") and a
+last sentence that introduces a new made-up name of three syllables ("Then someone named Zotura arrived."). A name
+is used by one paragraph and the next (a document's last name by its last paragraph only); the names are built from
+16 syllables, so their word pieces recur all over the corpus and sentence embeddings see little of them. Only the
+words at the seam say which paragraph comes next.
 
-The script writes the corpus under ``--work``, builds it (`nextpara build`'s code, the bundled MiniLM), and for
-each configuration trains a model from scratch on the store's training split (small: width 64, one context
-layer, 2 + 8 epochs) and runs the evaluation protocol on its test split (every test query, L = 4):
+The script writes the corpus into DIR/seam (made anew; DIR itself is left alone), builds it (`nextpara build`'s
+code, the bundled MiniLM), and for each configuration trains a model from scratch on the store's training split
+(small: width 64, one context layer, 2 query-head epochs and up to 8 scorer epochs, early-stopped on validation) and
+runs the evaluation protocol on its test split (every test query, L = 4):
 
 * ``vectors``: the model without word features (`nextpara train --no-lexical`);
 * ``words``: the default model, with the word-overlap features (TF-IDF cosines of the candidate's words to each
@@ -20,7 +22,8 @@ layer, 2 + 8 epochs) and runs the evaluation protocol on its test split (every t
 * ``words+index``: the same, with stage-1 candidates from the word index too (`--word-candidates 20`).
 
 Beside them, the general model (never trained on this corpus) and B1. Reports Recall@1, MRR@10, stage-1 recall
-and training time; writes bench/results/NAME.{json,md} (default seam_synthetic).
+and the seconds of training and evaluating each; writes bench/results/NAME.{json,md} (default seam_synthetic).
+tests/test_seam.py runs a smaller one (``train_and_evaluate``).
 """
 
 from __future__ import annotations
@@ -52,9 +55,14 @@ evidence population chance approach""".split()
 SYLLABLES = ["ka", "lo", "mi", "ra", "tu", "ve", "zo", "ni", "pe", "su", "dri", "gan", "tor", "bel", "quin", "fa"]
 CONFIGS = {"vectors": {"lexical": False}, "words": {}, "words+index": {"word_candidates": 20}}
 SMALL = {"d_model": 64, "n_heads": 4, "n_context_layers": 1}
+PARAGRAPHS = 10
+MAX_DOCS = len(SYLLABLES) ** 3 // PARAGRAPHS  # distinct names of three syllables, one per paragraph
 
 
-def corpus(n_docs: int, n_paragraphs: int = 10, seed: int = 0) -> list[dict]:
+def corpus(n_docs: int, n_paragraphs: int = PARAGRAPHS, seed: int = 0) -> list[dict]:
+    if n_docs * n_paragraphs > len(SYLLABLES) ** 3:
+        raise ValueError(f"{n_docs} documents of {n_paragraphs} paragraphs need more names than "
+                         f"{len(SYLLABLES) ** 3}: at most {MAX_DOCS} documents")
     rng = np.random.default_rng(seed)
     names: set[str] = set()
     while len(names) < n_docs * n_paragraphs:
@@ -83,18 +91,34 @@ def figures(result: dict, method: str) -> dict:
             "mrr@10": round(m["mrr@10"], 3), "stage1_recall": round(m["stage1_recall"], 3)}
 
 
-def main() -> int:
-    parser = argument_parser(__doc__, __file__)
-    parser.add_argument("--work", required=True, help="a directory for the corpus and the store (emptied first)")
-    parser.add_argument("--docs", type=int, default=200)
-    parser.add_argument("--output", default="seam_synthetic", help="results name under bench/results/")
-    args = parser.parse_args()
+def train_and_evaluate(store: Path, model_cfg: dict | None = None, model: str | None = None) -> dict:
+    """The protocol's result (eval_report.run_evaluation) on every test query of ``store``: of ``model`` (as
+    `nextpara eval --model`) or, with ``model_cfg``, of a small model trained from scratch with those changes, which
+    then serves the store."""
     from nextpara.attention_core.eval_report import run_evaluation
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.attention_core.train_flow import train
+
+    if model_cfg is not None:
+        outcome = train(store, {**SMALL, **model_cfg},
+                        TrainConfig(phase1_epochs=2, phase2_epochs=8, batch_size=64, val_queries=200),
+                        quiet=True, from_scratch=True, force=True)
+        if outcome.meta is None or not outcome.served:
+            raise RuntimeError(f"training did not produce the served model: {outcome.line}")
+    return run_evaluation(store, n_queries=100_000, context_length=4, latency_queries=5, model=model)
+
+
+def main() -> int:
+    parser = argument_parser(__doc__, __file__)
+    parser.add_argument("--work", required=True, help="a directory for the corpus and the store (in DIR/seam, made anew)")
+    parser.add_argument("--docs", type=int, default=200, help=f"documents (default 200, at most {MAX_DOCS})")
+    parser.add_argument("--output", default="seam_synthetic", help="results name under bench/results/")
+    args = parser.parse_args()
+    if not 1 <= args.docs <= MAX_DOCS:
+        parser.error(f"--docs must be from 1 to {MAX_DOCS}, got {args.docs}")
     from nextpara.store.ingest import build
 
-    work = Path(args.work)
+    work = Path(args.work) / "seam"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     with open(work / "seam.jsonl", "w") as f:
@@ -102,26 +126,24 @@ def main() -> int:
     store = work / "store"
     build(str(work / "seam.jsonl"), store, quiet=True)
 
-    def evaluate(model=None) -> dict:
-        return run_evaluation(store, n_queries=100_000, context_length=4, latency_queries=5, model=model)
-
-    general = evaluate("general")
-    rows = {"B1": {**figures(general, "B1"), "seconds": None}, "general model": {**figures(general, "full"), "seconds": None}}
-    cfg = TrainConfig(phase1_epochs=2, phase2_epochs=8, batch_size=64, val_queries=200)
+    general = train_and_evaluate(store, model="general")
+    rows = {"B1": {**figures(general, "B1"), "seconds": None},
+            "general model": {**figures(general, "full"), "seconds": None}}
     for name, changes in CONFIGS.items():
         start = time.perf_counter()
-        train(store, {**SMALL, **changes}, cfg, quiet=True, from_scratch=True, force=True)
-        rows[name] = {**figures(evaluate(), "full"), "seconds": round(time.perf_counter() - start, 1)}
+        result = train_and_evaluate(store, changes)
+        rows[name] = {**figures(result, "full"), "seconds": round(time.perf_counter() - start, 1)}
         print(name, rows[name], flush=True)
     record = {**stamp(__file__), "docs": args.docs, "queries": general["config"]["queries"], "results": rows}
     lines = [f"# A corpus readable only at the seam ({record['date']})", "", f"Command: `{record['command']}`", "",
              f"{args.docs} synthetic documents of 10 paragraphs ({args.docs * 10} paragraphs, MiniLM); test split, every "
-             f"query ({record['queries']}), L = 4; models trained from scratch (width 64, one context layer, 2 + 8 "
-             "epochs); seconds: training and evaluation.", "",
+             f"query ({record['queries']}), L = 4; models trained from scratch (width 64, one context layer, 2 + up "
+             "to 8 epochs); seconds: training and evaluation.", "",
              "| model | Recall@1 [95%] | MRR@10 | stage-1 recall | seconds |", "| --- | --- | --- | --- | --- |"]
     for name, r in rows.items():
-        lines.append(f"| {name} | {r['recall@1']:.3f} [{r['recall@1_ci'][0]:.3f}, {r['recall@1_ci'][1]:.3f}] | "
-                     f"{r['mrr@10']:.3f} | {r['stage1_recall']:.3f} | {r['seconds'] if r['seconds'] else '-'} |")
+        interval = f"[{r['recall@1_ci'][0]:.3f}, {r['recall@1_ci'][1]:.3f}]"
+        lines.append(f"| {name} | {r['recall@1']:.3f} {interval} | {r['mrr@10']:.3f} | {r['stage1_recall']:.3f} | "
+                     f"{r['seconds'] if r['seconds'] else '-'} |")
     save(args.output, record, "\n".join(lines) + "\n")
     return 0
 
