@@ -187,7 +187,6 @@ def _write(table, path):
     return path
 
 
-
 def test_vectors_become_the_arrays_the_scorer_would_make():
     from nextpara.batch.scoring import vectors_as_arrays
     from nextpara.store.unit_vectors import unit_rows

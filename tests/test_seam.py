@@ -3,30 +3,22 @@ meet give away (bench/quality/seam_synthetic.py: a made-up name introduced by on
 repeated by the next one's first, random common nouns around them), a model with them ranks the next paragraph
 first far more often than the same model without them, which has only the paragraph vectors to go by.
 
-The full-size run of the bench script (200 documents) gives 0.58 against 0.09 (bench/README.md, Direction); this is
-a smaller one (100 documents, every test query; one run of it, not a record, gave 0.63 against 0.04, B1 0.03), with bars well
-inside that: the issue's > 90% is not met, stage 1 being the limit there."""
+The full-size run of the bench script (200 documents) gives 0.58 against 0.09 (bench/README.md, Direction); this
+is a smaller one (100 documents, every test query; one run of it, not a record, gave 0.63 against 0.04, B1 0.03),
+with bars well inside that: the issue's > 90% is not met, stage 1 being the limit there."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from bench.quality.seam_synthetic import corpus, train_and_evaluate
+from bench.quality.seam_synthetic import build_store, train_and_evaluate
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def seam_store(tmp_path_factory):
-    from nextpara.store.ingest import build
-
-    root = tmp_path_factory.mktemp("seam")
-    with open(root / "seam.jsonl", "w") as f:
-        f.writelines(json.dumps(doc) + "\n" for doc in corpus(100))
-    build(str(root / "seam.jsonl"), root / "store", quiet=True)
-    return root / "store"
+    return build_store(tmp_path_factory.mktemp("seam"), 100)
 
 
 def _recall_at_1(store, model_cfg: dict) -> tuple[float, float]:

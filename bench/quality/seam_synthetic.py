@@ -23,7 +23,7 @@ runs the evaluation protocol on its test split (every test query, L = 4):
 
 Beside them, the general model (never trained on this corpus) and B1. Reports Recall@1, MRR@10, stage-1 recall
 and the seconds of training and evaluating each; writes bench/results/NAME.{json,md} (default seam_synthetic).
-tests/test_seam.py runs a smaller one (``train_and_evaluate``).
+tests/test_seam.py runs a smaller one (``build_store``, ``train_and_evaluate``).
 """
 
 from __future__ import annotations
@@ -85,6 +85,18 @@ def corpus(n_docs: int, n_paragraphs: int = PARAGRAPHS, seed: int = 0) -> list[d
     return docs
 
 
+def build_store(directory: Path, n_docs: int) -> Path:
+    """Write ``corpus(n_docs)`` into ``directory`` (made if missing) and build it into its ``store`` (`nextpara
+    build`'s code); returns the store's path."""
+    from nextpara.store.ingest import build
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "seam.jsonl", "w") as f:
+        f.writelines(json.dumps(doc) + "\n" for doc in corpus(n_docs))
+    build(str(directory / "seam.jsonl"), directory / "store", quiet=True)
+    return directory / "store"
+
+
 def figures(result: dict, method: str) -> dict:
     m = result["methods"][method]
     return {"recall@1": round(m["recall@1"], 3), "recall@1_ci": [round(x, 3) for x in m["recall@1_ci"]],
@@ -116,15 +128,9 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.docs <= MAX_DOCS:
         parser.error(f"--docs must be from 1 to {MAX_DOCS}, got {args.docs}")
-    from nextpara.store.ingest import build
-
     work = Path(args.work) / "seam"
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    with open(work / "seam.jsonl", "w") as f:
-        f.writelines(json.dumps(doc) + "\n" for doc in corpus(args.docs))
-    store = work / "store"
-    build(str(work / "seam.jsonl"), store, quiet=True)
+    store = build_store(work, args.docs)
 
     general = train_and_evaluate(store, model="general")
     rows = {"B1": {**figures(general, "B1"), "seconds": None},
