@@ -55,6 +55,9 @@ VARIANTS = {
     # deeper stage 1 when scoring is cheap: candidates per vector source (query head, last paragraph), 100 by default
     "fast_c150": (FAST, {"n_candidates": 150}),
     "fast_c200": (FAST, {"n_candidates": 200}),
+    # the word index beside the vectors (candidates.py): 50 per word source (the last paragraph's words, the whole
+    # context's), trained and validated with them; bench/results/stage1_recall_seam_*.md measured what they add
+    "words50": ({"word_candidates": 50}, {}),
     # where a candidate stands among the others of its list (model.py: NextParagraphModel.pool); the seam probe's
     # ``pool`` group beside the general model first (bench/results/seam_probe_pool_peps.md)
     "pool_nb": ({"pool_neighbours": True}, {}),

@@ -5,9 +5,11 @@
 On validation and test queries (L = 4; the context and every identical text excluded, as in the
 protocol of docs/evaluation.md) it measures how often the target is among the candidates of: the
 model's query vector (``head``), the last paragraph's vector (``last``), the store's word index
-(SQLite FTS5, bm25) searched with the last paragraph's words (``words-last``) and with the whole
-context's (``words-context``), each at depths 25 to 500, and unions of them, with the mean union
-size; and the best N of all four by reciprocal-rank fusion (sum over sources of 1 / (60 + rank)). It also times the word searches. No model is trained here: it says which sources and depths
+(SQLite FTS5, bm25) searched with the last paragraph's words (``words-last``), with the whole
+context's (``words-context``) and with the last paragraph's last sentence alone (``words-seam``: the
+words where it meets the next paragraph), each at depths 25 to 500, and unions of them, with the mean
+union size; and the best N of the first four by reciprocal-rank fusion (sum over sources of 1 / (60 + rank)).
+The model is the store's own, else the general model. It also times the word searches. No model is trained here: it says which sources and depths
 are worth a reranker's time. Writes bench/results/stage1_recall.{md,json}.
 """
 
@@ -34,7 +36,13 @@ UNIONS = {  # name -> depth of each source
                                                               "words-context": 100},
     "head 200 + last 100 + words-last 100 + words-context 100": {"head": 200, "last": 100, "words-last": 100,
                                                                 "words-context": 100},
+    "head 100 + last 100 + words-seam 50": {"head": 100, "last": 100, "words-seam": 50},
+    "head 100 + last 100 + words-seam 25 + words-context 25": {"head": 100, "last": 100, "words-seam": 25,
+                                                              "words-context": 25},
+    "head 100 + last 100 + words-seam 50 + words-context 50": {"head": 100, "last": 100, "words-seam": 50,
+                                                              "words-context": 50},
 }
+FUSED_SOURCES = ("head", "last", "words-last", "words-context")
 
 
 FUSED = (100, 150, 200, 300)  # candidates kept by reciprocal-rank fusion of all four sources
@@ -44,7 +52,7 @@ RRF_K = 60  # the usual constant of reciprocal-rank fusion
 def fused(lists: dict, i: int, n: int) -> list[int]:
     """The ``n`` ids of query ``i`` with the highest sum over sources of 1 / (RRF_K + rank)."""
     score: dict[int, float] = {}
-    for source in lists.values():
+    for source in (lists[name] for name in FUSED_SOURCES):
         for rank, x in enumerate(list(source[i])):
             if x >= 0:
                 score[int(x)] = score.get(int(x), 0.0) + 1.0 / (RRF_K + rank)
@@ -79,7 +87,8 @@ def main() -> int:
     if args.max_doc_fraction is not None:
         word_index.MAX_DOC_FRACTION = args.max_doc_fraction
 
-    from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
+    from nextpara.attention_core.general import served_model
+    from nextpara.attention_core.lexical import last_sentence
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.store.store import open_store
@@ -88,7 +97,7 @@ def main() -> int:
     if not store.words.available:
         raise SystemExit(f"{args.data_dir} has no word index yet: open it once for writing (e.g. nextpara build) first")
     seq = ParagraphSequences(store)
-    model, meta = load_checkpoint(store.data_dir / CHECKPOINT, store.embedder_name, store.dim)
+    model, meta = served_model(store)
     pipeline = RerankPipeline(model, store)
     deepest = max(DEPTHS)
     out: dict = {"sources": {}, "unions": {}, "seconds_per_query": {}}
@@ -102,7 +111,8 @@ def main() -> int:
         lists = {"head": store.search(pipeline.query_vectors(contexts), deepest, exclude)[1],
                  "last": store.search(np.stack([c[-1] for c in contexts]), deepest, exclude)[1]}
         for name, query_texts in (("words-last", [texts[int(q.context[-1])] for q in qs]),
-                                  ("words-context", [" ".join(texts[int(r)] for r in q.context) for q in qs])):
+                                  ("words-context", [" ".join(texts[int(r)] for r in q.context) for q in qs]),
+                                  ("words-seam", [last_sentence(texts[int(q.context[-1])]) for q in qs])):
             t0 = time.perf_counter()
             lists[name] = store.word_search(query_texts, deepest, exclude)
             out["seconds_per_query"].setdefault(name, {})[split] = (time.perf_counter() - t0) / len(qs)
@@ -115,7 +125,7 @@ def main() -> int:
             out["unions"].setdefault(name, {})[split] = {"recall": r, "size": size}
         for n in FUSED:
             r, size = recall(seq, lists, targets, n)
-            out["unions"].setdefault(f"fused top {n} (reciprocal rank, all four {deepest} deep)", {})[split] = {
+            out["unions"].setdefault(f"fused top {n} (reciprocal rank, {', '.join(FUSED_SOURCES)}; {deepest} deep)", {})[split] = {
                 "recall": r, "size": size}
         print(split, {k: v[split] for k, v in out["unions"].items()}, flush=True)
 
