@@ -28,21 +28,36 @@ def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude
 
 def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_vectors: np.ndarray,
                         exclude: Sequence[set[int]], n: int, context_texts: Sequence[Sequence[str | None]] | None = None,
-                        n_words: int = 0, allow: np.ndarray | None = None) -> list[np.ndarray]:
+                        n_words: int = 0, allow: np.ndarray | None = None,
+                        words: Sequence[Sequence[Sequence[int]]] | None = None) -> list[np.ndarray]:
     """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours, then
     (with ``n_words`` and the context's texts) the word index's results for the last paragraph's words and for the
     whole context's. A context paragraph without text (a raw vector) adds no words. ``allow``: the only ids any
-    source may return (None: any)."""
+    source may return (None: any). ``words``: those word results already found (word_sources(), same arguments),
+    e.g. by training, which mines the same queries' lists every epoch and whose word results do not change."""
     # both vector sources in one search: an exact search reads every stored vector once per call (memory-bound for a
     # few queries, compute-bound for a batch's), so two query sets stacked cost less than two searches
     # (bench/results/profile_request.md)
     _, both = store.search(np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude], allow)
     sources = [both[:len(query_vectors)], both[len(query_vectors):]]
-    if n_words and context_texts is not None:
-        last = [texts[-1] if len(texts) else None for texts in context_texts]
-        whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
-        sources += [store.word_search(last, n_words, exclude, allow), store.word_search(whole, n_words, exclude, allow)]
+    if words is None and n_words and context_texts is not None:
+        words = word_sources(store, context_texts, n_words, exclude, allow)
+    if words is not None:
+        sources += [[row[k] for row in words] for k in range(WORD_SOURCES)]
     return [first_seen(np.concatenate([np.asarray(ids, np.int64) for ids in lists])) for lists in zip(*sources)]
+
+
+WORD_SOURCES = 2  # searches of the word index per query: the last paragraph's words, the whole context's
+
+
+def word_sources(store: ParagraphStore, context_texts: Sequence[Sequence[str | None]], n_words: int,
+                 exclude: Sequence[set[int]], allow: np.ndarray | None = None) -> list[list[list[int]]]:
+    """Per row, the word index's results (WORD_SOURCES lists of ids, each up to ``n_words``): for the last context
+    paragraph's words, then for the whole context's."""
+    last = [texts[-1] if len(texts) else None for texts in context_texts]
+    whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
+    return [list(row) for row in zip(store.word_search(last, n_words, exclude, allow),
+                                     store.word_search(whole, n_words, exclude, allow))]
 
 
 def first_seen(ids: np.ndarray) -> np.ndarray:

@@ -110,12 +110,13 @@ class RerankPipeline:
         return np.concatenate(out) if out else np.zeros((0, self.model.cfg.embed_dim), np.float32)
 
     def candidates(self, contexts: list[np.ndarray], exclude: list[set[int]], n: int | None = None,
-                   context_texts: list[list[str | None]] | None = None):
-        """Stage 1: (candidate ids per query, query vectors); ``context_texts`` for the word index's sources."""
+                   context_texts: list[list[str | None]] | None = None, words: list | None = None):
+        """Stage 1: (candidate ids per query, query vectors); ``context_texts`` for the word index's sources, or
+        ``words``: their results already found (candidates.word_sources)."""
         q = self.query_vectors(contexts)
         last = np.stack([c[-1] for c in contexts])
         return generate_candidates(self.store, q, last, exclude, n or self.n_candidates, context_texts,
-                                   self.model.cfg.word_candidates), q
+                                   self.model.cfg.word_candidates, words=words), q
 
     def lexical_features(self, context_texts: list[list[str | None]], candidate_texts: list[list[str | None]],
                          candidate_ids: list[list[int | None]] | None = None,

@@ -117,7 +117,9 @@ def test_the_model_learns_to_read_shared_words(linked_store):
 def test_word_candidates_find_what_the_vectors_miss(tmp_path):
     """Random vectors (so FAISS finds nothing in particular) and texts in which each paragraph shares one rare word
     with the next: a pipeline with word_candidates has the next paragraph among its candidates, one without rarely."""
+    from nextpara.attention_core.candidates import word_sources
     from nextpara.attention_core.pipeline import RerankPipeline
+    from nextpara.attention_core.training import Trainer
     from nextpara.store.corpus import Document
     from nextpara.store.store import open_store
 
@@ -139,6 +141,21 @@ def test_word_candidates_find_what_the_vectors_miss(tmp_path):
             model = NextParagraphModel(RerankerConfig(embed_dim=dim, lexical=False, word_candidates=n_words))
             cands, _ = RerankPipeline(model, store, n_candidates=5).candidates(contexts, exclude, context_texts=texts)
             found[n_words] = np.mean([ids[d, 6] in c for d, c in enumerate(cands)])
+        # the word results found beforehand (as training keeps them across epochs) give the same lists
+        words = word_sources(store, texts, 3, exclude)
+        again, _ = RerankPipeline(model, store, n_candidates=5).candidates(contexts, exclude, words=words)
+        assert [c.tolist() for c in again] == [c.tolist() for c in cands]
+        # training mines with them too: the same lists in every epoch, each query's words searched once
+        trainer = Trainer(store, ParagraphSequences(store), model.cfg, TrainConfig(batch_size=8, val_queries=10),
+                          quiet=True)
+        first, second = trainer.mine(trainer.train_q), trainer.mine(trainer.train_q)
+        fresh = RerankPipeline(trainer.model, store, trainer.cfg.n_candidates).candidates(
+            [trainer.seq.vectors[q.context] for q in trainer.train_q],
+            [set(trainer.seq.ids[trainer.seq.same_text_rows(q.context)].tolist()) for q in trainer.train_q],
+            context_texts=[[trainer.texts[r] for r in q.context] for q in trainer.train_q])[0]
+        assert len(trainer._word_lists) == len({tuple(q.context.tolist()) for q in trainer.train_q}) > 0
+        assert [trainer.seq.ids[rows].tolist() for rows in first] == [c.tolist() for c in fresh]
+        assert [r.tolist() for r in first] == [r.tolist() for r in second]
     assert found[3] == 1.0 and found[0] < 0.2, found
 
 
