@@ -45,7 +45,6 @@ from .word_rows import StoredWordRows
 
 N_BUCKETS = 1 << 18
 TOKEN = re.compile(r"\w\w+")
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, closing quotes/brackets, then space
 CACHE_SIZE = 20_000  # callers' texts whose weighted rows are kept
 ID_CACHE_SIZE = 250_000  # stored paragraphs whose rows are kept (~0.5 KB each; PEPs has 44K paragraphs)
 EMPTY_ROW = (np.zeros(0, np.int32), np.zeros(0, np.float32))
@@ -53,16 +52,6 @@ EMPTY_ROW = (np.zeros(0, np.int32), np.zeros(0, np.float32))
 
 def n_features(max_context: int, novel: bool = False) -> int:
     return max_context + 2 + (2 if novel else 0)
-
-
-def last_sentence(text: str) -> str:
-    """A text's last sentence (after its last ., ! or ? that a space follows): where it meets the next paragraph."""
-    parts = SENTENCE_END.split(text.strip())
-    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
-
-
-def first_sentence(text: str) -> str:
-    return SENTENCE_END.split(text.strip(), maxsplit=1)[0]
 
 
 def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:

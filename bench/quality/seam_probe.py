@@ -41,6 +41,7 @@ The document id of a candidate is read only to compute direction accuracy, never
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import zlib
@@ -51,6 +52,18 @@ from scipy import sparse
 from bench import record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, closing quotes/brackets, then space
+
+
+def first_sentence(text: str) -> str:
+    return SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+
+
+def last_sentence(text: str) -> str:
+    parts = SENTENCE_END.split(text.strip())
+    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
+
 
 GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11), "novel": slice(11, 13), "depth": slice(13, 15),
           "pool": slice(15, 18), "prf": slice(18, 19), "local": slice(19, 21)}
@@ -99,8 +112,8 @@ def main() -> int:
     model, meta = served_model(store)  # the store's own model, else the general model
     pipeline = RerankPipeline(model, store, 100)
     lexicon = pipeline.lexicon
-    whole, first, last = (lexicon.matrix(texts), lexicon.matrix([lexical.first_sentence(t) for t in texts]),
-                          lexicon.matrix([lexical.last_sentence(t) for t in texts]))
+    whole, first, last = (lexicon.matrix(texts), lexicon.matrix([first_sentence(t) for t in texts]),
+                          lexicon.matrix([last_sentence(t) for t in texts]))
     n_tokens = np.array([len(lexical.TOKEN.findall(t)) for t in texts])
     print(f"loaded {len(seq)} paragraphs and their sentence rows, {time.perf_counter() - t0:.0f}s", flush=True)
 

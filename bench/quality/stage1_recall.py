@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from bench import record
+from bench.quality.seam_probe import last_sentence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DEPTHS = (25, 50, 100, 200, 300, 500)
@@ -88,7 +89,6 @@ def main() -> int:
         word_index.MAX_DOC_FRACTION = args.max_doc_fraction
 
     from nextpara.attention_core.general import served_model
-    from nextpara.attention_core.lexical import last_sentence
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.store.store import open_store
