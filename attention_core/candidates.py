@@ -17,6 +17,8 @@ from typing import Sequence
 import numpy as np
 from nextpara.store.store import ParagraphStore
 
+WORD_SOURCES = 2  # searches of the word index per query: the last paragraph's words, the whole context's
+
 
 def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]],
                      allow: np.ndarray | None = None) -> list[list[int]]:
@@ -33,21 +35,19 @@ def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_v
     """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours, then
     (with ``n_words`` and the context's texts) the word index's results for the last paragraph's words and for the
     whole context's. A context paragraph without text (a raw vector) adds no words. ``allow``: the only ids any
-    source may return (None: any). ``words``: those word results already found (word_sources(), same arguments),
-    e.g. by training, which mines the same queries' lists every epoch and whose word results do not change."""
+    source may return (None: any). ``words``, with ``n_words``: those word results already found, by word_sources()
+    with the same ``n_words``, ``exclude`` and ``allow`` (in place of ``context_texts``): training mines the same
+    queries' lists every epoch, and their word results do not change."""
     # both vector sources in one search: an exact search reads every stored vector once per call (memory-bound for a
     # few queries, compute-bound for a batch's), so two query sets stacked cost less than two searches
     # (bench/results/profile_request.md)
     _, both = store.search(np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude], allow)
     sources = [both[:len(query_vectors)], both[len(query_vectors):]]
-    if words is None and n_words and context_texts is not None:
+    if n_words and words is None and context_texts is not None:
         words = word_sources(store, context_texts, n_words, exclude, allow)
-    if words is not None:
+    if n_words and words is not None:
         sources += [[row[k] for row in words] for k in range(WORD_SOURCES)]
     return [first_seen(np.concatenate([np.asarray(ids, np.int64) for ids in lists])) for lists in zip(*sources)]
-
-
-WORD_SOURCES = 2  # searches of the word index per query: the last paragraph's words, the whole context's
 
 
 def word_sources(store: ParagraphStore, context_texts: Sequence[Sequence[str | None]], n_words: int,

@@ -114,9 +114,10 @@ def test_the_model_learns_to_read_shared_words(linked_store):
     assert np.mean(hits_vectors) < 0.5, np.mean(hits_vectors)  # no words: a guess among the document's paragraphs
 
 
-def test_word_candidates_find_what_the_vectors_miss(tmp_path):
+def test_word_candidates_find_what_the_vectors_miss(tmp_path, monkeypatch):
     """Random vectors (so FAISS finds nothing in particular) and texts in which each paragraph shares one rare word
-    with the next: a pipeline with word_candidates has the next paragraph among its candidates, one without rarely."""
+    with the next: a pipeline with word_candidates has the next paragraph among its candidates, one without rarely.
+    Word results found beforehand give the same lists, and training searches each query's words once."""
     from nextpara.attention_core.candidates import word_sources
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.training import Trainer
@@ -142,13 +143,24 @@ def test_word_candidates_find_what_the_vectors_miss(tmp_path):
             cands, _ = RerankPipeline(model, store, n_candidates=5).candidates(contexts, exclude, context_texts=texts)
             found[n_words] = np.mean([ids[d, 6] in c for d, c in enumerate(cands)])
         # the word results found beforehand (as training keeps them across epochs) give the same lists
-        words = word_sources(store, texts, 3, exclude)
-        again, _ = RerankPipeline(model, store, n_candidates=5).candidates(contexts, exclude, words=words)
+        found_words = word_sources(store, texts, 3, exclude)
+        again, _ = RerankPipeline(model, store, n_candidates=5).candidates(contexts, exclude, words=found_words)
         assert [c.tolist() for c in again] == [c.tolist() for c in cands]
         # training mines with them too: the same lists in every epoch, each query's words searched once
         trainer = Trainer(store, ParagraphSequences(store), model.cfg, TrainConfig(batch_size=8, val_queries=10),
                           quiet=True)
-        first, second = trainer.mine(trainer.train_q), trainer.mine(trainer.train_q)
+        searches, word_search = [], store.word_search  # the real search, its calls counted
+
+        def counted(*args, **kwargs):
+            searches.append(len(args[0]))
+            return word_search(*args, **kwargs)
+
+        monkeypatch.setattr(store, "word_search", counted)
+        first = trainer.mine(trainer.train_q)
+        assert searches == [len(trainer.train_q)] * 2  # the last paragraph's words and the context's, for every query
+        second = trainer.mine(trainer.train_q)
+        assert len(searches) == 2  # none again
+        monkeypatch.undo()
         fresh = RerankPipeline(trainer.model, store, trainer.cfg.n_candidates).candidates(
             [trainer.seq.vectors[q.context] for q in trainer.train_q],
             [set(trainer.seq.ids[trainer.seq.same_text_rows(q.context)].tolist()) for q in trainer.train_q],

@@ -9,8 +9,9 @@ model's query vector (``head``), the last paragraph's vector (``last``), the sto
 context's (``words-context``) and with the last paragraph's last sentence alone (``words-seam``: the
 words where it meets the next paragraph), each at depths 25 to 500, and unions of them, with the mean
 union size; and the best N of the first four by reciprocal-rank fusion (sum over sources of 1 / (60 + rank)).
-The model is the store's own, else the general model. It also times the word searches. No model is trained here: it says which sources and depths
-are worth a reranker's time. Writes bench/results/stage1_recall.{md,json}.
+The model is the store's own, else the general model. It also times the word searches. No model is trained
+here: it says which sources and depths are worth a reranker's time. Writes bench/results/NAME.{md,json}
+(``--output``, default stage1_recall).
 """
 
 from __future__ import annotations
