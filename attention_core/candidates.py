@@ -17,8 +17,6 @@ from typing import Sequence
 import numpy as np
 from nextpara.store.store import ParagraphStore
 
-WORD_SOURCES = 2  # searches of the word index per query: the last paragraph's words, the whole context's
-
 
 def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]],
                      allow: np.ndarray | None = None) -> list[list[int]]:
@@ -46,14 +44,14 @@ def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_v
     if n_words and words is None and context_texts is not None:
         words = word_sources(store, context_texts, n_words, exclude, allow)
     if n_words and words is not None:
-        sources += [[row[k] for row in words] for k in range(WORD_SOURCES)]
+        sources += list(zip(*words))  # per row (last's, whole's) -> per source
     return [first_seen(np.concatenate([np.asarray(ids, np.int64) for ids in lists])) for lists in zip(*sources)]
 
 
 def word_sources(store: ParagraphStore, context_texts: Sequence[Sequence[str | None]], n_words: int,
                  exclude: Sequence[set[int]], allow: np.ndarray | None = None) -> list[list[list[int]]]:
-    """Per row, the word index's results (WORD_SOURCES lists of ids, each up to ``n_words``): for the last context
-    paragraph's words, then for the whole context's."""
+    """Per row, the word index's results (two lists of ids, each up to ``n_words``): for the last context paragraph's
+    words, then for the whole context's."""
     last = [texts[-1] if len(texts) else None for texts in context_texts]
     whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
     return [list(row) for row in zip(store.word_search(last, n_words, exclude, allow),

@@ -114,7 +114,7 @@ class Trainer:
         if model_cfg.lexical or model_cfg.word_candidates:
             texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
         self.texts = texts
-        self._word_lists: dict[tuple, list] = {}  # a query's context rows -> its word index results (mine)
+        self._word_lists: dict[tuple, list] = {}  # a query's context rows -> its word index results (_word_results)
         if model_cfg.lexical:
             # IDF from the training split alone: a word seen only in validation or test documents weighs what a word
             # of a document added after training would (the most: lexical.Lexicon.fit), not what the split says
@@ -170,18 +170,20 @@ class Trainer:
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         exclude = [set(self.seq.ids[self._exclusions(q)].tolist()) for q in queries]
         texts = [[self.texts[r] for r in q.context] for q in queries] if self.texts is not None else None
-        words = None
-        if self.model.cfg.word_candidates and texts is not None:  # the word index's results do not change with the
-            # model: each query's are searched once, in its first mining, and kept for the epochs after it
-            key = [tuple(q.context.tolist()) for q in queries]
-            todo = [i for i, k in enumerate(key) if k not in self._word_lists]
-            found = word_sources(self.store, [texts[i] for i in todo], self.model.cfg.word_candidates,
-                                 [exclude[i] for i in todo]) if todo else []
-            self._word_lists.update({key[i]: [np.asarray(ids, np.int64) for ids in row] for i, row in zip(todo, found)})
-            words = [self._word_lists[k] for k in key]
+        words = self._word_results(queries, texts, exclude) if self.model.cfg.word_candidates and texts is not None else None
         ids, _ = pipeline.candidates([self.seq.vectors[q.context] for q in queries], exclude, context_texts=texts,
                                      words=words)
         return [np.asarray([self.seq.row_of_id[int(i)] for i in row], np.int64) for row in ids]
+
+    def _word_results(self, queries: list[Query], texts: list[list[str]], exclude: list[set[int]]) -> list:
+        """candidates.word_sources() per query; they do not change with the model, so each query's are searched
+        once, in its first mining, and kept for the epochs after it."""
+        key = [tuple(q.context.tolist()) for q in queries]
+        todo = [i for i, k in enumerate(key) if k not in self._word_lists]
+        found = word_sources(self.store, [texts[i] for i in todo], self.model.cfg.word_candidates,
+                             [exclude[i] for i in todo]) if todo else []
+        self._word_lists.update({key[i]: [np.asarray(ids, np.int64) for ids in row] for i, row in zip(todo, found)})
+        return [self._word_lists[k] for k in key]
 
     @torch.no_grad()
     def validation_loss(self) -> float:
