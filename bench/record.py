@@ -36,7 +36,7 @@ def module_name(script: str) -> str:
 
 def stamp(script: str) -> dict:
     """The command that ran (``python -m`` the script, given as its ``__file__``, with its arguments), the
-    date and the machine, for a record."""
+    date, the machine and its CPU, and the commit, for a record."""
     import os
     import shlex
     import subprocess
@@ -50,7 +50,21 @@ def stamp(script: str) -> dict:
         commit = ""
     return {"command": " ".join(["python", "-m", module_name(script), *map(shlex.quote, sys.argv[1:])]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{os.cpu_count()} cores",
-            **({"commit": commit} if commit else {})}
+            **({"cpu": cpu} if (cpu := cpu_model()) else {}), **({"commit": commit} if commit else {})}
+
+
+def cpu_model() -> str:
+    """The CPU's model name and whether it has bfloat16 instructions, from /proc/cpuinfo ("" where there is none):
+    the machines these scripts run on change from day to day, and so does their speed."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    bf16 = "bfloat16 instructions" if flags & {"avx512_bf16", "amx_bf16"} else "no bfloat16 instructions"
+    return f"{name}, {bf16}" if name else ""
 
 
 def argument_parser(doc: str, script: str):

@@ -38,15 +38,16 @@ def main() -> int:
         return first_run(ServerProcess)
     if not args.data_dir:
         parser.error("--data-dir is required (or --first-run)")
-    from nextpara.attention_core.checkpoint import CHECKPOINT
+    from nextpara.attention_core.general import describe_served
     from nextpara.store.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="nextpara-start-") as work:
         data = Path(work) / "store"
         shutil.copytree(args.data_dir, data, ignore=shutil.ignore_patterns("write.lock"))
         with open_store(data, readonly=True) as store:
-            info = store.info()
-        model = "its own trained model" if (data / CHECKPOINT).exists() else "the general model (no model of its own)"
+            info, served = store.info(), describe_served(store)
+        model = {"trained": "its own trained model", "general": "the general model (no model of its own)"}.get(
+            served["source"], f"no model ({served.get('reason', '')})")
         seconds = []
         for _ in range(args.runs):
             t0 = time.perf_counter()
@@ -71,7 +72,10 @@ def first_run(server_process) -> int:
         seconds = round(time.perf_counter() - t0, 1)
         server.stop()
         served = next(line for line in server.log.splitlines() if "SERVING on" in line).strip()
-    paragraphs = int(re.search(r"(\d+) paragraphs", served).group(1))  # as stored
+    found = re.search(r"(\d+) paragraphs", served)
+    if not found:
+        raise SystemExit(f"serve_start: no paragraph count in the SERVING line: {served!r}")
+    paragraphs = int(found.group(1))  # as stored
     rate = embedding_reference()
     alone = round(paragraphs / rate, 1)
     record = {**stamp(__file__), "seconds_to_serving": seconds, "serving_line": served,
