@@ -17,7 +17,6 @@ Prints a table, writes bench/results/serve_start.{json,md}.
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
@@ -64,6 +63,8 @@ def main() -> int:
 
 
 def first_run(server_process) -> int:
+    from nextpara.store.store import open_store
+
     with tempfile.TemporaryDirectory(prefix="nextpara-first-") as work:
         env = {"NEXTPARA_DATA_DIR": str(Path(work) / "data"), "NEXTPARA_CACHE_DIR": str(Path(work) / "cache")}
         t0 = time.perf_counter()
@@ -72,10 +73,8 @@ def first_run(server_process) -> int:
         seconds = round(time.perf_counter() - t0, 1)
         server.stop()
         served = next(line for line in server.log.splitlines() if "SERVING on" in line).strip()
-    found = re.search(r"(\d+) paragraphs", served)
-    if not found:
-        raise SystemExit(f"serve_start: no paragraph count in the SERVING line: {served!r}")
-    paragraphs = int(found.group(1))  # as stored
+        with open_store(env["NEXTPARA_DATA_DIR"], readonly=True) as store:
+            paragraphs = store.info()["paragraphs"]  # as stored
     rate = embedding_reference()
     alone = round(paragraphs / rate, 1)
     record = {**stamp(__file__), "seconds_to_serving": seconds, "serving_line": served,
