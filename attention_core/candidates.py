@@ -3,7 +3,9 @@
 Candidates are the union of two FAISS searches: the model's query vector (the predicted next
 paragraph) and the last context paragraph's own neighbours, each ``n`` deep, and, for a model
 trained with ``word_candidates``, two searches of the store's word index (SQLite FTS5, bm25): the
-last paragraph's words and the whole context's, each ``n_words`` deep; merged in that order
+last paragraph's words and the whole context's, each ``n_words`` deep, and, for one trained with
+``seam_candidates``, a search by the last paragraph's last sentence alone (``n_seam`` deep: the words where it
+meets the next paragraph, which the whole paragraph's rarer words can crowd out); merged in that order
 without duplicates. Word search finds what vectors miss: the names and terms a document repeats. Excluded ids (the context and every paragraph with identical text)
 are filtered out by the store's search, which still gives every row ``n`` results from one batched
 search for many queries; so are the ids a retrieval filter does not allow (``allow``, from
@@ -17,6 +19,8 @@ from typing import Sequence
 import numpy as np
 from nextpara.store.store import ParagraphStore
 
+from .lexical import last_sentence
+
 
 def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]],
                      allow: np.ndarray | None = None) -> list[list[int]]:
@@ -29,33 +33,41 @@ def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude
 def generate_candidates(store: ParagraphStore, query_vectors: np.ndarray, last_vectors: np.ndarray,
                         exclude: Sequence[set[int]], n: int, context_texts: Sequence[Sequence[str | None]] | None = None,
                         n_words: int = 0, allow: np.ndarray | None = None,
-                        words: Sequence[Sequence[Sequence[int]]] | None = None) -> list[np.ndarray]:
+                        words: Sequence[Sequence[Sequence[int]]] | None = None, n_seam: int = 0) -> list[np.ndarray]:
     """For each row: candidate paragraph ids, query-head results first, then the last paragraph's neighbours, then
     (with ``n_words`` and the context's texts) the word index's results for the last paragraph's words and for the
-    whole context's. A context paragraph without text (a raw vector) adds no words. ``allow``: the only ids any
-    source may return (None: any). ``words``, with ``n_words``: those word results already found, by word_sources()
-    with the same ``n_words``, ``exclude`` and ``allow`` (in place of ``context_texts``): training mines the same
-    queries' lists every epoch, and their word results do not change."""
+    whole context's, then (with ``n_seam``) for the last paragraph's last sentence. A context paragraph without text
+    (a raw vector) adds no words. ``allow``: the only ids any source may return (None: any). ``words``: those word
+    results already found, by word_sources() with the same ``n_words``, ``n_seam``, ``exclude`` and ``allow`` (in
+    place of ``context_texts``): training mines the same queries' lists every epoch, and their word results do not
+    change."""
     # both vector sources in one search: an exact search reads every stored vector once per call (memory-bound for a
     # few queries, compute-bound for a batch's), so two query sets stacked cost less than two searches
     # (bench/results/profile_request.md)
     _, both = store.search(np.concatenate([query_vectors, last_vectors]), n, [*exclude, *exclude], allow)
     sources = [both[:len(query_vectors)], both[len(query_vectors):]]
-    if n_words and words is None and context_texts is not None:
-        words = word_sources(store, context_texts, n_words, exclude, allow)
-    if n_words and words is not None:
-        sources += list(zip(*words))  # per row (last's, whole's) -> per source
+    if (n_words or n_seam) and words is None and context_texts is not None:
+        words = word_sources(store, context_texts, n_words, exclude, allow, n_seam)
+    if (n_words or n_seam) and words is not None:
+        sources += list(zip(*words))  # per row (last's, whole's, seam's) -> per source
     return [first_seen(np.concatenate([np.asarray(ids, np.int64) for ids in lists])) for lists in zip(*sources)]
 
 
 def word_sources(store: ParagraphStore, context_texts: Sequence[Sequence[str | None]], n_words: int,
-                 exclude: Sequence[set[int]], allow: np.ndarray | None = None) -> list[list[list[int]]]:
-    """Per row, the word index's results (two lists of ids, each up to ``n_words``): for the last context paragraph's
-    words, then for the whole context's."""
+                 exclude: Sequence[set[int]], allow: np.ndarray | None = None, n_seam: int = 0
+                 ) -> list[list[list[int]]]:
+    """Per row, the word index's results (lists of ids): with ``n_words``, up to that many for the last context
+    paragraph's words, then for the whole context's; with ``n_seam``, up to that many for the last paragraph's last
+    sentence."""
     last = [texts[-1] if len(texts) else None for texts in context_texts]
-    whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
-    return [list(row) for row in zip(store.word_search(last, n_words, exclude, allow),
-                                     store.word_search(whole, n_words, exclude, allow))]
+    searches = []
+    if n_words:
+        whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
+        searches += [store.word_search(last, n_words, exclude, allow), store.word_search(whole, n_words, exclude, allow)]
+    if n_seam:
+        seam = [last_sentence(t) if t else None for t in last]
+        searches.append(store.word_search(seam, n_seam, exclude, allow))
+    return [list(row) for row in zip(*searches)] if searches else [[] for _ in context_texts]
 
 
 def first_seen(ids: np.ndarray) -> np.ndarray:

@@ -30,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--word-candidates", type=int, default=None,
                    help="stage-1 candidates from the word index per source (last paragraph's words, whole context's); "
                         "0: vectors only (default from RerankerConfig)")
+    p.add_argument("--seam", type=int, default=None, metavar="N",
+                   help="read the seam in words: each candidate's word overlap with the last context paragraph's last "
+                        "sentence as a feature, and the word index's N best for that sentence among the candidates (0: "
+                        "the feature alone). Off by default: bench/README.md, Direction, says where it pays")
     p.add_argument("--scorer", choices=("full", "fast"), default="full",
                    help="full: the candidates attend to the context (default); fast: an MLP over the similarity and "
                         "word features alone, half the model's time, no attention weights (bench/README.md: its "
@@ -84,6 +88,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                                             if v is not None}}
     if args.no_lexical:
         model_cfg["lexical"] = False
+    if args.seam is not None:
+        model_cfg.update(seam_feature=True, seam_candidates=args.seam)
     outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)
     meta = outcome.meta
     if args.json:  # model: the new model's metadata (None when nothing could be trained); served: it now serves

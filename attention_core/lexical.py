@@ -28,6 +28,12 @@ small fitted MLP they moved PEPs' validation R@1 0.084 -> 0.090, overlapping int
 (bench/results/seam_probe_novel_peps.md); trained into the model (bench/quality/experiments.py, variant
 ``novel``) they did not move it: validation R@1 0.100 and MRR@10 0.158 against the default's 0.105 and 0.158
 the same day (bench/results/experiments.md). Off by default; kept, tested, for corpora where they may pay.
+
+With ``seam`` (a model config's ``seam_feature``; one more feature, the last): the cosine to the last context
+paragraph's *last sentence*, where it meets the next paragraph: the name a story has just introduced, the question
+just asked, the term just defined. The whole last paragraph's row dilutes those few words among all of its others.
+Sentences end at ., ! or ? (with any closing quotes or brackets) followed by white space: no list of abbreviations,
+nothing fitted to one corpus's formatting.
 """
 
 from __future__ import annotations
@@ -45,13 +51,23 @@ from .word_rows import StoredWordRows
 
 N_BUCKETS = 1 << 18
 TOKEN = re.compile(r"\w\w+")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, closing quotes/brackets, then space
 CACHE_SIZE = 20_000  # callers' texts whose weighted rows are kept
 ID_CACHE_SIZE = 250_000  # stored paragraphs whose rows are kept (~0.5 KB each; PEPs has 44K paragraphs)
 EMPTY_ROW = (np.zeros(0, np.int32), np.zeros(0, np.float32))
 
 
-def n_features(max_context: int, novel: bool = False) -> int:
-    return max_context + 2 + (2 if novel else 0)
+def n_features(max_context: int, novel: bool = False, seam: bool = False) -> int:
+    return max_context + 2 + (2 if novel else 0) + (1 if seam else 0)
+
+
+def first_sentence(text: str) -> str:
+    return SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+
+
+def last_sentence(text: str) -> str:
+    parts = SENTENCE_END.split(text.strip())
+    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
 
 
 def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:
@@ -154,9 +170,10 @@ def stack(rows: Sequence[tuple[np.ndarray, np.ndarray]]) -> sparse.csr_matrix:
 
 
 def features(context: sparse.csr_matrix, candidates: sparse.csr_matrix, max_context: int,
-             novel: bool = False) -> np.ndarray:
-    """(K, n_features(max_context, novel)) features of K candidate rows against a context's rows (oldest first)."""
-    return features_many([context], candidates, [candidates.shape[0]], max_context, novel)[0]
+             novel: bool = False, seam: sparse.csr_matrix | None = None) -> np.ndarray:
+    """(K, n_features(max_context, novel, seam is not None)) features of K candidate rows against a context's rows
+    (oldest first); ``seam``: the one row of its last paragraph's last sentence."""
+    return features_many([context], candidates, [candidates.shape[0]], max_context, novel, seam=seam)[0]
 
 
 Context = sparse.csr_matrix | Sequence[tuple[np.ndarray, np.ndarray]] | None  # its rows, oldest first
@@ -173,19 +190,21 @@ def context_matrix(contexts: Sequence[Context]) -> tuple[sparse.csr_matrix, np.n
 
 def features_many(contexts: Sequence[Context] | sparse.csr_matrix, candidates: sparse.csr_matrix,
                   sizes: Sequence[int], max_context: int, novel: bool = False,
-                  context_sizes: Sequence[int] | None = None) -> list[np.ndarray]:
+                  context_sizes: Sequence[int] | None = None, seam: sparse.csr_matrix | None = None
+                  ) -> list[np.ndarray]:
     """features() for many queries. ``candidates`` holds every query's candidate rows, query after query
     (``sizes[i]`` rows for query i; a candidate without words is an empty row). Contexts come one per query (a CSR
     matrix of its rows, oldest first, a list of them as (buckets, weights) (Lexicon.row), or None: raw vectors, no
     words) or, with ``context_sizes``, as one CSR matrix of every query's rows, query after query (``context_sizes[i]``
-    rows for query i, 0 for none). A query whose context has no words gets zeros.
+    rows for query i, 0 for none). A query whose context has no words gets zeros. ``seam``: one row per query, its
+    last context paragraph's last sentence (an empty row: none), for the seam feature (the last column).
 
     The whole batch in a few array operations: every (query, bucket) that a query's context has becomes one row of a
     small table (its weight in each context paragraph, right-aligned, and in the whole context); each candidate
     non-zero finds its query's row for its bucket (_table_rows), and one sparse product sums them per candidate. (One
     sparse product of every candidate against every context would be quadratic: seconds for a rerank-batch chunk of
     512 rows.)"""
-    L, F = max_context, n_features(max_context, novel)
+    L, F = max_context, n_features(max_context, novel, seam is not None)
     at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # query q's rows: at[q]:at[q + 1]
     if at[-1] != candidates.shape[0]:
         raise ValueError(f"{candidates.shape[0]} candidate rows for queries of {at[-1]} candidates in all")
@@ -195,8 +214,10 @@ def features_many(contexts: Sequence[Context] | sparse.csr_matrix, candidates: s
     if len(context_sizes) != len(sizes) or context_sizes.sum() != contexts.shape[0]:
         raise ValueError(f"{contexts.shape[0]} context rows for {len(sizes)} queries of {context_sizes.sum()} "
                          f"context rows in all ({len(context_sizes)} sizes)")
+    if seam is not None and seam.shape[0] != len(sizes):
+        raise ValueError(f"{seam.shape[0]} seam rows for {len(sizes)} queries")
     out = np.zeros((at[-1], F), np.float32)
-    table, keys = _context_table(contexts, context_sizes, L, novel)
+    table, keys = _context_table(contexts, context_sizes, L, novel, seam)
     if len(keys):
         indptr, indices = candidates.indptr, candidates.indices
         query = np.repeat(np.arange(len(sizes), dtype=np.int64), np.diff(at))  # (rows,): each row's query
@@ -215,6 +236,8 @@ def features_many(contexts: Sequence[Context] | sparse.csr_matrix, candidates: s
             hit = np.where(where < len(keys), candidates.data * candidates.data, 0.0)  # weight² on context words
             known = np.bincount(np.repeat(np.arange(at[-1]), np.diff(indptr)), weights=hit, minlength=at[-1])
             out[:, L + 3] = np.maximum(0.0, 1.0 - known)  # candidate rows have norm 1
+        if seam is not None:
+            out[:, F - 1] = sums[:, -1]
         out[~worded] = 0.0  # no words on one side: no overlap, and the flag 0
     return [out[a:b] for a, b in zip(at[:-1], at[1:])]
 
@@ -241,14 +264,15 @@ def _table_rows(keys: np.ndarray, n_queries: int, starts: np.ndarray, indices: n
     return where
 
 
-def _context_table(contexts: sparse.csr_matrix, context_sizes: np.ndarray, L: int, novel: bool
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _context_table(contexts: sparse.csr_matrix, context_sizes: np.ndarray, L: int, novel: bool,
+                   seam: sparse.csr_matrix | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(table (U, width), keys (U,)): a row per (query, bucket) of the queries' contexts (their last L rows; every
     query's rows in one CSR matrix, ``context_sizes[q]`` of them for query q), keyed ``query * N_BUCKETS + bucket`` in
     ascending order. Columns 0..L-1 the bucket's weight in each context row, right-aligned; L in the whole context (the
     normalised sum of its rows); with ``novel``, L + 1 in what the last row adds (its row without the words of any
-    earlier context row, normalised), L + 2 one."""
-    width = L + (3 if novel else 1)
+    earlier context row, normalised), L + 2 one; with ``seam`` (a row per query), the last column its weight in the
+    query's seam row."""
+    width = L + (3 if novel else 1) + (1 if seam is not None else 0)
     n_rows = contexts.shape[0]
     row_query = np.repeat(np.arange(len(context_sizes), dtype=np.int64), context_sizes)  # (rows,): each row's query
     from_end = np.cumsum(context_sizes)[row_query] - 1 - np.arange(n_rows)  # 0 for each query's last row
@@ -258,15 +282,23 @@ def _context_table(contexts: sparse.csr_matrix, context_sizes: np.ndarray, L: in
     key = query * N_BUCKETS + contexts.indices
     real = (weight > 0) & (column >= 0)  # the last L rows; a stored zero (not made by Lexicon.weigh) is no word
     query, column, weight, key = query[real], column[real], weight[real], key[real]
-    if not len(key):
+    seam_key, seam_weight = np.zeros(0, np.int64), np.zeros(0, np.float32)
+    if seam is not None:
+        seam_query = np.repeat(np.arange(seam.shape[0], dtype=np.int64), np.diff(seam.indptr))
+        seam_key, seam_weight = seam_query * N_BUCKETS + seam.indices, seam.data.astype(np.float32)
+        seam_key, seam_weight = seam_key[seam_weight > 0], seam_weight[seam_weight > 0]
+    if not len(key) and not len(seam_key):
         return np.zeros((0, width), np.float32), np.zeros(0, np.int64)
-    keys, row = np.unique(key, return_inverse=True)
+    keys, row = np.unique(np.concatenate([key, seam_key]), return_inverse=True)
+    row, seam_row = row[:len(key)], row[len(key):]
     table = np.zeros((len(keys), width), np.float32)
     table[row, column] = weight  # a bucket occurs once in a row
+    if seam is not None:
+        table[seam_row, width - 1] = seam_weight
     whole = np.bincount(row, weights=weight, minlength=len(keys))
     owner = keys // N_BUCKETS
-    norm = np.sqrt(np.bincount(owner, weights=whole * whole))  # > 0 for every query present: its weights are > 0
-    table[:, L] = whole / norm[owner]
+    norm = np.sqrt(np.bincount(owner, weights=whole * whole))  # > 0 for every query with context words
+    table[:, L] = whole / np.maximum(norm[owner], 1e-30)
     if novel:
         last = column == L - 1
         earlier = np.zeros(len(keys), bool)

@@ -73,6 +73,13 @@ class RerankerConfig:
     #                                pool's K x K cosines: POOL_NEIGHBOURS); checkpoints from before: False
     bilinear_last: bool = False  # a learned full-rank term last^T W candidate (D x D, from 0) added to the score: which
     #                              paragraphs follow which, beyond their cosine; checkpoints from before: False
+    seam_feature: bool = False  # a word feature: each candidate's cosine to the last context paragraph's last sentence
+    #                             (lexical.py); checkpoints from before: False
+    seam_candidates: int = 0  # stage 1 also takes this many from the word index for that last sentence (candidates.py)
+
+    @property
+    def uses_word_index(self) -> bool:
+        return bool(self.word_candidates or self.seam_candidates)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -84,8 +91,11 @@ class RerankerConfig:
                              f"n_scorer_layers=0 and n_list_layers=0, not {self.n_scorer_layers} and {self.n_list_layers}")
         if self.pool_neighbours and not self.pool_density:
             raise ValueError("pool_neighbours are read from the pool's cosines: they need pool_density")
-        if self.word_candidates < 0:
-            raise ValueError(f"word_candidates ({self.word_candidates}) must be 0 or more")
+        if self.seam_feature and not self.lexical:
+            raise ValueError("the seam feature is a word feature: it needs lexical")
+        if min(self.word_candidates, self.seam_candidates) < 0:
+            raise ValueError(f"word_candidates ({self.word_candidates}) and seam_candidates ({self.seam_candidates}) "
+                             "must be 0 or more")
         if min(self.embed_dim, self.d_model, self.n_heads, self.max_context) < 1:
             raise ValueError(f"embed_dim, d_model, n_heads and max_context must be positive: {asdict(self)}")
 
@@ -96,7 +106,7 @@ class RerankerConfig:
 
     @property
     def n_word_features(self) -> int:
-        return lexical.n_features(self.max_context, self.novel_words)
+        return lexical.n_features(self.max_context, self.novel_words, self.seam_feature)
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):

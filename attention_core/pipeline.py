@@ -87,7 +87,7 @@ class Scored:
 
 class RerankPipeline:
     def __init__(self, model: NextParagraphModel, store: ParagraphStore, n_candidates: int = 100):
-        if model.cfg.word_candidates and not store.words.available:
+        if model.cfg.uses_word_index and not store.words.available:
             raise FailedPreconditionError(
                 f"the model takes candidates from the word index, which {store.data_dir} does not have yet: open it "
                 "once for writing (nextpara build, or nextpara serve without --read-only) to add it",
@@ -116,7 +116,7 @@ class RerankPipeline:
         q = self.query_vectors(contexts)
         last = np.stack([c[-1] for c in contexts])
         return generate_candidates(self.store, q, last, exclude, n or self.n_candidates, context_texts,
-                                   self.model.cfg.word_candidates, words=words), q
+                                   self.model.cfg.word_candidates, words=words, n_seam=self.model.cfg.seam_candidates), q
 
     def lexical_features(self, context_texts: list[list[str | None]], candidate_texts: list[list[str | None]],
                          candidate_ids: list[list[int | None]] | None = None,
@@ -133,14 +133,26 @@ class RerankPipeline:
         contexts, context_sizes, context_words = self._context_word_rows(context_texts, context_ids)
         candidates, sizes, candidate_words = self._word_rows(candidate_texts, candidate_ids)
         if not (context_words or candidate_words):  # raw vectors only: no words, what features_many gives
-            width = lexical.n_features(L, self.model.cfg.novel_words)
-            return [np.zeros((len(ts), width), np.float32) for ts in candidate_texts]
+            return [np.zeros((len(ts), self.model.cfg.n_word_features), np.float32) for ts in candidate_texts]
         if contexts is None:
             contexts = lexical.empty_rows(int(context_sizes.sum()))
         if candidates is None:
             candidates = lexical.empty_rows(int(sizes.sum()))
         return lexical.features_many(contexts, candidates, sizes, L, self.model.cfg.novel_words,
-                                     context_sizes=context_sizes)
+                                     context_sizes=context_sizes, seam=self._seam_rows(context_texts, context_ids))
+
+    def _seam_rows(self, context_texts: list[list[str | None]], context_ids: list | None) -> sparse.csr_matrix | None:
+        """Per query, the word row of its last context item's last sentence (the seam feature's; an empty row for a
+        raw vector), or None if the model has no seam feature. A stored item whose text was not given is read."""
+        if not self.model.cfg.seam_feature:
+            return None
+        last = [ts[-1] if len(ts) else None for ts in context_texts]
+        last_ids = [None if ids is None or not len(ids) else ids[-1] for ids in (context_ids or [None] * len(last))]
+        unread = [int(i) for t, i in zip(last, last_ids) if t is None and i is not None]
+        if unread:
+            read = self.stored_texts(unread)
+            last = [read.get(int(i)) if t is None and i is not None else t for t, i in zip(last, last_ids)]
+        return lexical.stack([self.lexicon.row(lexical.last_sentence(t)) if t else lexical.EMPTY_ROW for t in last])
 
     def _context_word_rows(self, context_texts: list[list[str | None]], context_ids: list | None
                            ) -> tuple[sparse.csr_matrix | None, np.ndarray, bool]:
@@ -222,7 +234,7 @@ class RerankPipeline:
         if contexts is None:  # raw vectors: no words
             contexts = lexical.empty_rows(int(context_sizes.sum()))
         return lexical.features_many(contexts, candidates, sizes, self.max_context, self.model.cfg.novel_words,
-                                     context_sizes=context_sizes)
+                                     context_sizes=context_sizes, seam=self._seam_rows(context_texts, context_ids))
 
     @torch.no_grad()
     def score(self, contexts: list[np.ndarray], candidates: list[np.ndarray], need_weights: bool = False,
@@ -277,7 +289,8 @@ class RerankPipeline:
             q = query.numpy()
             lap("encode")
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
-                                      self.n_candidates, texts, self.model.cfg.word_candidates, allow)
+                                      self.n_candidates, texts, self.model.cfg.word_candidates, allow,
+                                      n_seam=self.model.cfg.seam_candidates)
             lap("search")
             lex, read = None, {}
 

@@ -88,9 +88,9 @@ class Trainer:
         self.store, self.seq, self.cfg, self.quiet = store, seq, cfg, quiet
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
-        if model_cfg.word_candidates and not store.words.available:
-            raise FailedPreconditionError(f"{store.data_dir} has no word index for --word-candidates: open it once for "
-                                          "writing first (nextpara build with the same corpus adds it)")
+        if model_cfg.uses_word_index and not store.words.available:
+            raise FailedPreconditionError(f"{store.data_dir} has no word index for --word-candidates or --seam: open it "
+                                          "once for writing first (nextpara build with the same corpus adds it)")
         self.model = NextParagraphModel(model_cfg)
         self.started_from_weights = init_state is not None
         if init_state is not None:
@@ -110,8 +110,9 @@ class Trainer:
                              "validation queries (the split rule puts 80% / 10% of documents in each)")
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.words = None  # (N, buckets) TF-IDF rows of every paragraph, when the model reads texts
+        self.seam_words = None  # (N, buckets) the rows of their last sentences, for the seam feature
         texts = None  # every paragraph's text, by row, when the model reads them or mines with the word index
-        if model_cfg.lexical or model_cfg.word_candidates:
+        if model_cfg.lexical or model_cfg.uses_word_index:
             texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
         self.texts = texts
         self._word_lists: dict[tuple, list] = {}  # a query's context rows -> its word index results (_word_results)
@@ -121,11 +122,16 @@ class Trainer:
             groups = np.zeros(len(seq), np.int64) if idf_groups is None else np.asarray(idf_groups)
             train_rows = seq.split_rows("train")
             rows = [lexical.EMPTY_ROW] * len(seq)
+            seam_rows = [lexical.EMPTY_ROW] * len(seq)
             for g in np.unique(groups):
                 lexicon = lexical.Lexicon.fit([texts[r] for r in train_rows[groups[train_rows] == g]])
                 for r in np.flatnonzero(groups == g):
                     rows[r] = lexicon.weigh(texts[r]) if texts[r] else lexical.EMPTY_ROW
+                    if model_cfg.seam_feature and texts[r]:
+                        seam_rows[r] = lexicon.weigh(lexical.last_sentence(texts[r]))
             self.words = lexical.stack(rows)
+            if model_cfg.seam_feature:
+                self.seam_words = lexical.stack(seam_rows)
             if idf_groups is None:  # one corpus: the checkpoint carries its word weights (a mixture's: general.py)
                 self.model.lexicon_idf.copy_(torch.from_numpy(lexicon.idf))
 
@@ -162,7 +168,8 @@ class Trainer:
             if train and self.rng.random() < self.cfg.text_dropout:
                 out.append(np.zeros((len(rows), cfg.n_word_features), np.float32))
             else:
-                out.append(lexical.features(self.words[ctx], self.words[rows], cfg.max_context, cfg.novel_words))
+                seam = self.seam_words[ctx[-1:]] if self.seam_words is not None else None
+                out.append(lexical.features(self.words[ctx], self.words[rows], cfg.max_context, cfg.novel_words, seam))
         return out
 
     def mine(self, queries: list[Query]) -> list[np.ndarray]:
@@ -170,7 +177,7 @@ class Trainer:
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         exclude = [set(self.seq.ids[self._exclusions(q)].tolist()) for q in queries]
         texts = [[self.texts[r] for r in q.context] for q in queries] if self.texts is not None else None
-        words = self._word_results(queries, texts, exclude) if self.model.cfg.word_candidates and texts is not None else None
+        words = self._word_results(queries, texts, exclude) if self.model.cfg.uses_word_index and texts is not None else None
         ids, _ = pipeline.candidates([self.seq.vectors[q.context] for q in queries], exclude, context_texts=texts,
                                      words=words)
         return [np.asarray([self.seq.row_of_id[int(i)] for i in row], np.int64) for row in ids]
@@ -181,7 +188,7 @@ class Trainer:
         key = [tuple(q.context.tolist()) for q in queries]
         todo = [i for i, k in enumerate(key) if k not in self._word_lists]
         found = word_sources(self.store, [texts[i] for i in todo], self.model.cfg.word_candidates,
-                             [exclude[i] for i in todo]) if todo else []
+                             [exclude[i] for i in todo], n_seam=self.model.cfg.seam_candidates) if todo else []
         self._word_lists.update({key[i]: [np.asarray(ids, np.int64) for ids in row] for i, row in zip(todo, found)})
         return [self._word_lists[k] for k in key]
 

@@ -58,6 +58,10 @@ VARIANTS = {
     # the word index beside the vectors (candidates.py): 50 per word source (the last paragraph's words, the whole
     # context's), trained and validated with them; bench/results/stage1_recall_seam_*.md measured what they add
     "words50": ({"word_candidates": 50}, {}),
+    # the seam read in words (lexical.py, candidates.py): the cosine to the last paragraph's last sentence as a
+    # feature, alone and with 50 candidates from the word index for that sentence; seam_synthetic measured it first
+    "seam_feature": ({"seam_feature": True}, {}),
+    "seam50": ({"seam_feature": True, "seam_candidates": 50}, {}),
     # where a candidate stands among the others of its list (model.py: NextParagraphModel.pool); the seam probe's
     # ``pool`` group beside the general model first (bench/results/seam_probe_pool_peps.md)
     "pool_nb": ({"pool_neighbours": True}, {}),

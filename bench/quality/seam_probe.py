@@ -41,29 +41,17 @@ The document id of a candidate is read only to compute direction accuracy, never
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 import zlib
 
 import numpy as np
+from nextpara.attention_core.lexical import first_sentence, last_sentence
 from scipy import sparse
 
 from bench import record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, closing quotes/brackets, then space
-
-
-def first_sentence(text: str) -> str:
-    return SENTENCE_END.split(text.strip(), maxsplit=1)[0]
-
-
-def last_sentence(text: str) -> str:
-    parts = SENTENCE_END.split(text.strip())
-    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
-
 
 GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11), "novel": slice(11, 13), "depth": slice(13, 15),
           "pool": slice(15, 18), "prf": slice(18, 19), "local": slice(19, 21)}

@@ -19,7 +19,10 @@ runs the evaluation protocol on its test split (every test query, L = 4):
 * ``vectors``: the model without word features (`nextpara train --no-lexical`);
 * ``words``: the default model, with the word-overlap features (TF-IDF cosines of the candidate's words to each
   context paragraph's, attention_core/lexical.py);
-* ``words+index``: the same, with stage-1 candidates from the word index too (`--word-candidates 20`).
+* ``words+index``: the same, with stage-1 candidates from the word index too (`--word-candidates 20`);
+* ``seam``: the default model with the seam feature too (the cosine to the last paragraph's last sentence; `nextpara
+  train --seam 0`);
+* ``seam+index``: with the word index's 20 best for that sentence among the candidates too (`--seam 20`).
 
 Beside them, the general model (never trained on this corpus) and B1. Reports Recall@1, MRR@10, stage-1 recall
 and the seconds of training and evaluating each; writes bench/results/NAME.{json,md} (default seam_synthetic).
@@ -53,7 +56,8 @@ industry figure street image phone data picture practice piece land product doct
 movie north love support technology step baby computer type attention film tree source organization hair window
 evidence population chance approach""".split()
 SYLLABLES = ["ka", "lo", "mi", "ra", "tu", "ve", "zo", "ni", "pe", "su", "dri", "gan", "tor", "bel", "quin", "fa"]
-CONFIGS = {"vectors": {"lexical": False}, "words": {}, "words+index": {"word_candidates": 20}}
+CONFIGS = {"vectors": {"lexical": False}, "words": {}, "words+index": {"word_candidates": 20},
+           "seam": {"seam_feature": True}, "seam+index": {"seam_feature": True, "seam_candidates": 20}}
 SMALL = {"d_model": 64, "n_heads": 4, "n_context_layers": 1}
 PARAGRAPHS = 10
 MAX_DOCS = len(SYLLABLES) ** 3 // PARAGRAPHS  # distinct names of three syllables, one per paragraph

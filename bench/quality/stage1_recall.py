@@ -21,9 +21,9 @@ import sys
 import time
 
 import numpy as np
+from nextpara.attention_core.lexical import last_sentence
 
 from bench import record
-from bench.quality.seam_probe import last_sentence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DEPTHS = (25, 50, 100, 200, 300, 500)
