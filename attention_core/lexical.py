@@ -226,14 +226,15 @@ def features_many(contexts: Sequence[Context] | sparse.csr_matrix, candidates: s
         matched = sparse.csr_matrix((candidates.data, where, indptr.astype(where.dtype)),
                                     shape=(at[-1], len(table)))  # (rows, keys + 1)
         sums = np.asarray(matched @ table)  # (rows, width)
+        context_key = np.append(table[:-1, :L].any(1), False)  # per table row: a context word (not a seam row's alone)
         has_context = np.zeros(len(sizes), bool)
-        has_context[keys // N_BUCKETS] = True
+        has_context[keys[context_key[:-1]] // N_BUCKETS] = True
         worded = (np.diff(indptr) > 0) & has_context[query]  # words on both sides
         out[:, :L + 1] = sums[:, :L + 1]
         out[:, L + 1] = worded
         if novel:
             out[:, L + 2] = sums[:, L + 1]
-            hit = np.where(where < len(keys), candidates.data * candidates.data, 0.0)  # weight² on context words
+            hit = np.where(context_key[where], candidates.data * candidates.data, 0.0)  # weight² on context words
             known = np.bincount(np.repeat(np.arange(at[-1]), np.diff(indptr)), weights=hit, minlength=at[-1])
             out[:, L + 3] = np.maximum(0.0, 1.0 - known)  # candidate rows have norm 1
         if seam is not None:

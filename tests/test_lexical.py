@@ -228,9 +228,10 @@ def test_a_batch_of_queries_gets_each_query_its_own_features():
     assert batch[0][1, 3] == 0 and batch[2][1, 3] > 0  # "zeta" matches only the context that has it
 
 
-def reference_features(context, candidates, L, novel):
-    """features() written out densely for one query: the definitions of the module docstring, nothing shared with it."""
-    out = np.zeros((candidates.shape[0], lexical.n_features(L, novel)), np.float32)
+def reference_features(context, candidates, L, novel, seam=None):
+    """features() written out densely for one query: the definitions of the module docstring, nothing shared with it.
+    ``seam``: the query's seam row (1 x buckets), for the last column."""
+    out = np.zeros((candidates.shape[0], lexical.n_features(L, novel, seam is not None)), np.float32)
     if context is None or context[-L:].nnz == 0:
         return out
     ctx, cand = context[-L:].toarray(), candidates.toarray()
@@ -244,13 +245,16 @@ def reference_features(context, candidates, L, novel):
         if added.any():
             out[:, L + 2] = cand @ (added / np.linalg.norm(added))
         out[:, L + 3] = np.where(has_words, 1.0 - (cand ** 2 * ctx.any(0)).sum(1), 0.0)
+    if seam is not None:
+        out[:, -1] = np.where(has_words, cand @ seam.toarray()[0], 0.0)
     return out
 
 
 def test_features_many_equals_the_dense_definition_on_random_batches():
     """The batched gather (one table for the batch, a binary search per candidate word) against the dense reference,
     on random batches: contexts longer and shorter than L, queries without context or without candidates, texts
-    without words, novel on and off; contexts given as CSR matrices and as lists of rows."""
+    without words, novel and the seam feature on and off (a seam row without words, or with words the context lacks);
+    contexts given as CSR matrices and as lists of rows."""
     rng = np.random.default_rng(7)
     vocab = [f"w{i}" for i in range(60)]
     lx = lexical.Lexicon.fit([" ".join(rng.choice(vocab, 12)) for _ in range(50)])
@@ -265,15 +269,17 @@ def test_features_many_equals_the_dense_definition_on_random_batches():
             contexts.append(None if rng.random() < 0.2 else lx.matrix([text() for _ in range(int(rng.integers(1, 10)))]))
             candidates.append(lx.matrix([text() for _ in range(int(rng.integers(0, 7)))]))
         L, novel = int(rng.integers(1, 9)), bool(rng.integers(2))
+        seam = lx.matrix([text() for _ in contexts]) if rng.random() < 0.5 else None
         got = lexical.features_many(contexts, lexical.stack([(m[i].indices, m[i].data) for m in candidates
                                                              for i in range(m.shape[0])]),
-                                    [m.shape[0] for m in candidates], L, novel)
-        for ctx, cand, g in zip(contexts, candidates, got):
-            np.testing.assert_allclose(g, reference_features(ctx, cand, L, novel), atol=1e-5)
+                                    [m.shape[0] for m in candidates], L, novel, seam=seam)
+        for q, (ctx, cand, g) in enumerate(zip(contexts, candidates, got)):
+            np.testing.assert_allclose(g, reference_features(ctx, cand, L, novel, None if seam is None else seam[q]),
+                                       atol=1e-5)
         as_rows = [None if m is None else [(m[i].indices, m[i].data) for i in range(m.shape[0])] for m in contexts]
         for g, r in zip(got, lexical.features_many(as_rows, lexical.stack([(m[i].indices, m[i].data) for m in candidates
                                                                           for i in range(m.shape[0])]),
-                                                   [m.shape[0] for m in candidates], L, novel)):
+                                                   [m.shape[0] for m in candidates], L, novel, seam=seam)):
             np.testing.assert_array_equal(r, g)  # contexts as lists of rows, as the pipeline gives them: the same
 
 
