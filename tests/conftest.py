@@ -216,3 +216,15 @@ def vector_store(root: Path, embedder_name: str, docs) -> Path:
             f.write(json.dumps({"doc_id": doc_id, "paragraphs": paragraphs, "vectors": np.round(vectors, 6).tolist()}) + "\n")
     build(str(corpus), root / "store", embedder=f"precomputed:{embedder_name}", quiet=True)
     return root / "store"
+
+
+def count_word_searches(store, monkeypatch) -> list[int]:
+    """The store's real word search with its calls counted: the returned list gets each call's number of texts."""
+    searches, word_search = [], store.word_search
+
+    def counted(*args, **kwargs):
+        searches.append(len(args[0]))
+        return word_search(*args, **kwargs)
+
+    monkeypatch.setattr(store, "word_search", counted)
+    return searches

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import vector_store
+from conftest import count_word_searches, vector_store
 from nextpara.attention_core import lexical
 from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
 from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
@@ -149,13 +149,7 @@ def test_word_candidates_find_what_the_vectors_miss(tmp_path, monkeypatch):
         # training mines with them too: the same lists in every epoch, each query's words searched once
         trainer = Trainer(store, ParagraphSequences(store), model.cfg, TrainConfig(batch_size=8, val_queries=10),
                           quiet=True)
-        searches, word_search = [], store.word_search  # the real search, its calls counted
-
-        def counted(*args, **kwargs):
-            searches.append(len(args[0]))
-            return word_search(*args, **kwargs)
-
-        monkeypatch.setattr(store, "word_search", counted)
+        searches = count_word_searches(store, monkeypatch)  # the real search, its calls counted
         first = trainer.mine(trainer.train_q)
         assert searches == [len(trainer.train_q)] * 2  # the last paragraph's words and the context's, for every query
         second = trainer.mine(trainer.train_q)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import count_word_searches
 from nextpara.attention_core import lexical
 from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
 
@@ -84,13 +85,7 @@ def test_stage_one_searches_the_words_of_the_last_sentence(seam_store, monkeypat
         found[n_seam] = np.mean([ids[d, 5] in c for d, c in enumerate(cands)])
     assert found[2] == 1.0 and found[0] < 0.2, found
     trainer = Trainer(store, ParagraphSequences(store), model.cfg, TrainConfig(batch_size=8, val_queries=10), quiet=True)
-    searches, word_search = [], store.word_search  # the real search, its calls counted
-
-    def counted(*args, **kwargs):
-        searches.append(len(args[0]))
-        return word_search(*args, **kwargs)
-
-    monkeypatch.setattr(store, "word_search", counted)
+    searches = count_word_searches(store, monkeypatch)  # the real search, its calls counted
     first = trainer.mine(trainer.train_q)
     assert searches == [len(trainer.train_q)]  # the last sentence's words, for every query
     assert [r.tolist() for r in trainer.mine(trainer.train_q)] == [r.tolist() for r in first] and len(searches) == 1
