@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 from nextpara.store.store import ParagraphStore
 
-from .lexical import last_sentence
+from .lexical import seam_texts
 
 
 def search_excluding(store: ParagraphStore, queries: np.ndarray, n: int, exclude: Sequence[set[int]],
@@ -59,14 +59,13 @@ def word_sources(store: ParagraphStore, context_texts: Sequence[Sequence[str | N
     """Per row, the word index's results (lists of ids): with ``n_words``, up to that many for the last context
     paragraph's words, then for the whole context's; with ``n_seam``, up to that many for the last paragraph's last
     sentence."""
-    last = [texts[-1] if len(texts) else None for texts in context_texts]
     searches = []
     if n_words:
+        last = [texts[-1] if len(texts) else None for texts in context_texts]
         whole = [" ".join(t for t in texts if t) or None for texts in context_texts]
         searches += [store.word_search(last, n_words, exclude, allow), store.word_search(whole, n_words, exclude, allow)]
     if n_seam:
-        seam = [last_sentence(t) if t else None for t in last]
-        searches.append(store.word_search(seam, n_seam, exclude, allow))
+        searches.append(store.word_search(seam_texts(context_texts), n_seam, exclude, allow))
     return [list(row) for row in zip(*searches)] if searches else [[] for _ in context_texts]
 
 

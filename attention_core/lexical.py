@@ -66,8 +66,12 @@ def first_sentence(text: str) -> str:
 
 
 def last_sentence(text: str) -> str:
-    parts = SENTENCE_END.split(text.strip())
-    return parts[-1] if parts[-1] or len(parts) == 1 else parts[-2]
+    return SENTENCE_END.split(text.strip())[-1]  # (a stripped text ends in no white space: the last part has words)
+
+
+def seam_texts(context_texts: Sequence[Sequence[str | None]]) -> list[str | None]:
+    """Per context, its last item's last sentence (None for a raw vector or an empty context)."""
+    return [last_sentence(texts[-1]) if len(texts) and texts[-1] else None for texts in context_texts]
 
 
 def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:
@@ -92,6 +96,9 @@ class Lexicon:
         self._cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
         self.stored = StoredWordRows(self.weigh, N_BUCKETS, ID_CACHE_SIZE)
+        # the rows of stored paragraphs' last sentences (the seam feature's), kept by id as well, filled only by a
+        # model with the seam feature: a context by ids reads its last paragraph's text once per process, not per call
+        self.stored_seams = StoredWordRows(lambda text: self.weigh(last_sentence(text)), N_BUCKETS, ID_CACHE_SIZE)
 
     @classmethod
     def fit(cls, texts: Sequence[str]) -> "Lexicon":

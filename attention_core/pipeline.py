@@ -143,16 +143,25 @@ class RerankPipeline:
 
     def _seam_rows(self, context_texts: list[list[str | None]], context_ids: list | None) -> sparse.csr_matrix | None:
         """Per query, the word row of its last context item's last sentence (the seam feature's; an empty row for a
-        raw vector), or None if the model has no seam feature. A stored item whose text was not given is read."""
+        raw vector), or None if the model has no seam feature. A stored item's row is kept by id (its text, when not
+        given, read once per process), a caller's text's is weighed (cached by sentence)."""
         if not self.model.cfg.seam_feature:
             return None
-        last = [ts[-1] if len(ts) else None for ts in context_texts]
-        last_ids = [None if ids is None or not len(ids) else ids[-1] for ids in (context_ids or [None] * len(last))]
-        unread = [int(i) for t, i in zip(last, last_ids) if t is None and i is not None]
-        if unread:
-            read = self.stored_texts(unread)
-            last = [read.get(int(i)) if t is None and i is not None else t for t, i in zip(last, last_ids)]
-        return lexical.stack([self.lexicon.row(lexical.last_sentence(t)) if t else lexical.EMPTY_ROW for t in last])
+        last_ids = [None if ids is None or not len(ids) else ids[-1] for ids in (context_ids or [None] * len(context_texts))]
+        stored = [q for q, i in enumerate(last_ids) if i is not None]
+        rows = [self.lexicon.row(t) if i is None else lexical.EMPTY_ROW
+                for t, i in zip(lexical.seam_texts(context_texts), last_ids)]
+        if stored:
+            given = {int(last_ids[q]): context_texts[q][-1] for q in stored if context_texts[q][-1] is not None}
+
+            def read_texts(missing: list[int]) -> dict[int, str]:
+                got = self.stored_texts([i for i in missing if i not in given])
+                return {i: given[i] if i in given else got[i] for i in missing if i in given or i in got}
+
+            by_id = self.lexicon.stored_seams.rows(np.asarray([last_ids[q] for q in stored], np.int64), read_texts)[0]
+            for k, q in enumerate(stored):
+                rows[q] = (by_id[k].indices, by_id[k].data)
+        return lexical.stack(rows)
 
     def _context_word_rows(self, context_texts: list[list[str | None]], context_ids: list | None
                            ) -> tuple[sparse.csr_matrix | None, np.ndarray, bool]:

@@ -9,7 +9,7 @@ Phase 1, the query head: InfoNCE of the query vector against *every* paragraph o
 paragraph, every near-duplicate from other documents is a negative at once, weighted by how
 hard it is. Phase 2, the scorer: candidates are mined exactly as inference mines them
 (candidates.py: FAISS with the phase-1 query head and the last paragraph, and the word index when the
-model config asks for ``word_candidates``); queries whose list holds a positive train a
+model config asks for ``word_candidates`` or ``seam_candidates``); queries whose list holds a positive train a
 listwise InfoNCE over the list (no target is inserted: inserting it into a list selected for
 high cosine teaches that high cosine is wrong), plus the phase-1 loss to keep the query head, and with
 ``near_weight`` a second listwise term whose positives are the target and the ``near_window`` paragraphs after
