@@ -153,12 +153,8 @@ class RerankPipeline:
                 for t, i in zip(lexical.seam_texts(context_texts), last_ids)]
         if stored:
             given = {int(last_ids[q]): context_texts[q][-1] for q in stored if context_texts[q][-1] is not None}
-
-            def read_texts(missing: list[int]) -> dict[int, str]:
-                got = self.stored_texts([i for i in missing if i not in given])
-                return {i: given[i] if i in given else got[i] for i in missing if i in given or i in got}
-
-            by_id = self.lexicon.stored_seams.rows(np.asarray([last_ids[q] for q in stored], np.int64), read_texts)[0]
+            by_id = self.lexicon.stored_seams.rows(np.asarray([last_ids[q] for q in stored], np.int64),
+                                                   lambda missing: self._given_or_stored_texts(missing, given))[0]
             for k, q in enumerate(stored):
                 rows[q] = (by_id[k].indices, by_id[k].data)
         return lexical.stack(rows)
@@ -193,9 +189,8 @@ class RerankPipeline:
 
         def read_texts(missing: list[int]) -> dict[int, str]:  # the texts given for ids spare their reads
             id_texts = texts if with_id is None else [t for t, has in zip(texts, with_id) if has]
-            given = {i: t for i, t in zip(stored_ids.tolist(), id_texts) if t is not None}
-            got = self.stored_texts([i for i in missing if i not in given])
-            return {i: given[i] if i in given else got[i] for i in missing if i in given or i in got}
+            return self._given_or_stored_texts(missing, {i: t for i, t in zip(stored_ids.tolist(), id_texts)
+                                                         if t is not None})
 
         by_id = self.lexicon.stored_rows(stored_ids, read_texts)[0]
         if with_id is None or with_id.all():
@@ -224,6 +219,12 @@ class RerankPipeline:
             if len(todo):
                 self.lexicon.stored_rows(todo, self.stored_texts)
         return len(self.lexicon.stored)
+
+    def _given_or_stored_texts(self, missing: list[int], given: dict[int, str]) -> dict[int, str]:
+        """The texts of the stored paragraphs among ``missing``: from ``given`` where it has them, the others read
+        (stored_texts)."""
+        got = self.stored_texts([i for i in missing if i not in given])
+        return {i: given[i] if i in given else got[i] for i in missing if i in given or i in got}
 
     def stored_texts(self, ids: list[int]) -> dict[int, str]:
         """The texts of the stored paragraphs among ``ids`` (one read; a paragraph deleted meanwhile is left out)."""
