@@ -206,6 +206,27 @@ def test_a_replica_behind_its_writer_answers_from_what_it_holds(tmp_path):
     writer.close()
 
 
+def test_document_frequencies_count_each_text_once_per_bucket():
+    """The fit's fast count (each distinct word hashed once) equals its definition, token_counts' buckets of each text
+    counted once, also where two words of one text share a bucket."""
+    seen: dict[int, str] = {}
+    word = 0
+    while True:  # two words in one bucket: some pair among a few thousand, by the birthday bound
+        w = f"w{word}"
+        b = int(lexical.token_counts(w)[0][0])
+        if b in seen:
+            break
+        seen[b], word = w, word + 1
+    pair = f"{seen[b]} {w}"
+    texts = [pair, f"{pair} {pair}", "Alpha alpha ALPHA beta", "Ünïcode naïve café, CAFÉ!", "", "a b c", "beta x_y 42 42"]
+    by_definition = np.zeros(lexical.N_BUCKETS, np.int64)
+    for text in texts:
+        by_definition[lexical.token_counts(text)[0]] += 1
+    got = lexical.document_frequencies(texts)
+    np.testing.assert_array_equal(got, by_definition)
+    assert got[b] == 2 and got.sum() == by_definition.sum() > 0
+
+
 def test_a_batch_of_queries_gets_each_query_its_own_features():
     """features_many fills one bucket table per query in turn: nothing of one query's context may leak into another
     query's features, and a query without words gets zeros."""
