@@ -55,6 +55,7 @@ SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")  # ., ! or ?, c
 CACHE_SIZE = 20_000  # callers' texts whose weighted rows are kept
 ID_CACHE_SIZE = 250_000  # stored paragraphs whose rows are kept (~0.5 KB each; PEPs has 44K paragraphs)
 EMPTY_ROW = (np.zeros(0, np.int32), np.zeros(0, np.float32))
+WORDS_KEPT = 1 << 20  # document_frequencies: words whose bucket is kept, buckets found before they are added up
 
 
 def n_features(max_context: int, novel: bool = False, seam: bool = False) -> int:
@@ -84,10 +85,13 @@ def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:
     return buckets, (1.0 + np.log(counts)).astype(np.float32)
 
 
-def document_frequencies(texts: Sequence[str]) -> np.ndarray:
+def document_frequencies(texts: Sequence[str], words_kept: int = WORDS_KEPT) -> np.ndarray:
     """(N_BUCKETS,) int64: in how many of ``texts`` each bucket occurs; the buckets of token_counts(text), each text's
-    counted once. Each distinct word is hashed once for all texts, not once per occurrence: a general model fits
-    its IDF on the whole store at every load (general.py), 43,588 PEPs paragraphs in 0.9 s rather than 2.1."""
+    counted once. A distinct word is hashed once, not at every occurrence: a general model fits its IDF on the whole
+    store at every load (general.py), and this count takes 0.39x the time of token_counts per text on PEPs
+    (bench/results/idf_fit.md). Memory stays bounded on large stores: the words' buckets are forgotten past
+    ``words_kept`` words, the buckets found added up every ``words_kept``."""
+    df = np.zeros(N_BUCKETS, np.int64)
     bucket_of: dict[str, int] = {}
     found: list[int] = []
     for text in texts:
@@ -95,10 +99,15 @@ def document_frequencies(texts: Sequence[str]) -> np.ndarray:
         for word in set(TOKEN.findall(text.lower())):
             bucket = bucket_of.get(word)
             if bucket is None:
+                if len(bucket_of) >= words_kept:
+                    bucket_of.clear()
                 bucket = bucket_of[word] = zlib.crc32(word.encode("utf-8")) % N_BUCKETS
             buckets.add(bucket)
         found.extend(buckets)
-    return np.bincount(np.asarray(found, np.int64), minlength=N_BUCKETS)
+        if len(found) >= words_kept:
+            df += np.bincount(np.asarray(found, np.int64), minlength=N_BUCKETS)
+            found.clear()
+    return df + np.bincount(np.asarray(found, np.int64), minlength=N_BUCKETS)
 
 
 class Lexicon:

@@ -224,6 +224,8 @@ def test_document_frequencies_count_each_text_once_per_bucket():
         by_definition[lexical.token_counts(text)[0]] += 1
     got = lexical.document_frequencies(texts)
     np.testing.assert_array_equal(got, by_definition)
+    # the bounded-memory paths (words forgotten, buckets added up as it goes) count the same
+    np.testing.assert_array_equal(lexical.document_frequencies(texts, words_kept=2), by_definition)
     assert got[b] == 2 and got.sum() == by_definition.sum() > 0
 
 

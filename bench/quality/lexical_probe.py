@@ -52,9 +52,10 @@ def main() -> int:
         qs = seq.queries(split, 4, limit=args.queries, seed=0 if split == "test" else 1)
         ctx = [seq.vectors[q.context] for q in qs]
         exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in qs]
-        ids, _ = pipeline.candidates(ctx, exclude, context_texts=[[corpus[r] for r in q.context] for q in qs])
+        ctx_texts = [[corpus[r] for r in q.context] for q in qs]
+        ids, _ = pipeline.candidates(ctx, exclude, context_texts=ctx_texts)
         rows = [np.asarray([seq.row_of_id[int(i)] for i in r], np.int64) for r in ids]
-        words = pipeline.lexical_features([[corpus[r] for r in q.context] for q in qs], [[corpus[i] for i in r] for r in rows])
+        words = pipeline.lexical_features(ctx_texts, [[corpus[i] for i in r] for r in rows])
         model_scores, _, _ = pipeline.score(ctx, [seq.vectors[r] for r in rows], lexical_features=words)
         feats = []
         for q, r, s in zip(qs, rows, model_scores):
