@@ -88,7 +88,7 @@ def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:
 def document_frequencies(texts: Sequence[str], words_kept: int = WORDS_KEPT) -> np.ndarray:
     """(N_BUCKETS,) int64: in how many of ``texts`` each bucket occurs; the buckets of token_counts(text), each text's
     counted once. A distinct word is hashed once, not at every occurrence: a general model fits its IDF on the whole
-    store at every load (general.py), and this count takes 0.39x the time of token_counts per text on PEPs
+    store at every load (general.py), and this count takes about 0.4x the time of token_counts per text on PEPs
     (bench/results/idf_fit.md). Memory stays bounded on large stores: the words' buckets are forgotten past
     ``words_kept`` words, the buckets found added up every ``words_kept``."""
     df = np.zeros(N_BUCKETS, np.int64)
