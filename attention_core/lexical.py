@@ -75,13 +75,22 @@ def seam_texts(context_texts: Sequence[Sequence[str | None]]) -> list[str | None
     return [last_sentence(texts[-1]) if len(texts) and texts[-1] else None for texts in context_texts]
 
 
+def words(text: str) -> list[str]:
+    """A text's tokens, in order: lower-cased runs of two or more word characters."""
+    return TOKEN.findall(text.lower())
+
+
+def bucket(token: str) -> int:
+    """A token's bucket: crc32 modulo N_BUCKETS."""
+    return zlib.crc32(token.encode("utf-8")) % N_BUCKETS
+
+
 def token_counts(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct token buckets of a text and their sublinear counts 1 + log(tf)."""
-    tokens = TOKEN.findall(text.lower())
+    tokens = words(text)
     if not tokens:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    hashed = np.fromiter((zlib.crc32(t.encode("utf-8")) for t in tokens), np.int64, len(tokens)) % N_BUCKETS
-    buckets, counts = np.unique(hashed, return_counts=True)
+    buckets, counts = np.unique(np.fromiter(map(bucket, tokens), np.int64, len(tokens)), return_counts=True)
     return buckets, (1.0 + np.log(counts)).astype(np.float32)
 
 
@@ -96,13 +105,13 @@ def document_frequencies(texts: Sequence[str], words_kept: int = WORDS_KEPT) -> 
     found: list[int] = []
     for text in texts:
         buckets = set()
-        for word in set(TOKEN.findall(text.lower())):
-            bucket = bucket_of.get(word)
-            if bucket is None:
+        for word in set(words(text)):
+            b = bucket_of.get(word)
+            if b is None:
                 if len(bucket_of) >= words_kept:
                     bucket_of.clear()
-                bucket = bucket_of[word] = zlib.crc32(word.encode("utf-8")) % N_BUCKETS
-            buckets.add(bucket)
+                b = bucket_of[word] = bucket(word)
+            buckets.add(b)
         found.extend(buckets)
         if len(found) >= words_kept:
             df += np.bincount(np.asarray(found, np.int64), minlength=N_BUCKETS)

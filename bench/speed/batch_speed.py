@@ -60,7 +60,8 @@ def make_rows(predictor, n: int, L: int = 8, K: int = 100):
     queries = seq.queries("test", L, min_context=L, limit=n, seed=5)
     contexts = [seq.vectors[q.context] for q in queries]
     exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in queries]
-    texts = [[p.text for p in predictor.store.get_paragraphs([int(seq.ids[r]) for r in q.context])] for q in queries]
+    read = predictor.pipeline.stored_texts(sorted({int(seq.ids[r]) for q in queries for r in q.context}))  # one read
+    texts = [[read[int(seq.ids[r])] for r in q.context] for q in queries]
     cand_ids, _ = predictor.pipeline.candidates(contexts, exclude, K, context_texts=texts)  # stage 1 as served
     keep = [i for i, c in enumerate(cand_ids) if len(c) >= K]
     ctx_ids = [[int(seq.ids[r]) for r in queries[i].context] for i in keep]
