@@ -1,0 +1,98 @@
+"""Vectors that ship with the package: the bundled MiniLM's vectors of the built-in corpus's paragraphs.
+
+A first run (`make run` on an empty data dir) builds the built-in corpus, and embedding its ~9,750 paragraphs
+is all but a few seconds of that build: 1.5-2 minutes on 2 cores, as fast as the machine runs MiniLM. The
+package carries those vectors instead (``shipped_vectors.safetensors``, written by ``python -m
+nextpara.store.shipped_vectors``), keyed as the embedding cache is, by the sha256 of each text. They are a
+read-only layer under that cache (embedding_cache.py), used for the embedder that made them and only where the
+cache is used (``nextpara build --no-cache`` embeds everything). A paragraph the file lacks (the built-in corpus
+differs between Python versions: the file says which interpreter it was made on) is embedded as before.
+
+Stored as float16 (7.5 MB instead of 15) and made unit length again when read: each vector within cosine
+0.99999 of the float32 one (tests/test_shipped_vectors.py checks it against the model), closer than the
+bfloat16 option of embedders.py, which the store and the cache count as the same embedder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import platform
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from .corpus import text_hash
+from .unit_vectors import unit_rows
+
+log = logging.getLogger(__name__)
+
+PATH = Path(__file__).with_name("shipped_vectors.safetensors")
+
+
+class ShippedVectors:
+    """The vectors of one embedder for a set of texts, looked up by text hash."""
+
+    def __init__(self, path: Path = PATH):
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="np") as f:
+            meta = f.metadata() or {}
+            hashes, self._vectors = f.get_tensor("text_sha256"), f.get_tensor("vectors")
+        self.embedder = meta.get("embedder", "")
+        self.made_on = meta.get("python", "")
+        self._row = {bytes(h).hex(): i for i, h in enumerate(hashes)}
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def lookup(self, embedder: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """The float32 unit vectors this file holds for ``hashes`` (hex sha256), if it was made by ``embedder``."""
+        if embedder != self.embedder:
+            return {}
+        found = [h for h in hashes if h in self._row]
+        if not found:
+            return {}
+        rows = unit_rows(self._vectors[[self._row[h] for h in found]].astype(np.float32), where=f"{PATH.name}")
+        return dict(zip(found, rows))
+
+
+@functools.cache
+def shipped() -> ShippedVectors | None:
+    """The package's vectors, read once per process (None, with a warning, if the file is missing)."""
+    if not PATH.exists():
+        log.warning("%s is missing from the package: the built-in corpus will be embedded", PATH.name)
+        return None
+    return ShippedVectors(PATH)
+
+
+def write(path: Path = PATH) -> int:
+    """Embed every paragraph of this interpreter's built-in corpus with the bundled MiniLM (through the embedding
+    cache, so a warm one costs no model time) and write them to ``path``. Returns the number of vectors."""
+    from safetensors.numpy import save_file
+
+    from .builtin_corpus import builtin_documents
+    from .embedders import make_embedder
+    from .embedding_cache import CachedEmbedder
+
+    texts = list(dict.fromkeys(p for doc in builtin_documents() for p in doc.paragraphs))
+    embedder = CachedEmbedder(make_embedder("minilm"), use_shipped=False)  # the model's vectors, not this file's
+    vectors = embedder.embed(texts)
+    embedder.close()
+    hashes = np.frombuffer(b"".join(bytes.fromhex(text_hash(t)) for t in texts), dtype=np.uint8).reshape(-1, 32)
+    save_file({"text_sha256": hashes, "vectors": vectors.astype(np.float16)}, str(path),
+              metadata={"embedder": embedder.name, "python": platform.python_version()})
+    return len(texts)
+
+
+def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    n = write()
+    print(f"wrote {n} vectors to {PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
