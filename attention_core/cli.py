@@ -33,10 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seam", type=int, default=None, metavar="N",
                    help="read the seam in words: each candidate's word overlap with the last context paragraph's last "
                         "sentence as a feature, and the word index's N best for that sentence among the candidates (0: "
-                        "the feature alone). Off by default: bench/README.md, Direction, says where it pays")
+                        "the feature alone). Off by default: bench/quality/README.md, Direction, says where it pays")
     p.add_argument("--scorer", choices=("full", "fast"), default="full",
                    help="full: the candidates attend to the context (default); fast: an MLP over the similarity and "
-                        "word features alone, half the model's time, no attention weights (bench/README.md: its "
+                        "word features alone, half the model's time, no attention weights (bench/speed/batch.md: its "
                         "accuracy). The general model is a full one: a fast model trains from scratch, and the guard "
                         "may keep the general model (--force serves the fast one)")
     p.add_argument("--no-lexical", action="store_true",

@@ -289,7 +289,7 @@ def _table_rows(keys: np.ndarray, n_queries: int, starts: np.ndarray, indices: n
     the bucket.
     One dense bucket -> row array, filled with a query's buckets, read by its candidates' non-zeros and cleared again:
     a gather per non-zero. It replaced a binary search of every non-zero among the whole batch's keys (the word
-    features of a batch of 16 PEPs queries: 8.6 -> 4.1 ms, bench/README.md, Serving latency)."""
+    features of a batch of 16 PEPs queries: 8.6 -> 4.1 ms, bench/speed/README.md, Serving latency)."""
     index = np.int32 if len(keys) < 2**31 - 1 else np.int64
     where = np.full(len(indices), len(keys), index)
     first = np.searchsorted(keys, np.arange(n_queries + 1, dtype=np.int64) * N_BUCKETS)  # q's: first[q]:first[q + 1]

@@ -17,13 +17,13 @@ embeddings:
   The ``fast`` scorer (SCORERS) has no cross-attention and no candidate token (the candidate's vector
   enters only through its cosines): an MLP over the similarity features (the pool density among them)
   and the word features, half the cost, and no attention weights to show. On the three corpora's
-  validation splits it scored as the full one does (bench/README.md, A cheaper scorer); without the
+  validation splits it scored as the full one does (bench/speed/batch.md, A cheaper scorer); without the
   pool density too it lost about 0.01 MRR@10.
   With ``n_list_layers`` > 0 the candidates then attend to each other (self-attention over the
   list), so a candidate's score can depend on the company it keeps in the list.
   With ``bilinear_last`` a learned D x D matrix W adds last^T W candidate to every score: a full-rank, asymmetric
   reading of which paragraph vectors follow which (cosine is symmetric; the scorer sees the pair through d-wide
-  projections). Off by default: it moved no corpus's validation figures (bench/README.md, Direction).
+  projections). Off by default: it moved no corpus's validation figures (bench/quality/README.md, Direction).
   With ``lexical`` the features also hold word overlap (TF-IDF cosines) between the candidate's
   text and the context's (lexical.py), through the MLP and a direct linear term; the IDF vector is
   a buffer of the model, so the checkpoint carries it.
@@ -54,7 +54,7 @@ SCORER_FIELDS = ("n_scorer_layers", "n_list_layers", "candidate_tokens", "pool_d
 @dataclass
 class RerankerConfig:
     embed_dim: int = 384  # D: the store's embedding dimension (384 MiniLM, 1536 ada-002)
-    d_model: int = 128  # width inside the model: 128 scored as 256 did, at half the cost (bench/README.md)
+    d_model: int = 128  # width inside the model: 128 scored as 256 did, at half the cost (bench/quality/README.md)
     n_heads: int = 4  # heads of every attention layer
     n_context_layers: int = 2  # self-attention layers over the context
     n_scorer_layers: int = 1  # cross-attention layers, candidates -> context
@@ -237,7 +237,7 @@ class NextParagraphModel(nn.Module):
         paragraph, three more (B,K,1) (POOL_NEIGHBOURS): its largest cosine to another candidate, ``to_last`` minus that,
         and log(1 + the number of candidates closer to it than the last context paragraph is). The paragraph after the
         context has the last context paragraph among its nearest; a far paragraph of the same document has its own
-        neighbours closer (bench/README.md, Direction)."""
+        neighbours closer (bench/quality/README.md, Direction)."""
         K = candidates.shape[1]
         cosines = candidates @ candidates.transpose(1, 2)  # (B, K, K)
         neighbours = candidate_mask[:, None, :] & ~torch.eye(K, dtype=torch.bool, device=cosines.device)  # (B, K, K)

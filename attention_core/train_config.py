@@ -19,9 +19,9 @@ class TrainConfig:
     #                              only if it finds clearly more targets than the starting head (by more than twice the
     #                              standard error of the paired gain), else restores the starting model's weights; train
     #                              runs and keeps every epoch. Phase 2 then starts with a fresh optimizer under auto, with
-    #                              phase 1's under train. Measured (bench/README.md, A trial of head epochs): the trial
-    #                              kept the epochs on all three corpora, found more targets and moved no MRR@10, so the
-    #                              default runs none
+    #                              phase 1's under train. Measured (bench/quality/general_model.md, A trial of head
+    #                              epochs): the trial kept the epochs on all three corpora, found more targets and moved
+    #                              no MRR@10, so the default runs none
     phase2_epochs: int = 4  # scorer on mined lists (early stopping may end sooner)
     batch_size: int = 128
     lr: float = 1e-3

@@ -309,9 +309,9 @@ class Trainer:
         and keeps the best epoch's head only if it finds clearly more targets than the starting model's (clearly_more
         over the validation queries); else the starting weights come back, and the random generators' states with
         them, so that phase 2 runs as with finetune_phase1_epochs 0. Either way phase 2 starts with a fresh optimizer
-        (the trial's moments belong to the epochs it may have undone). Measured (bench/README.md, A trial of head
-        epochs): the trained head found clearly more targets on every corpus, from starts that saw its genre or not,
-        and validation MRR@10 did not follow, so fine-tuning runs no head epochs by default. Returns what the trial
+        (the trial's moments belong to the epochs it may have undone). Measured (bench/quality/general_model.md, A trial
+        of head epochs): the trained head found clearly more targets on every corpus, from starts that saw its genre or
+        not, and validation MRR@10 did not follow, so fine-tuning runs no head epochs by default. Returns what the trial
         found, None without one."""
         epochs = self.cfg.head_epochs(fine_tuning=self.started_from_weights)
         trial = self.started_from_weights and self.cfg.head_trial(fine_tuning=True)

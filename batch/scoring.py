@@ -7,7 +7,7 @@ gets its error back in its place (``return_errors``) and becomes an error row, t
 ``vectors_as_arrays``, which the in-process engine applies to each row as it is read, makes a row's lists of
 vectors one float32 array: the form Parquet rows arrive in, ~8x smaller than Python floats, and the numbers
 and messages the scorer would make from the lists. A JSON job of vector rows runs 1.4-1.7x with it
-(bench/README.md, Batch reranking throughput).
+(bench/speed/batch.md, Batch reranking throughput).
 """
 
 from __future__ import annotations

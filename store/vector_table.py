@@ -216,11 +216,11 @@ class VectorTable:
         (query, column) pairs of ``row_blocked`` (each query's own exclusions, _row_blocked), ties in id order; short
         rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
         in blocks), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
-        call's two queries spent 3.2x as long in the search on PEPs' 43,588 x 384 (bench/README.md, Serving latency);
-        on 2 cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS keeps
-        each query's top k in a heap as it scans; torch selects from the finished scores). torch's top-k picks freely
-        among scores tied at the k-th place: a row with such a tie is settled here, lowest ids first, as a stable sort
-        would."""
+        call's two queries spent 3.2x as long in the search on PEPs' 43,588 x 384 (bench/speed/README.md, Serving
+        latency); on 2 cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS
+        keeps each query's top k in a heap as it scans; torch selects from the finished scores). torch's top-k picks
+        freely among scores tied at the k-th place: a row with such a tie is settled here, lowest ids first, as a stable
+        sort would."""
         import torch
 
         vectors = self.vectors if rows is None else self.vectors[rows]

@@ -5,8 +5,8 @@ more often than the same model without them, which has only the paragraph vector
 (the seam feature and the word index searched by the last sentence: `nextpara train --seam 20`) ranks it first for
 more than 90% of queries, which the default model, whose candidates often lack the target, does not.
 
-The full-size run of the bench script (200 documents) is in bench/README.md, Direction; this is a smaller one (100
-documents, every test query; one run of it, not a record, gave 0.63 with word features against 0.04 without, B1
+The full-size run of the bench script (200 documents) is in bench/quality/README.md, Direction; this is a smaller one
+(100 documents, every test query; one run of it, not a record, gave 0.63 with word features against 0.04 without, B1
 0.03, and 1.00 with the seam reader), with bars well inside those."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ torch's top-k against NumPy's selection for the pool density.
   Tk keys with a key mask, in inference mode: Tk = 8 is the context (max_context), Tq = 8 the context encoder,
   Tq = 100-150 a list of candidates, Tk = 150 a candidate list's self-attention (list layers). Written out for the
   context's few keys was tried on the serving path and dropped: not faster beyond this machine's noise
-  (bench/README.md, Serving latency);
+  (bench/speed/README.md, Serving latency);
 * pool density: the sum of each candidate's 20 largest cosines to the others of its list (B lists of K), by
   ``torch.topk(sorted=False)`` and by ``np.partition`` (what ``NextParagraphModel.pool`` uses where no gradient is
   needed).
