@@ -8,9 +8,10 @@ read-only layer under that cache (embedding_cache.py), used for the embedder tha
 cache is used (``nextpara build --no-cache`` embeds everything). A paragraph the file lacks (the built-in corpus
 differs between Python versions: the file says which interpreter it was made on) is embedded as before.
 
-Stored as float16 (7.5 MB instead of 15) and made unit length again when read: each vector within cosine
-0.99999 of the float32 one (tests/test_shipped_vectors.py checks it against the model), closer than the
-bfloat16 option of embedders.py, which the store and the cache count as the same embedder.
+Stored as the model gave them, float32 (14 MB): a stored paragraph and the same text embedded for a query are the
+same vector, as they are when the model embeds both (float16 would halve the file and put its vectors 6e-5 from the
+model's, a difference a query by text against the same query by ids would show in its scores). Checked against the
+model and the corpus by tests/test_shipped_vectors.py.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class ShippedVectors:
         found = [h for h in hashes if h in self._row]
         if not found:
             return {}
-        rows = unit_rows(self._vectors[[self._row[h] for h in found]].astype(np.float32), where=f"{PATH.name}")
+        rows = unit_rows(self._vectors[[self._row[h] for h in found]], where=f"{PATH.name}")
         return dict(zip(found, rows))
 
 
@@ -82,7 +83,7 @@ def write(path: Path = PATH) -> int:
     vectors = embedder.embed(texts)
     embedder.close()
     hashes = np.frombuffer(b"".join(bytes.fromhex(text_hash(t)) for t in texts), dtype=np.uint8).reshape(-1, 32)
-    save_file({"text_sha256": hashes, "vectors": vectors.astype(np.float16)}, str(path),
+    save_file({"text_sha256": hashes, "vectors": vectors}, str(path),
               metadata={"embedder": embedder.name, "python": platform.python_version()})
     return len(texts)
 

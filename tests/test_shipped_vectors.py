@@ -33,7 +33,7 @@ def test_the_file_covers_this_interpreters_built_in_corpus(builtin_paragraphs):
     assert len(package) == len(builtin_paragraphs)
 
 
-def test_shipped_vectors_are_the_models_to_cosine_0_99999(minilm, builtin_paragraphs):
+def test_shipped_vectors_are_the_models(minilm, builtin_paragraphs):
     sample = random.Random(0).sample(builtin_paragraphs, 64)
     held = shipped().lookup(MINILM_NAME, [text_hash(t) for t in sample])
     sample = [t for t in sample if text_hash(t) in held]
@@ -41,8 +41,7 @@ def test_shipped_vectors_are_the_models_to_cosine_0_99999(minilm, builtin_paragr
     ours = np.stack([held[text_hash(t)] for t in sample])
     model = minilm.embed(sample)
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
-    cosines = (ours * model).sum(1)
-    assert cosines.min() > 0.99999, cosines.min()
+    np.testing.assert_allclose(ours, model, atol=1e-6)  # float32 as the model gives them (batches differ by 2e-7)
     assert shipped().lookup("openai:text-embedding-ada-002", [text_hash(sample[0])]) == {}  # another model's: none
 
 
