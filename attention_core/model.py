@@ -76,6 +76,9 @@ class RerankerConfig:
     seam_feature: bool = False  # a word feature: each candidate's cosine to the last context paragraph's last sentence
     #                             (lexical.py); checkpoints from before: False
     seam_candidates: int = 0  # stage 1 also takes this many from the word index for that last sentence (candidates.py)
+    list_norm: bool = False  # every similarity and word feature also as its z-score within the candidate list, so the
+    #                          scorer reads where a candidate stands among the others, whatever a genre's cosine scale
+    #                          (novels' unrelated paragraphs sit at cosine 0.25, PEPs' at 0.13); checkpoints: False
 
     @property
     def uses_word_index(self) -> bool:
@@ -101,6 +104,11 @@ class RerankerConfig:
 
     @property
     def n_features(self) -> int:
+        """Columns of the features the scorer reads (list_norm: each twice, raw and as its z-score in the list)."""
+        return self.n_raw_features * (2 if self.list_norm else 1)
+
+    @property
+    def n_raw_features(self) -> int:
         return (self.max_context + 5 + (POOL_NEIGHBOURS if self.pool_neighbours else 0)
                 + (self.n_word_features if self.lexical else 0))
 
@@ -279,7 +287,7 @@ class NextParagraphModel(nn.Module):
             if lexical_features is None:
                 lexical_features = candidates.new_zeros(B, K, self.cfg.n_word_features)
             feats = torch.cat([feats, lexical_features], dim=-1)
-        f = self.feat_proj(feats)  # (B, K, d)
+        f = self.feat_proj(torch.cat([feats, list_z(feats, candidate_mask)], -1) if self.cfg.list_norm else feats)
         weights = None
         if self.cfg.candidate_tokens:
             c = self.in_proj(candidates) + self.type_emb.weight[1]  # (B, K, d)
@@ -302,6 +310,16 @@ class NextParagraphModel(nn.Module):
             scores = scores + self.lexical_linear(lexical_features).squeeze(-1) + self.lexical_boost * last
         scores = scores.masked_fill(~candidate_mask, float("-inf"))
         return {"query": query, "scores": scores, "attention": weights}
+
+
+def list_z(feats: torch.Tensor, candidate_mask: torch.Tensor) -> torch.Tensor:
+    """(B,K,F) features as z-scores within each list's real candidates (0 for padding, and for a column all alike)."""
+    real = candidate_mask[..., None].to(feats.dtype)  # (B, K, 1)
+    n = real.sum(1, keepdim=True).clamp(min=1)
+    mean = (feats * real).sum(1, keepdim=True) / n
+    centred = (feats - mean) * real
+    sd = (centred.square().sum(1, keepdim=True) / n).sqrt()
+    return centred / (sd + 1e-4)
 
 
 def scorer_name(config: dict) -> str:

@@ -1,7 +1,7 @@
 """Train the general model: one reranker over a mixture of genres, for stores with no model of their own.
 
     python -m bench.quality.train_general --work DIR --store peps=DIR --store narrative=DIR \\
-        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--install]
+        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--option NAME] [--install]
         [--eval [--eval-queries N]]
 
 Each ``--store`` is a built MiniLM store of one corpus (``nextpara build --corpus ../shared/corpora/peps.jsonl
@@ -84,7 +84,8 @@ def mixture_store(work: Path, stores: dict[str, Path]):
     return corpus_of
 
 
-def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer: str = "full", seed: int = 0):
+def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer: str = "full", seed: int = 0,
+                  options: tuple[str, ...] = ()):
     from nextpara.attention_core.model import SCORERS, RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.attention_core.train_config import TrainConfig
@@ -96,7 +97,8 @@ def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer
     names = sorted(set(corpus_of.values()))
     groups = np.array([names.index(corpus_of[d]) for d in seq.doc_ids])
     cfg = TrainConfig(seed=seed)
-    trainer = Trainer(store, seq, RerankerConfig(embed_dim=store.dim, max_context=cfg.max_context, **SCORERS[scorer]), cfg,
+    trainer = Trainer(store, seq, RerankerConfig(embed_dim=store.dim, max_context=cfg.max_context, **SCORERS[scorer],
+                                                     **dict.fromkeys(options, True)), cfg,
                       quiet=True, idf_groups=groups)
     rng = np.random.default_rng(seed)
     kept, counts = [], {}
@@ -152,6 +154,8 @@ def main() -> int:
     p.add_argument("--per-corpus-queries", type=int, default=10000)
     p.add_argument("--scorer", choices=("full", "fast"), default="full",
                    help="the scorer configuration (nextpara train --scorer); default full")
+    p.add_argument("--option", action="append", default=[], metavar="NAME",
+                   help="turn on a boolean model option (model.py RerankerConfig, e.g. list_norm); repeatable")
     p.add_argument("--install", action="store_true", help="ship the result as attention_core/general.safetensors")
     p.add_argument("--eval", action="store_true", help="run the evaluation protocol with it (see above)")
     p.add_argument("--eval-queries", type=int, default=2000,
@@ -176,6 +180,12 @@ def main() -> int:
         variant += f", at most {args.per_corpus_queries:,} training queries per corpus"
     if args.scorer != "full":
         variant += f", {args.scorer} scorer"
+    from nextpara.attention_core.model import RerankerConfig
+
+    for name in args.option:
+        if not isinstance(getattr(RerankerConfig(), name, None), bool):
+            raise SystemExit(f"--option {name}: not a boolean field of RerankerConfig")
+        variant += f", {name}"
     if args.eval and args.eval_queries != 2000:
         variant += f", {args.eval_queries} test queries" if args.eval_queries else ", every test query"
     started = stamp(__file__)  # the command, date and commit as the run starts (a later commit may land meanwhile)
@@ -185,7 +195,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     corpus_of = mixture_store(work / "store", train_on)
-    store, model, result, counts = train_mixture(work / "store", corpus_of, args.per_corpus_queries, args.scorer)
+    store, model, result, counts = train_mixture(work / "store", corpus_of, args.per_corpus_queries, args.scorer,
+                                                 options=tuple(args.option))
     meta = {"embedder": {"name": store.embedder_name, "dim": store.dim}, "word_weights": WORD_WEIGHTS_FROM_STORE,
             "corpora": counts, "left_out": args.leave_out, "metrics": {"validation": result["validation"]},
             "training": {k: v for k, v in result.items() if k != "validation"}}
