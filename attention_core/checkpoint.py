@@ -43,7 +43,8 @@ def weights_version(state: dict[str, torch.Tensor]) -> str:
 
 
 LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True,
-                "pool_neighbours": False, "bilinear_last": False, "seam_feature": False, "seam_candidates": 0}
+                "pool_neighbours": False, "bilinear_last": False, "seam_feature": False, "seam_candidates": 0,
+                "list_norm": False}
 
 
 def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: dict) -> dict:

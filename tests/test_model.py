@@ -12,6 +12,7 @@ from nextpara.attention_core.model import (
     MultiHeadAttention,
     NextParagraphModel,
     RerankerConfig,
+    list_z,
     scorer_name,
 )
 from nextpara.errors import FailedPreconditionError, StoreMismatchError
@@ -72,8 +73,9 @@ def test_pool_density_is_the_mean_cosine_to_the_nearest_others(K):
     torch.testing.assert_close(graded.detach()[real], expected[real], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("changes", [{}, {"n_list_layers": 1}, {"pool_neighbours": True}, {"bilinear_last": True}],
-                         ids=["full", "list_layer", "pool_neighbours", "bilinear_last"])
+@pytest.mark.parametrize("changes", [{}, {"n_list_layers": 1}, {"pool_neighbours": True}, {"bilinear_last": True},
+                                     {"list_norm": True}],
+                         ids=["full", "list_layer", "pool_neighbours", "bilinear_last", "list_norm"])
 def test_scores_do_not_depend_on_what_else_is_batched(changes):
     """A short candidate list padded to a longer one's length scores exactly as alone (the pool-density
     feature once counted padding, so engines batching rows differently disagreed)."""
@@ -142,6 +144,17 @@ def test_the_fast_scorer_reads_only_the_features():
         RerankerConfig(candidate_tokens=False)
 
 
+def test_list_z_scores_each_feature_among_the_lists_real_candidates():
+    feats = torch.tensor([[[1.0, 5.0], [3.0, 5.0], [2.0, 5.0], [100.0, -7.0]]])  # (1, 4, 2); the last is padding
+    mask = torch.tensor([[True, True, True, False]])
+    z = list_z(feats, mask)
+    sd = math.sqrt(2 / 3)  # of 1, 3, 2 (population)
+    torch.testing.assert_close(z[0, :3, 0], torch.tensor([-1.0, 1.0, 0.0]) / (sd + 1e-4))
+    assert z[0, :3, 1].abs().max() == 0 and z[0, 3].abs().max() == 0  # a column all alike and the padding: 0
+    model = NextParagraphModel(RerankerConfig(embed_dim=48, d_model=32, n_heads=2, list_norm=True))
+    assert model.cfg.n_features == 2 * model.cfg.n_raw_features == model.feat_proj.in_features
+
+
 def test_pool_neighbour_features_by_hand():
     """pool_neighbours: each candidate's largest cosine to another candidate of its list, the cosine to the last
     context paragraph minus that, and log(1 + the candidates closer to it than the last context paragraph), written
@@ -180,8 +193,8 @@ def test_config_errors_name_the_values():
 
 
 @pytest.mark.parametrize("changes", [{}, SCORERS["fast"], {"pool_density": False}, {"pool_neighbours": True},
-                                     {"bilinear_last": True}],
-                         ids=["full", "fast", "no_density", "pool_neighbours", "bilinear_last"])
+                                     {"bilinear_last": True}, {"list_norm": True}],
+                         ids=["full", "fast", "no_density", "pool_neighbours", "bilinear_last", "list_norm"])
 def test_checkpoint_round_trip_gives_identical_scores(tmp_path, changes):
     """Every scorer configuration loads as saved. A setting added since the first checkpoints is written only when it
     differs from what came before it, so a default model's checkpoint holds none of them (older nextpara versions
