@@ -19,7 +19,7 @@ import numpy as np
 
 from .corpus import text_hash
 from .embedders import Embedder
-from .shipped_vectors import shipped
+from .shipped_vectors import ShippedVectors, shipped
 
 _CHUNK = 500  # SQLite host parameters per query, well under the limit
 
@@ -39,6 +39,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, path: str | os.PathLike | None = None, use_shipped: bool = True):
         self.inner = inner
         self.use_shipped = use_shipped
+        self._package: ShippedVectors | None = None  # read on the first miss, dropped by close()
         self.path = Path(path) if path else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
@@ -75,9 +76,11 @@ class CachedEmbedder:
         hashes = [text_hash(t) for t in texts]
         found = self._lookup(hashes)
         missing = list(dict.fromkeys(h for h in hashes if h not in found))
-        package = shipped() if missing and self.use_shipped else None
-        if package is not None:
-            from_package = package.lookup(self.name, missing)
+        if missing and self.use_shipped and self._package is None:
+            self._package = shipped(self.name)  # reads no vectors for another embedder
+            self.use_shipped = self._package is not None  # a missing file is reported once
+        if missing and self._package is not None:
+            from_package = self._package.lookup(self.name, missing)
             found.update(from_package)
             self.shipped_hits += sum(1 for h in hashes if h in from_package)
             missing = [h for h in missing if h not in from_package]
@@ -96,4 +99,5 @@ class CachedEmbedder:
         return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
 
     def close(self) -> None:
+        self._package = None
         self._db.close()

@@ -17,7 +17,6 @@ model and the corpus by tests/test_shipped_vectors.py.
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import platform
 from pathlib import Path
@@ -36,14 +35,17 @@ PATH = Path(__file__).with_name("shipped_vectors.safetensors")
 class ShippedVectors:
     """The vectors of one embedder for a set of texts, looked up by text hash."""
 
-    def __init__(self, path: Path = PATH):
+    def __init__(self, path: Path = PATH, only_for: str | None = None):
+        """Read ``path``; with ``only_for``, its vectors only if that embedder made them (else it holds none)."""
         from safetensors import safe_open
 
         with safe_open(str(path), framework="np") as f:
             meta = f.metadata() or {}
-            hashes, self._vectors = f.get_tensor("text_sha256"), f.get_tensor("vectors")
-        self.embedder = meta.get("embedder", "")
-        self.made_on = meta.get("python", "")
+            self.embedder = meta.get("embedder", "")
+            self.made_on = meta.get("python", "")
+            mine = only_for in (None, self.embedder)
+            hashes = f.get_tensor("text_sha256") if mine else np.zeros((0, 32), np.uint8)
+            self._vectors = f.get_tensor("vectors") if mine else None
         self._row = {bytes(h).hex(): i for i, h in enumerate(hashes)}
 
     def __len__(self) -> int:
@@ -60,13 +62,13 @@ class ShippedVectors:
         return dict(zip(found, rows))
 
 
-@functools.cache
-def shipped() -> ShippedVectors | None:
-    """The package's vectors, read once per process (None, with a warning, if the file is missing)."""
+def shipped(embedder: str | None = None) -> ShippedVectors | None:
+    """The package's vectors (with ``embedder``, only if that embedder made them: else none are read); None, with a
+    warning, if the file is missing."""
     if not PATH.exists():
         log.warning("%s is missing from the package: the built-in corpus will be embedded", PATH.name)
         return None
-    return ShippedVectors(PATH)
+    return ShippedVectors(PATH, only_for=embedder)
 
 
 def write(path: Path = PATH) -> int:

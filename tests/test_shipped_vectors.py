@@ -43,6 +43,7 @@ def test_shipped_vectors_are_the_models(minilm, builtin_paragraphs):
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
     np.testing.assert_allclose(ours, model, atol=1e-6)  # float32 as the model gives them (batches differ by 2e-7)
     assert shipped().lookup("openai:text-embedding-ada-002", [text_hash(sample[0])]) == {}  # another model's: none
+    assert len(shipped("openai:text-embedding-ada-002")) == 0 and len(shipped(MINILM_NAME)) == len(shipped())
 
 
 def test_a_build_of_built_in_documents_runs_no_model_and_no_cache_means_none(tmp_path, monkeypatch):
