@@ -36,10 +36,10 @@ class CachedEmbedder:
     ``hits`` counts texts found in either (``shipped_hits`` those found in the package's), ``misses`` the ones the
     model embedded. What the package held is not copied into the cache: it stays in the package."""
 
-    def __init__(self, inner: Embedder, path: str | os.PathLike | None = None, use_shipped: bool = True):
+    def __init__(self, inner: Embedder, path: str | os.PathLike | None = None):
         self.inner = inner
-        self.use_shipped = use_shipped
-        self._package: ShippedVectors | None = None  # read on the first miss, dropped by close()
+        self._package: ShippedVectors | None = None  # read on the first miss (once), dropped by close()
+        self._package_read = False
         self.path = Path(path) if path else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
@@ -76,9 +76,8 @@ class CachedEmbedder:
         hashes = [text_hash(t) for t in texts]
         found = self._lookup(hashes)
         missing = list(dict.fromkeys(h for h in hashes if h not in found))
-        if missing and self.use_shipped and self._package is None:
-            self._package = shipped(self.name)  # reads no vectors for another embedder
-            self.use_shipped = self._package is not None  # a missing file is reported once
+        if missing and not self._package_read:
+            self._package, self._package_read = shipped(self.name), True  # no vectors read for another embedder
         if missing and self._package is not None:
             from_package = self._package.lookup(self.name, missing)
             found.update(from_package)

