@@ -180,11 +180,15 @@ def main() -> int:
         variant += f", at most {args.per_corpus_queries:,} training queries per corpus"
     if args.scorer != "full":
         variant += f", {args.scorer} scorer"
-    from nextpara.attention_core.model import RerankerConfig
+    from dataclasses import fields
 
+    from nextpara.attention_core.model import SCORERS, RerankerConfig
+
+    off = {f.name for f in fields(RerankerConfig) if f.default is False} - set(SCORERS[args.scorer])
     for name in args.option:
-        if not isinstance(getattr(RerankerConfig(), name, None), bool):
-            raise SystemExit(f"--option {name}: not a boolean field of RerankerConfig")
+        if name not in off:
+            raise SystemExit(f"--option {name}: not a model option that is off by default (and not set by the "
+                             f"{args.scorer} scorer): one of {', '.join(sorted(off))}")
         variant += f", {name}"
     if args.eval and args.eval_queries != 2000:
         variant += f", {args.eval_queries} test queries" if args.eval_queries else ", every test query"
