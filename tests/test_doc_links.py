@@ -82,8 +82,9 @@ def links(path: Path) -> list[tuple[int, str]]:
 
 
 def broken_links(repo: Path, files: list[Path]) -> list[str]:
-    """``file:line: target`` for each relative link among ``files`` whose file or heading is missing."""
-    out, cache = [], {}
+    """``file:line: target`` for each relative link among ``files`` whose file or heading is missing, or whose file
+    is outside ``repo`` (the repository explains itself: nothing in it cites a file it does not hold)."""
+    out, cache, root = [], {}, repo.resolve()
     for path in files:
         for line, target in links(path):
             if not target or SCHEME.match(target):
@@ -92,7 +93,7 @@ def broken_links(repo: Path, files: list[Path]) -> list[str]:
             dest = (path.parent / unquote(file_part)).resolve() if file_part else path
             if dest.is_dir() and anchor:
                 dest = dest / "README.md"
-            ok = dest.exists()
+            ok = dest.exists() and dest.is_relative_to(root)
             if ok and anchor and dest.suffix == ".md":
                 if dest not in cache:
                     cache[dest] = anchors(dest)
@@ -155,3 +156,11 @@ def test_the_check_catches_a_broken_link(tmp_path, line, bad):
     assert broken_links(tmp_path, [doc, tmp_path / "other.md"]) == []
     doc.write_text(GOOD + "\n" + line + "\n")
     assert broken_links(tmp_path, [doc]) == [f"doc.md:{GOOD.count(chr(10)) + 2 + line.count(chr(10))}: {bad}"]
+
+
+def test_a_link_out_of_the_repository_is_broken_even_where_the_file_exists(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (tmp_path / "outside.md").write_text("# Outside\n")
+    (repo / "doc.md").write_text("[out](../outside.md) and [in](doc.md)\n")
+    assert broken_links(repo, [repo / "doc.md"]) == ["doc.md:1: ../outside.md"]

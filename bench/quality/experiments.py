@@ -47,7 +47,7 @@ VARIANTS = {
     "p2lr3e-4": ({}, {"phase2_lr": 3e-4}),  # from here on the default width is 128
     "p2lr3e-4_x8": ({}, {"phase2_lr": 3e-4, "phase2_epochs": 8, "patience": 3}),
     "novel": ({"novel_words": True}, {}),  # word features of what the last paragraph adds (lexical.py)
-    # cheaper scorers (issue of throughput): the K x K pool density off; then no cross-attention or candidate token
+    # cheaper scorers (the throughput work): the K x K pool density off; then no cross-attention or candidate token
     "no_density": ({"pool_density": False}, {}),
     "features_only": ({"n_scorer_layers": 0, "candidate_tokens": False, "pool_density": False}, {}),
     "fast_density": (FAST, {}),  # the features-only MLP with the density
