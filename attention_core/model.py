@@ -27,6 +27,10 @@ embeddings:
   With ``lexical`` the features also hold word overlap (TF-IDF cosines) between the candidate's
   text and the context's (lexical.py), through the MLP and a direct linear term; the IDF vector is
   a buffer of the model, so the checkpoint carries it.
+  With ``list_norm`` the scorer reads every similarity and word feature twice, as it is and as its z-score among
+  the candidates of its list (:func:`list_z`), so a genre whose cosines sit elsewhere reads the same. Off by default:
+  it helped a general model on a genre it never saw (the novels) and not on PEPs (bench/quality/general_model.md,
+  Features read against their own list).
 
 Notation used for tensor shapes: B batch, L context length (right-aligned, padding first),
 K candidates, D embedding dimension, d model width, h heads, hs = d / h.
@@ -78,7 +82,7 @@ class RerankerConfig:
     seam_candidates: int = 0  # stage 1 also takes this many from the word index for that last sentence (candidates.py)
     list_norm: bool = False  # every similarity and word feature also as its z-score within the candidate list, so the
     #                          scorer reads where a candidate stands among the others, whatever a genre's cosine scale
-    #                          (novels' unrelated paragraphs sit at cosine 0.25, PEPs' at 0.13); checkpoints: False
+    #                          (random pairs of novels' paragraphs at 0.25, PEPs' at 0.13: bench/results/cosine_scales.md)
 
     @property
     def uses_word_index(self) -> bool:
