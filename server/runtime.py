@@ -23,7 +23,7 @@ from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.backup import BackupReport, backup
-from nextpara.store.embedders import embedder_for_store
+from nextpara.store.embedders import SentenceTransformerEmbedder, embedder_for_store
 from nextpara.store.filters import RetrievalFilter
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
@@ -74,6 +74,7 @@ def size_threads(workers: int, threads: int = 0) -> int:
     return n
 
 
+TEXT_MODEL_READY = "text model ready"  # logged once the store's local text model is loaded
 WORD_ROWS_READY = "word rows ready"  # logged once every stored paragraph's word row is kept (benchmarks wait for it)
 
 
@@ -125,9 +126,9 @@ class Runtime:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
             self._stop_warming()
             self._warming = threading.Event()
-            self._warm_thread = threading.Thread(target=self._warm_word_rows, args=(predictor, self._warming),
-                                                 name="nextpara-word-rows", daemon=True)
-            self._warm_thread.start()  # so that queries read no candidate's text
+            self._warm_thread = threading.Thread(target=self._warm, args=(predictor, self._warming),
+                                                 name="nextpara-warm-up", daemon=True)
+            self._warm_thread.start()  # so that the first query by text waits for no model, and no query reads texts
             self.predictor, self._no_model = predictor, None
         self._model_info = describe_served(self.store)  # what was just loaded (or why nothing was)
         self.metrics.paragraphs.set(self.store.count_paragraphs())
@@ -136,6 +137,19 @@ class Runtime:
         """Stop the word rows' warm-up of the model that served until now (a refused reload keeps it going)."""
         if self._warming is not None:
             self._warming.set()
+
+    def _warm(self, predictor: Predictor, stop: threading.Event) -> None:
+        """Load the local text model (seconds of imports and weights, else paid by the first query by text), then
+        keep every stored paragraph's word row; WORD_ROWS_READY is logged when both are done."""
+        if isinstance(self.embedder, SentenceTransformerEmbedder) and not stop.is_set():
+            started = time.perf_counter()
+            try:
+                self.embedder.model  # noqa: B018 - the property loads it
+            except Exception as e:  # noqa: BLE001 - not fatal: the first query by text loads it, or says why not
+                log.warning("text model not loaded ahead: %s", e)
+            else:
+                log.info("%s: text model loaded ahead in %.1f s", TEXT_MODEL_READY, time.perf_counter() - started)
+        self._warm_word_rows(predictor, stop)
 
     @staticmethod
     def _warm_word_rows(predictor: Predictor, stop: threading.Event) -> None:

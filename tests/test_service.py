@@ -343,11 +343,12 @@ def test_add_documents_is_chunked_under_the_message_limit(server, client):
         list(chunk_documents([{"doc_id": "huge", "paragraphs": ["x" * 5000]}], 1024))
 
 
-def test_a_server_computes_every_word_row_once_it_has_loaded(server_store):
-    """After loading, a server reads and weighs every stored paragraph's word row in the background (its queries then
-    read no candidate's text) and says so in its log."""
+def test_a_server_loads_its_text_model_and_every_word_row_once_it_has_loaded(server_store):
+    """After loading, a server loads its local text model and reads and weighs every stored paragraph's word row in the
+    background (its first query by text then waits for no model, its queries read no candidate's text), and says so
+    in its log, in that order."""
     from nextpara.server.process import ServerProcess
-    from nextpara.server.runtime import WORD_ROWS_READY
+    from nextpara.server.runtime import TEXT_MODEL_READY, WORD_ROWS_READY
     from nextpara.store.store import open_store
 
     with open_store(server_store, readonly=True) as store:
@@ -355,3 +356,4 @@ def test_a_server_computes_every_word_row_once_it_has_loaded(server_store):
     with ServerProcess.local(server_store, "--read-only", metrics=False) as server:
         assert server.wait_for(WORD_ROWS_READY, 120), server.tail()
         assert f"{WORD_ROWS_READY}: word rows of {n} paragraphs kept in" in server.log
+        assert 0 <= server.log.index(f"{TEXT_MODEL_READY}: text model loaded ahead in") < server.log.index(WORD_ROWS_READY)
