@@ -26,9 +26,8 @@ def ensure_default_store(data_dir: DataDir, quiet: bool) -> None:
     # always (re)build: unchanged documents cost nothing, and a build killed halfway is completed
     log.info("%s the built-in corpus in %s", "checking" if data_dir.has_store else "building", data_dir)
     report = build("builtin", data_dir, quiet=quiet)
-    log.info("%d paragraphs written (%d embedded by the model, %d found in the vectors that ship with the package, "
-             "%d in the embedding cache), %d documents unchanged, in %.0fs", report.paragraphs_written,
-             report.paragraphs_embedded, report.shipped_hits, report.cache_hits - report.shipped_hits,
+    log.info("%d paragraphs written (%d embedded by the model, %d from the embedding cache), %d documents unchanged, "
+             "in %.0fs", report.paragraphs_written, report.paragraphs_embedded, report.cache_hits,
              report.documents_unchanged, report.total_seconds)
     if not (data_dir / CHECKPOINT).exists():
         log.info("no model of its own in %s: the general model serves it (`nextpara train` trains one)", data_dir)

@@ -3,9 +3,7 @@
 Re-ingesting unchanged text costs no model time. The cache is one SQLite file (WAL
 mode), shared by every data directory of a user: ``$NEXTPARA_CACHE_DIR/embeddings.sqlite``,
 by default under ``$XDG_CACHE_HOME/nextpara`` (``~/.cache/nextpara``). It is only a cache:
-deleting it loses nothing but time. Under it lie the vectors that ship with the package
-(shipped_vectors.py: the built-in corpus's, for the bundled MiniLM), read-only: a text the cache lacks is looked
-up there before the model embeds it.
+deleting it loses nothing but time.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import numpy as np
 
 from .corpus import text_hash
 from .embedders import Embedder
-from .shipped_vectors import ShippedVectors, shipped
 
 _CHUNK = 500  # SQLite host parameters per query, well under the limit
 
@@ -31,15 +28,10 @@ def default_cache_path() -> Path:
 
 
 class CachedEmbedder:
-    """Wraps an embedder; looks every text up in the cache, then in the package's vectors, before asking the model.
-
-    ``hits`` counts texts found in either (``shipped_hits`` those found in the package's), ``misses`` the ones the
-    model embedded. What the package held is not copied into the cache: it stays in the package."""
+    """Wraps an embedder; looks every text up in the cache before asking the model."""
 
     def __init__(self, inner: Embedder, path: str | os.PathLike | None = None):
         self.inner = inner
-        self._package: ShippedVectors | None = None  # read on the first miss (once), dropped by close()
-        self._package_read = False
         self.path = Path(path) if path else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
@@ -49,7 +41,6 @@ class CachedEmbedder:
             "CREATE TABLE IF NOT EXISTS embeddings (embedder TEXT NOT NULL, text_hash TEXT NOT NULL,"
             " dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (embedder, text_hash)) WITHOUT ROWID")
         self.hits = 0
-        self.shipped_hits = 0
         self.misses = 0
 
     @property
@@ -76,13 +67,6 @@ class CachedEmbedder:
         hashes = [text_hash(t) for t in texts]
         found = self._lookup(hashes)
         missing = list(dict.fromkeys(h for h in hashes if h not in found))
-        if missing and not self._package_read:
-            self._package, self._package_read = shipped(self.name), True  # no vectors read for another embedder
-        if missing and self._package is not None:
-            from_package = self._package.lookup(self.name, missing)
-            found.update(from_package)
-            self.shipped_hits += sum(1 for h in hashes if h in from_package)
-            missing = [h for h in missing if h not in from_package]
         self.hits += len(texts) - sum(1 for h in hashes if h not in found)
         if missing:
             first_text = {h: t for h, t in zip(hashes, texts)}
@@ -98,5 +82,4 @@ class CachedEmbedder:
         return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
 
     def close(self) -> None:
-        self._package = None
         self._db.close()

@@ -39,7 +39,6 @@ class BuildReport:
     paragraphs_embedded: int = 0
     paragraphs_written: int = 0
     cache_hits: int = 0
-    shipped_hits: int = 0  # of cache_hits, found in the vectors that ship with the package
     embed_seconds: float = 0.0
     total_seconds: float = 0.0
     skipped_reasons: list[str] = field(default_factory=list)
@@ -143,7 +142,7 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     finally:
         store.close()
     if isinstance(emb, CachedEmbedder):
-        report.cache_hits, report.shipped_hits = emb.hits, emb.shipped_hits
+        report.cache_hits = emb.hits
         report.paragraphs_embedded = emb.misses
         emb.close()
     elif not isinstance(emb, PrecomputedEmbedder):

@@ -5,11 +5,9 @@
 
 ``--first-run`` is what `make run` does on a new machine: `nextpara serve` with no data dir, the default
 store (NEXTPARA_DATA_DIR) and the embedding cache (NEXTPARA_CACHE_DIR) both empty temporary directories,
-so the built-in corpus is read and indexed from nothing, its vectors taken from those that ship with the package
-(store/shipped_vectors.py; any paragraph they lack embedded), and the general model serves it (no training).
+so the built-in corpus is read, embedded and indexed from nothing, and the general model serves it (no training).
 Writes bench/results/serve_first_run.{json,md}, with a reference from the same run: how long MiniLM alone would take
-to embed the store's paragraphs (its rate on every 10th paragraph of the corpus), what a first run cost before the
-package carried the vectors.
+to embed the corpus's distinct texts (its rate on every 10th paragraph of the corpus), since embedding is most of it.
 
 Each run starts a new process (Python start-up and imports included) through
 nextpara.server.process.ServerProcess, waits for the log line that says SERVING, then stops it
@@ -84,8 +82,8 @@ def first_run(server_process) -> int:
               "reference": {"minilm_paragraphs_per_s": rate, "corpus_paragraphs": paragraphs, "distinct_texts": distinct,
                             "embedding_alone_s": alone}}
     md = (f"# `nextpara serve` on first use: empty default store and cache to SERVING\n\n`{record['command']}` on "
-          f"{record['date']}, {record['machine']}: the built-in corpus read and indexed (its vectors from the package "
-          f"where it has them, the rest embedded), then served by the general model.\n\nReference in the same run: MiniLM "
+          f"{record['date']}, {record['machine']}: the built-in corpus read, embedded and indexed, then served by "
+          f"the general model.\n\nReference in the same run: MiniLM "
           f"alone embeds {rate} of the corpus's paragraphs a second (every 10th, in one call), so embedding the "
           f"{distinct:,} distinct texts of the store's {paragraphs:,} paragraphs (the cache embeds a text once) alone "
           f"would take {alone} s; SERVING took {seconds / alone:.2f}x that.\n\n"
