@@ -246,6 +246,23 @@ def test_training_can_start_from_another_general_model(untrained_store, tmp_path
             starting_point(s, mcfg, from_scratch=False, start_model=other)
 
 
+def test_a_general_model_variant_names_the_options_it_moves_from_their_defaults():
+    """bench.quality.train_general --option: NAME turns a boolean model option on, NAME=false off, and the variant's
+    name says so; an option already at that value, one the scorer sets, or one that is not a switch is refused."""
+    from bench.quality.train_general import model_options
+
+    assert model_options(["bilinear_last", "pool_density=false"], "full") == (
+        {"bilinear_last": True, "pool_density": False}, ", bilinear_last, without pool_density")
+    assert model_options([], "fast") == ({}, "")
+    for spec, scorer, says in [("pool_density", "full", "true by default already"),
+                               ("bilinear_last=false", "full", "false by default already"),
+                               ("candidate_tokens=false", "fast", "not set by the fast scorer"),
+                               ("d_model", "full", "a boolean model option"),
+                               ("bilinear_last=yes", "full", "NAME or NAME=false")]:
+        with pytest.raises(SystemExit, match=says):
+            model_options([spec], scorer)
+
+
 def test_getinfo_says_which_model_serves_and_its_figures_beside_cosine(client):
     """The live server's store has a model of its own (conftest: trained, the guard's figures in its metadata)."""
     m = client.info().model

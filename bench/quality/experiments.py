@@ -89,6 +89,11 @@ VARIANTS = {
     # shrink and perturb: start from a mix of the general model's weights and a fresh initialisation
     "ft_shrink0.5": ({}, {"init_shrink": 0.5}),  # below 1, phase 1 runs phase1_epochs (6)
     "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
+    # every similarity and word feature also as its z-score in its list (model.py: list_norm); from scratch, and
+    # fine-tuned from a general model trained with it (--start, or the shipped one once it has the option)
+    "list_norm": ({"list_norm": True}, {}),
+    "ft_list_norm": ({"list_norm": True}, {"finetune_phase1_epochs": 0}),
+    "ft_no_list_norm": ({"list_norm": False}, {"finetune_phase1_epochs": 0}),  # the reference: --start a model without
 }
 
 

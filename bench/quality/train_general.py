@@ -1,7 +1,7 @@
 """Train the general model: one reranker over a mixture of genres, for stores with no model of their own.
 
     python -m bench.quality.train_general --work DIR --store peps=DIR --store narrative=DIR \\
-        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--option NAME] [--install]
+        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--option NAME[=false]] [--install]
         [--eval [--eval-queries N]]
 
 Each ``--store`` is a built MiniLM store of one corpus (``nextpara build --corpus ../shared/corpora/peps.jsonl
@@ -85,7 +85,7 @@ def mixture_store(work: Path, stores: dict[str, Path]):
 
 
 def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer: str = "full", seed: int = 0,
-                  options: tuple[str, ...] = ()):
+                  options: dict[str, bool] | None = None):
     from nextpara.attention_core.model import SCORERS, RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.attention_core.train_config import TrainConfig
@@ -98,7 +98,7 @@ def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer
     groups = np.array([names.index(corpus_of[d]) for d in seq.doc_ids])
     cfg = TrainConfig(seed=seed)
     trainer = Trainer(store, seq, RerankerConfig(embed_dim=store.dim, max_context=cfg.max_context, **SCORERS[scorer],
-                                                     **dict.fromkeys(options, True)), cfg,
+                                                     **(options or {})), cfg,
                       quiet=True, idf_groups=groups)
     rng = np.random.default_rng(seed)
     kept, counts = [], {}
@@ -111,6 +111,28 @@ def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer
     trainer.train_q = kept
     result = trainer.fit()
     return store, trainer.model, result, counts
+
+
+def model_options(specs: list[str], scorer: str) -> tuple[dict[str, bool], str]:
+    """``--option`` values (NAME or NAME=false) as model config changes, and their words for the variant's name.
+    Each must be a boolean RerankerConfig field the scorer does not set, moved away from its default."""
+    from dataclasses import fields
+
+    from nextpara.attention_core.model import SCORERS, RerankerConfig
+
+    switches = {f.name: f.default for f in fields(RerankerConfig)
+                if isinstance(f.default, bool) and f.name not in SCORERS[scorer]}
+    options, label = {}, ""
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        if name not in switches or value not in ("", "true", "false"):
+            raise SystemExit(f"--option {spec}: give NAME or NAME=false, NAME a boolean model option not set by the "
+                             f"{scorer} scorer: one of {', '.join(sorted(switches))}")
+        options[name] = value != "false"
+        if options[name] == switches[name]:
+            raise SystemExit(f"--option {spec}: {name} is {str(switches[name]).lower()} by default already")
+        label += f", {name}" if options[name] else f", without {name}"
+    return options, label
 
 
 def install(path: Path, version: str) -> Path:
@@ -142,7 +164,8 @@ def markdown(record: dict) -> str:
         corpora = ", ".join(f"{name} ({c['documents']} documents, {c['paragraphs']:,} paragraphs, {c['train_queries']:,} "
                             "training queries)" for name, c in entry["corpora"].items())
         lines.append(f"- {variant}: {corpora}; {entry['seconds']:,.0f} s; validation MRR@10 {v['mrr@10']:.4f}, "
-                     f"R@1 {v['recall@1']:.4f}; model {entry['model_version']} ({entry['date']})")
+                     f"R@1 {v['recall@1']:.4f}; model {entry['model_version']} ({entry['date']})"
+                     + (f"; {entry['note']}" if entry.get("note") else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -154,8 +177,9 @@ def main() -> int:
     p.add_argument("--per-corpus-queries", type=int, default=10000)
     p.add_argument("--scorer", choices=("full", "fast"), default="full",
                    help="the scorer configuration (nextpara train --scorer); default full")
-    p.add_argument("--option", action="append", default=[], metavar="NAME",
-                   help="turn on a boolean model option (model.py RerankerConfig, e.g. list_norm); repeatable")
+    p.add_argument("--option", action="append", default=[], metavar="NAME[=false]",
+                   help="a boolean model option (model.py RerankerConfig) away from its default: NAME turns one on, "
+                        "NAME=false turns one off (e.g. bilinear_last, list_norm=false); repeatable")
     p.add_argument("--install", action="store_true", help="ship the result as attention_core/general.safetensors")
     p.add_argument("--eval", action="store_true", help="run the evaluation protocol with it (see above)")
     p.add_argument("--eval-queries", type=int, default=2000,
@@ -180,16 +204,8 @@ def main() -> int:
         variant += f", at most {args.per_corpus_queries:,} training queries per corpus"
     if args.scorer != "full":
         variant += f", {args.scorer} scorer"
-    from dataclasses import fields
-
-    from nextpara.attention_core.model import SCORERS, RerankerConfig
-
-    off = {f.name for f in fields(RerankerConfig) if f.default is False} - set(SCORERS[args.scorer])
-    for name in args.option:
-        if name not in off:
-            raise SystemExit(f"--option {name}: not a model option that is off by default (and not set by the "
-                             f"{args.scorer} scorer): one of {', '.join(sorted(off))}")
-        variant += f", {name}"
+    options, label = model_options(args.option, args.scorer)
+    variant += label
     if args.eval and args.eval_queries != 2000:
         variant += f", {args.eval_queries} test queries" if args.eval_queries else ", every test query"
     started = stamp(__file__)  # the command, date and commit as the run starts (a later commit may land meanwhile)
@@ -200,7 +216,7 @@ def main() -> int:
     t0 = time.perf_counter()
     corpus_of = mixture_store(work / "store", train_on)
     store, model, result, counts = train_mixture(work / "store", corpus_of, args.per_corpus_queries, args.scorer,
-                                                 options=tuple(args.option))
+                                                 options=options)
     meta = {"embedder": {"name": store.embedder_name, "dim": store.dim}, "word_weights": WORD_WEIGHTS_FROM_STORE,
             "corpora": counts, "left_out": args.leave_out, "metrics": {"validation": result["validation"]},
             "training": {k: v for k, v in result.items() if k != "validation"}}
