@@ -258,9 +258,10 @@ def test_a_general_model_variant_names_the_options_it_moves_from_their_defaults(
                                ("bilinear_last=false", "full", "false by default already"),
                                ("candidate_tokens=false", "fast", "not set by the fast scorer"),
                                ("d_model", "full", "a boolean model option"),
-                               ("bilinear_last=yes", "full", "NAME or NAME=false")]:
+                               ("bilinear_last=yes", "full", "NAME or NAME=false"),
+                               ("pool_neighbours pool_density=false", "full", "they need pool_density")]:
         with pytest.raises(SystemExit, match=says):
-            model_options([spec], scorer)
+            model_options(spec.split(), scorer)
 
 
 def test_getinfo_says_which_model_serves_and_its_figures_beside_cosine(client):

@@ -90,10 +90,11 @@ VARIANTS = {
     "ft_shrink0.5": ({}, {"init_shrink": 0.5}),  # below 1, phase 1 runs phase1_epochs (6)
     "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
     # every similarity and word feature also as its z-score in its list (model.py: list_norm); from scratch, and
-    # fine-tuned from a general model trained with it (--start, or the shipped one once it has the option)
+    # fine-tuned from a general model trained with it (--start: the shipped one has it off)
     "list_norm": ({"list_norm": True}, {}),
     "ft_list_norm": ({"list_norm": True}, {"finetune_phase1_epochs": 0}),
-    "ft_no_list_norm": ({"list_norm": False}, {"finetune_phase1_epochs": 0}),  # the reference: --start a model without
+    "ft_no_list_norm": ({"list_norm": False}, {"finetune_phase1_epochs": 0}),  # ft_p1x0 with the option named, for
+    #                                                              a --start of either setting once the default moves
 }
 
 

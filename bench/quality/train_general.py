@@ -114,8 +114,8 @@ def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer
 
 
 def model_options(specs: list[str], scorer: str) -> tuple[dict[str, bool], str]:
-    """``--option`` values (NAME or NAME=false) as model config changes, and their words for the variant's name.
-    Each must be a boolean RerankerConfig field the scorer does not set, moved away from its default."""
+    """``--option`` values (NAME or NAME=true, NAME=false) as model config changes, and their words for the variant's
+    name. Each must be a boolean RerankerConfig field the scorer does not set, moved away from its default."""
     from dataclasses import fields
 
     from nextpara.attention_core.model import SCORERS, RerankerConfig
@@ -132,6 +132,10 @@ def model_options(specs: list[str], scorer: str) -> tuple[dict[str, bool], str]:
         if options[name] == switches[name]:
             raise SystemExit(f"--option {spec}: {name} is {str(switches[name]).lower()} by default already")
         label += f", {name}" if options[name] else f", without {name}"
+    try:  # a combination the model refuses, refused before the mixture store is built
+        RerankerConfig(**SCORERS[scorer], **options)
+    except ValueError as e:
+        raise SystemExit(f"--option {' '.join(specs)}: {e}") from e
     return options, label
 
 
