@@ -22,7 +22,7 @@ from nextpara.store.snapshot import fsync_dir
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .model import NextParagraphModel, RerankerConfig
+from .model import LATER_FIELDS, NextParagraphModel, RerankerConfig, saved_config
 
 CHECKPOINT = "model.safetensors"
 META_KEY = "nextpara"
@@ -40,15 +40,6 @@ def weights_version(state: dict[str, torch.Tensor]) -> str:
         h.update(name.encode())
         h.update(state[name].detach().contiguous().numpy().tobytes())
     return h.hexdigest()[:12]
-
-
-# model settings added since the first checkpoints, at the value every model had before each existed: a checkpoint that
-# lacks one loads with that value, and one is written only when it differs from it (so older versions read the rest).
-# A checkpoint is read with these, not with RerankerConfig's defaults, so a default can change without changing
-# how an older checkpoint loads.
-LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True,
-                "pool_neighbours": False, "bilinear_last": False, "seam_feature": False, "seam_candidates": 0,
-                "list_norm": False}
 
 
 def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: dict) -> dict:
@@ -107,8 +98,7 @@ def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
         raise FailedPreconditionError(f"{path} was saved by a newer nextpara ({meta.get('code_version', 'unknown')}): "
                                       f"its model has settings this version lacks: {', '.join(unknown)}",
                                       reason=Reason.MODEL_UNREADABLE)
-    # a field a checkpoint lacks has its LATER_FIELDS value, and lexical is False: the oldest had none
-    model = NextParagraphModel(RerankerConfig(**{"lexical": False, **LATER_FIELDS, **meta["model_config"]}))
+    model = NextParagraphModel(RerankerConfig(**saved_config(meta["model_config"])))
     try:
         state = load_file(str(path))
     except SafetensorError as e:

@@ -329,10 +329,25 @@ def list_z(feats: torch.Tensor, candidate_mask: torch.Tensor) -> torch.Tensor:
     return centred / (sd + 1e-4)
 
 
+# model settings added since the first checkpoints, at the value every model had before each existed: a checkpoint that
+# lacks one is read with that value (saved_config), and one is written only when it differs from it (so older versions
+# read the rest). Not RerankerConfig's defaults, so a default can change without changing how an older checkpoint reads.
+LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True,
+                "pool_neighbours": False, "bilinear_last": False, "seam_feature": False, "seam_candidates": 0,
+                "list_norm": False}
+
+
+def saved_config(config: dict) -> dict:
+    """A checkpoint's ``model_config`` with what it lacks filled in: LATER_FIELDS' values, and lexical False (the
+    oldest checkpoints had no word features)."""
+    return {"lexical": False, **LATER_FIELDS, **config}
+
+
 def scorer_name(config: dict) -> str:
-    """The SCORERS name of a model config (a checkpoint's ``model_config``: a field it lacks has its default), or
-    "custom" for another mix of the fields that make a scorer."""
+    """The SCORERS name of a model config (a checkpoint's ``model_config``: a field it lacks read as saved_config
+    reads it), or "custom" for another mix of the fields that make a scorer."""
     default = RerankerConfig()
+    config = saved_config(config)
     have = {k: config.get(k, getattr(default, k)) for k in SCORER_FIELDS}
     for name, changes in SCORERS.items():
         if have == {k: changes.get(k, getattr(default, k)) for k in SCORER_FIELDS}:

@@ -93,8 +93,7 @@ VARIANTS = {
     # fine-tuned from a general model trained with it (--start: the shipped one has it off)
     "list_norm": ({"list_norm": True}, {}),
     "ft_list_norm": ({"list_norm": True}, {"finetune_phase1_epochs": 0}),
-    "ft_no_list_norm": ({"list_norm": False}, {"finetune_phase1_epochs": 0}),  # ft_p1x0 with the option named, for
-    #                                                              a --start of either setting once the default moves
+    "ft_no_list_norm": ({"list_norm": False}, {"finetune_phase1_epochs": 0}),  # ft_p1x0, the option named
 }
 
 
