@@ -94,6 +94,9 @@ VARIANTS = {
     "list_norm": ({"list_norm": True}, {}),
     "ft_list_norm": ({"list_norm": True}, {"finetune_phase1_epochs": 0}),
     "ft_no_list_norm": ({"list_norm": False}, {"finetune_phase1_epochs": 0}),  # ft_p1x0, the option named
+    # the same pair from another seed: is the built-in docs' loss with list_norm the option's or one run's?
+    "ft_list_norm_seed1": ({"list_norm": True}, {"finetune_phase1_epochs": 0, "seed": 1}),
+    "ft_no_list_norm_seed1": ({"list_norm": False}, {"finetune_phase1_epochs": 0, "seed": 1}),
 }
 
 
