@@ -28,12 +28,12 @@ embeddings:
   text and the context's (lexical.py), through the MLP and a direct linear term; the IDF vector is
   a buffer of the model, so the checkpoint carries it.
   With ``list_norm`` the scorer reads every similarity and word feature twice, as it is and as its z-score among
-  the candidates of its list (:func:`list_z`), so a genre whose cosines sit elsewhere reads the same. Off by default:
-  it helped a general model on a genre it never saw (the novels), and a general model trained with it on all three
-  corpora scored at or above the shipped one, but the built-in docs' own model fine-tuned from it fell behind one
-  fine-tuned without it, beyond the paired interval (validation MRR@10 -0.013; PEPs and the novels level), and a
-  store's model is fine-tuned from the general model, so the two share it (bench/quality/general_model.md, Features
-  read against their own list).
+  the candidates of its list (:func:`list_z`), so a genre whose cosines sit elsewhere reads the same. The general
+  model that serves stores without their own has it: it helped a general model on a genre it never saw (the
+  novels), and trained on all three corpora it scored at or above the model without it. Off by default in training:
+  the built-in docs' own model fine-tuned from it fell behind one fine-tuned without it (paired validation MRR@10
+  -0.013 and -0.003, two seeds; PEPs and the novels level), so `nextpara train` starts from the general model's
+  twin without it (general.py; bench/quality/general_model.md, Features read against their own list).
 
 Notation used for tensor shapes: B batch, L context length (right-aligned, padding first),
 K candidates, D embedding dimension, d model width, h heads, hs = d / h.

@@ -1,8 +1,9 @@
 """``nextpara train`` from start to finish: where training starts, the fit, the guard, what serves after.
 
-1. Start: the general model's weights (general.py), so that a corpus's training adapts rather than
-   relearns; from scratch with ``from_scratch``, or when the general model does not fit the store (another
-   embedder) or the model configuration asked for differs from its own.
+1. Start: the general model's fine-tuning start (general.py: its mixture and recipe without ``list_norm``),
+   so that a corpus's training adapts rather than relearns; from scratch with ``from_scratch``, or when
+   that model does not fit the store (another embedder) or the model configuration asked for differs
+   from its own.
 2. Fit: training.py's Trainer, on the store's training split, early stopping on its validation split.
 3. Guard (guard.py): the new model, the model it would replace and B1 on the validation split; the new
    model is saved as the store's ``model.safetensors`` only if it beats both (or ``force``).
@@ -20,7 +21,7 @@ from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, 
 from nextpara.store.store import open_store
 
 from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
-from .general import fits, general_for_store, load_general
+from .general import START_CHECKPOINT, fits, general_for_store, load_general
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel, RerankerConfig
 from .sequences import ParagraphSequences
@@ -60,7 +61,8 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_m
     if from_scratch:
         return None, "from scratch (--from-scratch)"
     try:
-        general, meta = load_general() if start_model is None else load_general(start_model, expect_version="")
+        general, meta = (load_general(START_CHECKPOINT) if start_model is None
+                         else load_general(start_model, expect_version=""))
     except FailedPreconditionError as e:
         if start_model is not None:
             raise
@@ -70,13 +72,13 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_m
     if start_model is not None and (mismatch or differ):
         raise FailedPreconditionError(
             f"cannot start from {start_model}: "
-            + (mismatch or f"the general model's configuration differs in {differ}"),
+            + (mismatch or f"its configuration differs in {differ}"),
             reason=Reason.EMBEDDER_MISMATCH if mismatch else Reason.FAILED_PRECONDITION)
     if mismatch:
         return None, f"from scratch: {mismatch}"
     if differ:
-        return None, f"from scratch: the general model's configuration differs in {differ}"
-    return general.state_dict(), (f"from the general model {meta['model_version']}" if start_model is None
+        return None, f"from scratch: the general model's fine-tuning start's configuration differs in {differ}"
+    return general.state_dict(), (f"from the general model's fine-tuning start {meta['model_version']}" if start_model is None
                                   else f"from the model {meta['model_version']} ({start_model.name})")
 
 
@@ -115,7 +117,7 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
             else:
                 start += f", shrunk to {cfg.init_shrink} of it (the rest a fresh initialisation)"
         log.info("training %s", start)
-        if state is not None and cfg.init_shrink == 1.0:  # the general model's head, whole (TrainConfig.head_epochs)
+        if state is not None and cfg.init_shrink == 1.0:  # the start's head, whole (TrainConfig.head_epochs)
             epochs = cfg.head_epochs(fine_tuning=True)
             if epochs == 0:
                 log.info("phase 1: none, the starting model's query head kept (--finetune-phase1-epochs 0; phase 2's "

@@ -11,7 +11,13 @@ import pytest
 import torch
 from conftest import LiveServer, vector_store
 from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
-from nextpara.attention_core.general import GENERAL_CHECKPOINT, GENERAL_VERSION, load_general
+from nextpara.attention_core.general import (
+    GENERAL_CHECKPOINT,
+    GENERAL_VERSION,
+    START_CHECKPOINT,
+    START_VERSION,
+    load_general,
+)
 from nextpara.attention_core.guard import TRAIN_REPORT
 from nextpara.attention_core.model import RerankerConfig
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
@@ -31,6 +37,14 @@ def test_the_general_checkpoint_is_checked_before_use(tmp_path):
     model, meta = load_general()
     assert meta["model_version"] == GENERAL_VERSION != ""
     assert meta["word_weights"] == "store" and not model.lexicon_idf.any()  # the serving store supplies them
+    # the fine-tuning start: the same recipe without list_norm (general.py says why), checked against its own hash
+    start, start_meta = load_general(START_CHECKPOINT)
+    assert start_meta["model_version"] == START_VERSION not in ("", GENERAL_VERSION)
+    assert start_meta["word_weights"] == "store" and start_meta["corpora"] == meta["corpora"]
+    assert (model.cfg.list_norm, start.cfg.list_norm) == (True, False)
+    assert {k: v for k, v in vars(start.cfg).items() if getattr(model.cfg, k) != v} == {"list_norm": False}
+    with pytest.raises(FailedPreconditionError, match=f"expected {GENERAL_VERSION}"):
+        load_general(START_CHECKPOINT, expect_version=GENERAL_VERSION)  # one file is never taken for the other
     damaged = tmp_path / "general.safetensors"
     data = bytearray(GENERAL_CHECKPOINT.read_bytes())
     data[-100] ^= 0x40  # one bit of one weight
@@ -158,7 +172,7 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
     copy = store_with_validation(untrained_store, tmp_path)  # the guard then judges training against the general model
     outcome = train(copy, cfg=TrainConfig(phase1_epochs=1, finetune_phase1_epochs=2, phase2_epochs=1, batch_size=32,
                                           val_queries=50), quiet=True)
-    assert outcome.meta["started_from"] == f"from the general model {GENERAL_VERSION}"
+    assert outcome.meta["started_from"] == f"from the general model's fine-tuning start {START_VERSION}"
     assert outcome.meta["metrics"]["guard"]["replaced"]["queries"] > 0  # judged against the general model
     assert ("serving the new model" in outcome.line) == outcome.served == (copy / CHECKPOINT).exists()
     if outcome.served:
@@ -226,11 +240,11 @@ def test_training_can_start_from_another_general_model(untrained_store, tmp_path
     scratch in silence."""
     store, _ = untrained_store
     other = tmp_path / "without_this_corpus.safetensors"
-    shutil.copyfile(GENERAL_CHECKPOINT, other)
+    shutil.copyfile(START_CHECKPOINT, other)
     with open_store(store, readonly=True) as s:
         mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)
         state, start = starting_point(s, mcfg, from_scratch=False, start_model=other)
-        assert start == f"from the model {GENERAL_VERSION} ({other.name})"
+        assert start == f"from the model {START_VERSION} ({other.name})"
         shipped, _ = starting_point(s, mcfg, from_scratch=False)
         assert state.keys() == shipped.keys() and all(torch.equal(state[k], shipped[k]) for k in state)
         with pytest.raises(InvalidInputError, match="one or the other"):

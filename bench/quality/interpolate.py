@@ -6,7 +6,7 @@
 Weight interpolation ("WiSE-FT", Wortsman et al. 2022): the weights alpha * fine-tuned + (1 - alpha) * general, between
 the start and the end of one fine-tuning run; the paper found such a blend more robust than either end where the
 data differ from what fine-tuning saw, and it costs nothing at serving time. ``--model``: the fine-tuned checkpoint (default: the store's own ``model.safetensors``, which must have been
-fine-tuned from the shipped general model). Only learned parameters are interpolated; the buffers the store fits (the
+fine-tuned from the shipped general model's fine-tuning start, attention_core/general.py). Only learned parameters are interpolated; the buffers the store fits (the
 word weights, the word-overlap boost) are the fine-tuned model's at every alpha, so alpha 0 is the general model's
 weights with the fine-tuned model's word statistics, not the general model as it serves a store. The boost was tuned
 for alpha 1 on validation lists, and these are the guard's validation queries (guard.py: the same seed), so the
@@ -56,7 +56,7 @@ def main() -> int:
 
     from nextpara.attention_core.checkpoint import CHECKPOINT
     from nextpara.attention_core.evaluation import Evaluation
-    from nextpara.attention_core.general import checkpoint_for_store, load_general
+    from nextpara.attention_core.general import START_CHECKPOINT, checkpoint_for_store, load_general
     from nextpara.attention_core.guard import GUARD_CONTEXT
     from nextpara.attention_core.metrics import NO_HIT, summarize
     from nextpara.attention_core.pipeline import RerankPipeline
@@ -67,7 +67,7 @@ def main() -> int:
     with open_store(args.data_dir, readonly=True) as store:
         seq = ParagraphSequences(store)
         tuned, meta = checkpoint_for_store(Path(args.model or Path(args.data_dir) / CHECKPOINT), store)
-        general, general_meta = load_general()
+        general, general_meta = load_general(START_CHECKPOINT)  # where nextpara train starts
         if general_meta["model_version"] not in meta.get("started_from", ""):
             raise SystemExit(f"the model {meta['model_version']} was trained {meta.get('started_from')!r}, not from "
                              f"the general model {general_meta['model_version']}: nothing to interpolate between")

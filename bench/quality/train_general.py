@@ -1,7 +1,7 @@
 """Train the general model: one reranker over a mixture of genres, for stores with no model of their own.
 
     python -m bench.quality.train_general --work DIR --store peps=DIR --store narrative=DIR \\
-        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--option NAME[=false]] [--install]
+        --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--option NAME[=false]] [--install [start]]
         [--eval [--eval-queries N]]
 
 Each ``--store`` is a built MiniLM store of one corpus (``nextpara build --corpus ../shared/corpora/peps.jsonl
@@ -16,7 +16,9 @@ serves supplies them, attention_core/general.py).
 ``--leave-out NAME`` trains without that corpus and, with ``--eval``, runs the evaluation protocol on
 the left-out corpus's own store with it (``nextpara eval --model``): the zero-shot figure. Without
 ``--leave-out``, ``--eval`` runs it on every corpus's store. ``--install`` writes the checkpoint to
-attention_core/general.safetensors and its weights hash to general.py (the shipped model).
+attention_core/general.safetensors and its weights hash to general.py (GENERAL_VERSION: the model that serves a
+store without its own); ``--install start`` to general_start.safetensors (START_VERSION: where ``nextpara train``
+starts). The two shipped today: ``--option list_norm --install`` and ``--install start`` (general.py says why).
 Records: bench/results/general_model.json (one entry per variant) and .md.
 """
 
@@ -139,11 +141,17 @@ def model_options(specs: list[str], scorer: str) -> tuple[dict[str, bool], str]:
     return options, label
 
 
-def install(path: Path, version: str) -> Path:
-    target = GENERAL_PY.with_name("general.safetensors")
+INSTALL = {"serve": ("general.safetensors", "GENERAL_VERSION"), "start": ("general_start.safetensors", "START_VERSION")}
+
+
+def install(path: Path, version: str, slot: str = "serve") -> Path:
+    """Ship the checkpoint at ``path`` as the general model that serves (``slot`` "serve") or as the fine-tuning
+    start ("start"): the file beside general.py, and its weights hash in general.py's constant."""
+    filename, constant = INSTALL[slot]
+    target = GENERAL_PY.with_name(filename)
     target.write_bytes(path.read_bytes())
     text = GENERAL_PY.read_text()
-    GENERAL_PY.write_text(re.sub(r'^GENERAL_VERSION = "[0-9a-f]*"', f'GENERAL_VERSION = "{version}"', text, flags=re.M))
+    GENERAL_PY.write_text(re.sub(rf'^{constant} = "[0-9a-f]*"', f'{constant} = "{version}"', text, flags=re.M))
     return target
 
 
@@ -184,7 +192,10 @@ def main() -> int:
     p.add_argument("--option", action="append", default=[], metavar="NAME[=false]",
                    help="a boolean model option (model.py RerankerConfig) away from its default: NAME turns one on, "
                         "NAME=false turns one off (e.g. bilinear_last, list_norm=false); repeatable")
-    p.add_argument("--install", action="store_true", help="ship the result as attention_core/general.safetensors")
+    p.add_argument("--install", nargs="?", const="serve", choices=sorted(INSTALL), default=None,
+                   help="ship the result: as attention_core/general.safetensors, the model that serves a store "
+                        "without its own (--install), or as general_start.safetensors, where nextpara train starts "
+                        "(--install start)")
     p.add_argument("--eval", action="store_true", help="run the evaluation protocol with it (see above)")
     p.add_argument("--eval-queries", type=int, default=2000,
                    help="test queries per evaluation, a seeded sample (default 2000, as nextpara eval); 0: every one")
@@ -232,7 +243,7 @@ def main() -> int:
     entry = {**started, "corpora": counts, "seconds": round(time.perf_counter() - t0, 1),
              "validation": result["validation"], "model_version": meta["model_version"], "eval": {}}
     if args.install:
-        entry["installed"] = str(install(checkpoint, meta["model_version"]).relative_to(GENERAL_PY.parents[1]))
+        entry["installed"] = str(install(checkpoint, meta["model_version"], args.install).relative_to(GENERAL_PY.parents[1]))
     if args.eval:
         for name in [args.leave_out] if args.leave_out else list(stores):
             ev = run_evaluation(stores[name], model=str(checkpoint), latency_queries=20,
