@@ -45,14 +45,15 @@ SHIPPED = {GENERAL_CHECKPOINT: GENERAL_VERSION, START_CHECKPOINT: START_VERSION}
 
 def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = None) -> tuple[NextParagraphModel, dict]:
     """A packaged general model (default the one that serves), its weights checked against ``expect_version``
-    (default: the hash recorded for that file, or for the serving model's if ``path`` is not a packaged file;
-    "" checks the weights against the file's own metadata only)."""
+    (default: the hash recorded here for a packaged file; for another file, or with "", against the file's own
+    metadata only)."""
     if not path.exists():
-        raise FailedPreconditionError(f"the general model is missing from this installation ({path}): reinstall "
-                                      "nextpara[server], or train a model of this store with `nextpara train`",
-                                      reason=Reason.NO_MODEL)
+        what, advice = (("the general model's fine-tuning start", "") if path == START_CHECKPOINT else
+                        ("the general model", ", or train a model of this store with `nextpara train`"))
+        raise FailedPreconditionError(f"{what} is missing from this installation ({path}): reinstall "
+                                      f"nextpara[server]{advice}", reason=Reason.NO_MODEL)
     model, meta = load_checkpoint(path)
-    expect = SHIPPED.get(path, GENERAL_VERSION) if expect_version is None else expect_version
+    expect = SHIPPED.get(path, "") if expect_version is None else expect_version
     found = weights_version(model.state_dict())
     if found != meta.get("model_version") or (expect and found != expect):
         raise FailedPreconditionError(f"{path}: its weights hash to {found}, expected {expect or meta.get('model_version')}: "
@@ -143,7 +144,7 @@ def describe_served(store: ParagraphStore) -> dict:
     if mismatch:
         return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
     out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
-    report = read_report(store.data_dir)  # the last `nextpara train` kept the general model: its figures here
-    if report and "replaced" in report["figures"] and report["replaced"].startswith("the general model"):
+    report = read_report(store.data_dir)  # the last `nextpara train` kept this general model: its figures here
+    if report and "replaced" in report["figures"] and report["replaced"] == f"the general model {meta['model_version']}":
         out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}
     return out

@@ -77,9 +77,9 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_m
     if mismatch:
         return None, f"from scratch: {mismatch}"
     if differ:
-        return None, f"from scratch: the general model's fine-tuning start's configuration differs in {differ}"
-    return general.state_dict(), (f"from the general model's fine-tuning start {meta['model_version']}" if start_model is None
-                                  else f"from the model {meta['model_version']} ({start_model.name})")
+        return None, f"from scratch: the fine-tuning start's configuration ({START_CHECKPOINT.name}) differs in {differ}"
+    return general.state_dict(), (f"from the fine-tuning start {meta['model_version']} ({START_CHECKPOINT.name})"
+                                  if start_model is None else f"from the model {meta['model_version']} ({start_model.name})")
 
 
 def replaced_model(store) -> tuple[NextParagraphModel | None, str]:

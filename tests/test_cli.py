@@ -128,6 +128,8 @@ def test_client_only_install(tmp_path):
     pip = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(REPO)], capture_output=True, text=True)
     assert pip.returncode == 0, pip.stderr[-2000:]
     python = str(venv / "bin" / "python")
+    shipped = {p.name for p in venv.glob("lib/python*/site-packages/nextpara/attention_core/*.safetensors")}
+    assert shipped == {"general.safetensors", "general_start.safetensors"}  # package data: the two general models
     listed = subprocess.run([python, "-m", "pip", "list"], capture_output=True, text=True).stdout.lower()
     assert not any(name in listed for name in ("torch", "faiss", "numpy", "sentence-transformers"))
     r = subprocess.run([python, "-c", "from nextpara.client import Client, AsyncClient; print('ok')"],

@@ -43,8 +43,7 @@ def test_the_general_checkpoint_is_checked_before_use(tmp_path):
     assert start_meta["word_weights"] == "store" and start_meta["corpora"] == meta["corpora"]
     assert (model.cfg.list_norm, start.cfg.list_norm) == (True, False)
     assert {k: v for k, v in vars(start.cfg).items() if getattr(model.cfg, k) != v} == {"list_norm": False}
-    with pytest.raises(FailedPreconditionError, match=f"expected {GENERAL_VERSION}"):
-        load_general(START_CHECKPOINT, expect_version=GENERAL_VERSION)  # one file is never taken for the other
+    assert start.cfg == RerankerConfig()  # nextpara train's default configuration, so training starts from it
     damaged = tmp_path / "general.safetensors"
     data = bytearray(GENERAL_CHECKPOINT.read_bytes())
     data[-100] ^= 0x40  # one bit of one weight
@@ -172,8 +171,9 @@ def test_training_starts_from_the_general_model(untrained_store, tmp_path):
     copy = store_with_validation(untrained_store, tmp_path)  # the guard then judges training against the general model
     outcome = train(copy, cfg=TrainConfig(phase1_epochs=1, finetune_phase1_epochs=2, phase2_epochs=1, batch_size=32,
                                           val_queries=50), quiet=True)
-    assert outcome.meta["started_from"] == f"from the general model's fine-tuning start {START_VERSION}"
-    assert outcome.meta["metrics"]["guard"]["replaced"]["queries"] > 0  # judged against the general model
+    assert outcome.meta["started_from"] == f"from the fine-tuning start {START_VERSION} ({START_CHECKPOINT.name})"
+    assert outcome.meta["metrics"]["guard"]["replaced"]["queries"] > 0  # judged against the general model that serves
+    assert json.loads((copy / TRAIN_REPORT).read_text())["replaced"] == f"the general model {GENERAL_VERSION}"
     assert ("serving the new model" in outcome.line) == outcome.served == (copy / CHECKPOINT).exists()
     if outcome.served:
         assert read_checkpoint_meta(copy / CHECKPOINT)["started_from"] == outcome.meta["started_from"]
@@ -258,6 +258,45 @@ def test_training_can_start_from_another_general_model(untrained_store, tmp_path
         other.write_bytes(bytes(data))
         with pytest.raises(FailedPreconditionError, match="hash"):
             starting_point(s, mcfg, from_scratch=False, start_model=other)
+
+
+def test_training_without_a_usable_fine_tuning_start_says_so_and_starts_from_scratch(untrained_store, tmp_path,
+                                                                                    monkeypatch):
+    """A missing or damaged general_start.safetensors: training still runs, from scratch, and says why."""
+    from nextpara.attention_core import general, train_flow
+
+    store, _ = untrained_store
+    missing, damaged = tmp_path / "general_start.safetensors", tmp_path / "damaged.safetensors"
+    data = bytearray(START_CHECKPOINT.read_bytes())
+    data[-100] ^= 0x40  # one bit of one weight
+    damaged.write_bytes(bytes(data))
+    with open_store(store, readonly=True) as s:
+        mcfg = RerankerConfig(embed_dim=s.dim, max_context=TINY.max_context)
+        for path, says in [(missing, "fine-tuning start is missing from this installation"), (damaged, "damaged")]:
+            monkeypatch.setattr(general, "START_CHECKPOINT", path)
+            monkeypatch.setattr(train_flow, "START_CHECKPOINT", path)
+            state, start = starting_point(s, mcfg, from_scratch=False)
+            assert state is None and start.startswith("from scratch: ") and says in start, start
+
+
+def test_info_shows_the_general_models_figures_only_from_a_training_that_judged_that_model(untrained_store, tmp_path):
+    """A `nextpara train` that kept the general model left its validation figures in train_report.json; `nextpara
+    info` shows them beside the general model only if that run judged the version that serves now."""
+    from nextpara.attention_core.general import describe_served
+    from nextpara.attention_core.guard import Verdict, write_report
+
+    store, _ = untrained_store
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("write.lock"))
+    figs = {"new": figures(0.10), "replaced": figures(0.20), "B1": figures(0.05)}
+    for judged, shown in [(GENERAL_VERSION, True), (START_VERSION, False)]:  # START_VERSION served until 2026-12-03
+        write_report(copy, Verdict(False, "kept", figs, f"the general model {judged}"), "0" * 12)
+        with open_store(copy, readonly=True) as s:
+            served = describe_served(s)
+        assert served["source"] == "general" and served["model_version"] == GENERAL_VERSION
+        assert ("validation" in served) == shown, (judged, served)
+        if shown:
+            assert served["validation"] == {"model": figs["replaced"], "B1": figs["B1"]}
 
 
 def test_a_general_model_variant_names_the_options_it_moves_from_their_defaults():

@@ -3,8 +3,9 @@
     python -m bench.quality.experiments --data-dir /tmp/peps-bench [--corpus NAME] [--keep DIR]
         [--start LABEL=PATH] NAME [NAME ...]
 
-Each named variant trains into a scratch copy of the store's model file, from scratch, or from the
-shipped general model for the ``ft_`` variants (fine-tuning schedules; ``--start LABEL=PATH``: from another
+Each named variant trains into a scratch copy of the store's model file, from scratch, or for the ``ft_`` variants
+from where ``nextpara train`` starts (attention_core/general.py: the general model's fine-tuning start, which until
+4bce5e7 was the general model itself; fine-tuning schedules; ``--start LABEL=PATH``: from another
 general model's checkpoint, such as one ``bench.quality.train_general --leave-out`` trained without this
 corpus, the entry named ``NAME@LABEL``), and
 records its validation metrics (the pipeline's MRR@10 / Recall@1 / stage-1 recall on 1,000
@@ -74,7 +75,7 @@ VARIANTS = {
     # the default again from another seed: a second member for an ensemble (bench.quality.ensemble); the seed also
     # draws the validation sample where a split has more than TrainConfig.val_queries (not on the built-in docs)
     "seed1": ({}, {"seed": 1}),
-    # fine-tuning the general model (``nextpara train``'s default start): schedules gentler than scratch's. Until
+    # fine-tuning from ``nextpara train``'s default start: schedules gentler than scratch's. Until
     # 2026-12-02 fine-tuning ran phase 1 for phase1_epochs (6), then none (finetune_phase1_epochs 0, the default
     # since, but for an hour and a half that afternoon when the trial, ft_auto, was); so these say which they ran
     "ft_auto": ({}, {"finetune_phase1_epochs": 6, "finetune_head": "auto"}),  # head epochs kept only if validation
@@ -90,7 +91,8 @@ VARIANTS = {
     "ft_shrink0.5": ({}, {"init_shrink": 0.5}),  # below 1, phase 1 runs phase1_epochs (6)
     "ft_shrink0.8": ({}, {"init_shrink": 0.8}),
     # every similarity and word feature also as its z-score in its list (model.py: list_norm); from scratch, and
-    # fine-tuned from a general model trained with it (--start: the shipped one has it off)
+    # fine-tuned from a general model trained with it (--start: the shipped fine-tuning start has it off, so without
+    # --start these train from scratch, and say so in started_from; the general model that serves has it)
     "list_norm": ({"list_norm": True}, {}),
     "ft_list_norm": ({"list_norm": True}, {"finetune_phase1_epochs": 0}),
     "ft_no_list_norm": ({"list_norm": False}, {"finetune_phase1_epochs": 0}),  # ft_p1x0, the option named
@@ -108,8 +110,9 @@ def fine_tune(name: str) -> bool:
 def markdown(record: dict) -> str:
     lines = ["# Training experiments (validation split, 1,000 queries)", "",
              "One row per variant, in the order first run; changes are from the default of the day. PEPs unless the",
-             "name says `CORPUS:`; `ft_` variants start from the general model (`@LABEL`: from another general model, see",
-             "`started_from` in the .json), the others from scratch.", "",
+             "name says `CORPUS:`; `ft_` variants start where `nextpara train` does, the general model's fine-tuning start",
+             "(before 4bce5e7 the general model itself; `@LABEL`: from another general model, see `started_from` in the",
+             ".json), the others from scratch.", "",
              "| variant | changes | date | training s | stage-1 recall | R@1 | MRR@10 |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in record.items():

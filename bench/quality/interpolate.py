@@ -3,12 +3,13 @@
     python -m bench.quality.interpolate --data-dir DIR [--model PATH] [--alphas 0,0.25,0.5,0.75,1]
         [--queries 2000] [--output NAME]
 
-Weight interpolation ("WiSE-FT", Wortsman et al. 2022): the weights alpha * fine-tuned + (1 - alpha) * general, between
+Weight interpolation ("WiSE-FT", Wortsman et al. 2022): the weights alpha * fine-tuned + (1 - alpha) * start, between
 the start and the end of one fine-tuning run; the paper found such a blend more robust than either end where the
 data differ from what fine-tuning saw, and it costs nothing at serving time. ``--model``: the fine-tuned checkpoint (default: the store's own ``model.safetensors``, which must have been
-fine-tuned from the shipped general model's fine-tuning start, attention_core/general.py). Only learned parameters are interpolated; the buffers the store fits (the
-word weights, the word-overlap boost) are the fine-tuned model's at every alpha, so alpha 0 is the general model's
-weights with the fine-tuned model's word statistics, not the general model as it serves a store. The boost was tuned
+fine-tuned from the shipped fine-tuning start, attention_core/general.py: until 4bce5e7 the general model itself).
+Only learned parameters are interpolated; the buffers the store fits (the word weights, the word-overlap boost) are
+the fine-tuned model's at every alpha, so alpha 0 is the start's weights with the fine-tuned model's word statistics,
+not a general model as it serves a store. The boost was tuned
 for alpha 1 on validation lists, and these are the guard's validation queries (guard.py: the same seed), so the
 comparison leans toward alpha 1: a gain found here would need the test split to confirm it.
 
@@ -70,7 +71,7 @@ def main() -> int:
         general, general_meta = load_general(START_CHECKPOINT)  # where nextpara train starts
         if general_meta["model_version"] not in meta.get("started_from", ""):
             raise SystemExit(f"the model {meta['model_version']} was trained {meta.get('started_from')!r}, not from "
-                             f"the general model {general_meta['model_version']}: nothing to interpolate between")
+                             f"the fine-tuning start {general_meta['model_version']}: nothing to interpolate between")
         if general.cfg != tuned.cfg:
             raise SystemExit("the two models' configurations differ")
         ev = Evaluation(store, seq, None, None, n_queries=args.queries, context_length=GUARD_CONTEXT, seed=0,
@@ -100,8 +101,8 @@ def main() -> int:
 
     md = (f"# Fine-tuned weights pulled toward the general model's ({rec['date']})\n\nCommand: `{rec['command']}`\n\n"
           f"Store {args.data_dir} ({len(seq):,} paragraphs); {len(ev.targets):,} validation queries, L = {ev.L}; "
-          f"fine-tuned {meta['model_version']} ({meta.get('started_from')}), general {general_meta['model_version']}. "
-          "Alpha 1 is the fine-tuned model, alpha 0 the general model's weights with the fine-tuned model's word statistics.\n\n"
+          f"fine-tuned {meta['model_version']} ({meta.get('started_from')}), start {general_meta['model_version']}. "
+          "Alpha 1 is the fine-tuned model, alpha 0 the start's weights with the fine-tuned model's word statistics.\n\n"
           "| alpha | stage-1 recall | R@1 | MRR@10 | R@1 gain over alpha 1 (paired) | MRR@10 gain |\n"
           "| --- | --- | --- | --- | --- | --- |\n"
           + "".join(f"| {r['alpha']} | {r['stage1_recall']:.3f} | {ci(r, 'recall@1')} | {ci(r, 'mrr@10')} | "

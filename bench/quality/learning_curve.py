@@ -5,14 +5,15 @@
 
 For each corpus (a built, full store of it) and each size, a slice store gets whole training documents
 (a seeded shuffle, up to about SIZE paragraphs) and every validation document (early stopping); models
-are trained on it from the general model (attention_core/general.py: `nextpara train`'s default) and from
-scratch (`--from-scratch`), with the default configuration, and saved whatever the guard would say. Every
-model, the general model itself and B1 are then evaluated on the *full* store's test split (the protocol of
+are trained on it from where `nextpara train` starts by default (attention_core/general.py: the general model's
+fine-tuning start; until 4bce5e7 the general model itself, when the committed record was made) and from scratch
+(`--from-scratch`), with the default configuration, and saved whatever the guard would say. Every model, the
+general model that serves a store without its own, and B1 are then evaluated on the *full* store's test split (the protocol of
 docs/evaluation.md at L = 4: the same queries and the same index for every row, only the training text
 changes; contexts are given as their stored vectors and texts, not embedded again).
 
-The general model shipped with the package saw these corpora's training documents, so its row, and the
-fine-tuned rows that start from it, are the start a user of one of these corpora gets, not what a new
+The general models shipped with the package saw these corpora's training documents, so its row, and the
+fine-tuned rows that start from the fine-tuning start, are the start a user of one of these corpora gets, not what a new
 corpus gets. ``--start NAME=CHECKPOINT`` adds, for corpus NAME, a general model that never saw it (one
 ``bench.quality.train_general --leave-out NAME`` wrote, WORK/general.safetensors; its metadata must say
 so): its own row (zero-shot) and a third model per slice fine-tuned from it (train_flow.starting_point's
@@ -85,7 +86,8 @@ def test_figures(full: Path, checkpoint: str | None) -> dict:
 
 def train_slice(store: Path, key: str, start_model: Path | None = None) -> tuple[str, float, str]:
     """`nextpara train`'s start and fit (train_flow.py) without its guard: every model is kept and measured.
-    ``key``: "scratch", "finetuned" (from the shipped general model) or "finetuned_new" (from ``start_model``)."""
+    ``key``: "scratch", "finetuned" (from the shipped fine-tuning start, as `nextpara train`) or "finetuned_new" (from
+    ``start_model``)."""
     from nextpara.attention_core.checkpoint import save_checkpoint
     from nextpara.attention_core.model import RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences

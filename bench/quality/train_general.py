@@ -213,8 +213,11 @@ def main() -> int:
         raise SystemExit(f"--leave-out {args.leave_out}: not one of the --store names {sorted(stores)}")
     if args.leave_out and args.install:
         raise SystemExit("--install ships the model trained on every corpus: not with --leave-out")
+    if args.install == "start" and (args.option or args.scorer != "full"):
+        raise SystemExit("--install start: where nextpara train starts must have its default configuration (the full "
+                         "scorer, no --option), or every training would start from scratch")
     train_on = {n: Path(d) for n, d in stores.items() if n != args.leave_out}
-    variant = f"without {args.leave_out}" if args.leave_out else "all (shipped)"
+    variant = f"without {args.leave_out}" if args.leave_out else "all"
     if args.per_corpus_queries != 10000:
         variant += f", at most {args.per_corpus_queries:,} training queries per corpus"
     if args.scorer != "full":
