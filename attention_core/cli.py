@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("train", help="train the attention reranker on a built store; saves model.safetensors there",
                        description="Phase 1 trains the query head (full softmax over the store; none when fine-tuning "
-                                   "the general model, whose head is kept: --finetune-phase1-epochs, --finetune-head), "
+                                   "the general model's fine-tuning start, whose head is kept: --finetune-phase1-epochs, --finetune-head), "
                                    "phase 2 the "
                                    "scorer on FAISS-mined candidate lists; early stopping on validation MRR@10.")
     add_data_dir(p)
@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-lexical", action="store_true",
                    help="score from the vectors alone, without the word overlap of the texts")
     p.add_argument("--from-scratch", action="store_true",
-                   help="start from random weights instead of the general model")
+                   help="start from random weights instead of the general model's fine-tuning start "
+                        "(attention_core/general_start.safetensors)")
     p.add_argument("--force", action="store_true",
                    help="serve the new model even if it does not beat, on the validation split, the model it replaces "
                         "and cosine to the last paragraph")

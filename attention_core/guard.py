@@ -41,7 +41,8 @@ class Verdict:
     serve_new: bool
     line: str  # the one plain line training prints
     figures: dict[str, dict] = field(default_factory=dict)  # "new", "replaced" (if any), "B1": summarize() + name
-    replaced: str = ""  # what the new model would replace: "trained <version>", "general <version>" or ""
+    replaced: str = ""  # what the new model would replace: "the previous model <version>", "the general model <version>"
+    #                     (general.describe_served matches it exactly) or ""
 
 
 def validation_figures(store, seq, models: dict[str, NextParagraphModel], n_queries: int = GUARD_QUERIES) -> dict:

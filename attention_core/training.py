@@ -80,9 +80,9 @@ def multi_positive_nce(logits: torch.Tensor, positive: torch.Tensor) -> torch.Te
 class Trainer:
     def __init__(self, store: ParagraphStore, seq: ParagraphSequences, model_cfg: RerankerConfig, cfg: TrainConfig,
                  quiet: bool = False, init_state: dict | None = None, idf_groups: np.ndarray | None = None):
-        """``init_state``: weights to start from (the general model's: fine-tuning), except what is fitted to a
-        store: its word weights, and the lexical boost (fitted on this store's validation split after training, as
-        from scratch; the general model's, 8, was fitted on its mixture, and the fitting could only add to it);
+        """``init_state``: weights to start from (the general model's fine-tuning start's: fine-tuning), except what is
+        fitted to a store: its word weights, and the lexical boost (fitted on this store's validation split after
+        training, as from scratch; the start's, 8, was fitted on its mixture, and the fitting could only add to it);
         ``idf_groups``: a group per row (a corpus of a mixture), each group's word weights fitted on its own
         training rows, as a store serving one corpus fits its own (general.py)."""
         self.store, self.seq, self.cfg, self.quiet = store, seq, cfg, quiet

@@ -44,6 +44,8 @@ def test_the_general_checkpoint_is_checked_before_use(tmp_path):
     assert (model.cfg.list_norm, start.cfg.list_norm) == (True, False)
     assert {k: v for k, v in vars(start.cfg).items() if getattr(model.cfg, k) != v} == {"list_norm": False}
     assert start.cfg == RerankerConfig()  # nextpara train's default configuration, so training starts from it
+    with pytest.raises(FailedPreconditionError, match=f"expected {GENERAL_VERSION}"):
+        load_general(START_CHECKPOINT, expect_version=GENERAL_VERSION)  # a packaged file is checked against a hash
     damaged = tmp_path / "general.safetensors"
     data = bytearray(GENERAL_CHECKPOINT.read_bytes())
     data[-100] ^= 0x40  # one bit of one weight

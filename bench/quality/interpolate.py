@@ -99,7 +99,7 @@ def main() -> int:
     def gain(g: dict, m: str) -> str:
         return f"{g[m]:+.4f} [{g[m + '_ci'][0]:+.4f}, {g[m + '_ci'][1]:+.4f}]"
 
-    md = (f"# Fine-tuned weights pulled toward the general model's ({rec['date']})\n\nCommand: `{rec['command']}`\n\n"
+    md = (f"# Fine-tuned weights pulled toward their start's ({rec['date']})\n\nCommand: `{rec['command']}`\n\n"
           f"Store {args.data_dir} ({len(seq):,} paragraphs); {len(ev.targets):,} validation queries, L = {ev.L}; "
           f"fine-tuned {meta['model_version']} ({meta.get('started_from')}), start {general_meta['model_version']}. "
           "Alpha 1 is the fine-tuned model, alpha 0 the start's weights with the fine-tuned model's word statistics.\n\n"

@@ -109,7 +109,7 @@ def train_slice(store: Path, key: str, start_model: Path | None = None) -> tuple
     return str(path), round(time.perf_counter() - t0, 1), start
 
 
-KEYS = {"finetuned": "fine-tuned from general", "scratch": "from scratch",
+KEYS = {"finetuned": "fine-tuned from the start", "scratch": "from scratch",
         "finetuned_new": "fine-tuned from the general model without this corpus"}
 
 
@@ -120,10 +120,11 @@ def markdown(record: dict) -> str:
     new = any(entry.get("start") for entry in record["corpora"].values())  # the --start columns, if any corpus has one
     lines = ["# Learning curve: test Recall@1 [95%] / MRR@10 against training paragraphs", "",
              "Full store's test split, 2,000 queries, L = 4; each row trains on a slice of the training documents "
-             "(with every validation document for early stopping). \"general\" is the shipped general model (it saw "
-             "these corpora's training documents)" + ("; \"general without\" one trained without the corpus (`--start`), "
+             "(with every validation document for early stopping). \"general\" is the shipped general model that serves "
+             "(it saw these corpora's training documents); \"the start\", where `nextpara train` starts (the general "
+             "model's fine-tuning start, attention_core/general.py)" + ("; \"general without\" one trained without the corpus (`--start`), "
                                                      "what a new corpus gets." if new else "."), "",
-             "| corpus | training paragraphs | B1 | general model | fine-tuned from general | from scratch | "
+             "| corpus | training paragraphs | B1 | general model | fine-tuned from the start | from scratch | "
              + ("general without this corpus | fine-tuned from it | seconds (fine-tuned / scratch / from without) |" if new
                 else "seconds (fine-tuned / scratch) |"),
              "| --- " * (9 if new else 7) + "|"]

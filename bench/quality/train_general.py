@@ -18,7 +18,8 @@ the left-out corpus's own store with it (``nextpara eval --model``): the zero-sh
 ``--leave-out``, ``--eval`` runs it on every corpus's store. ``--install`` writes the checkpoint to
 attention_core/general.safetensors and its weights hash to general.py (GENERAL_VERSION: the model that serves a
 store without its own); ``--install start`` to general_start.safetensors (START_VERSION: where ``nextpara train``
-starts). The two shipped today: ``--option list_norm --install`` and ``--install start`` (general.py says why).
+starts). The two shipped today are this script's ``--option list_norm`` and default recipes (general.py says why;
+both checkpoints were put in place by hand, which ``--install`` and ``--install start`` do).
 Records: bench/results/general_model.json (one entry per variant) and .md.
 """
 
