@@ -43,6 +43,12 @@ START_VERSION = "8ce44321e534"  # weights_version of general_start.safetensors; 
 SHIPPED = {GENERAL_CHECKPOINT: GENERAL_VERSION, START_CHECKPOINT: START_VERSION}
 
 
+def general_name(version: str) -> str:
+    """How training's guard names the general model it judged (train_report.json's ``replaced``), which
+    describe_served matches to show those figures beside the version that serves."""
+    return f"the general model {version}"
+
+
 def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = None) -> tuple[NextParagraphModel, dict]:
     """A packaged general model (default the one that serves), its weights checked against ``expect_version``
     (default: the hash recorded here for a packaged file; for another file, or with "", against the file's own
@@ -145,6 +151,6 @@ def describe_served(store: ParagraphStore) -> dict:
         return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
     out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
     report = read_report(store.data_dir)  # the last `nextpara train` kept this general model: its figures here
-    if report and "replaced" in report["figures"] and report["replaced"] == f"the general model {meta['model_version']}":
+    if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):
         out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}
     return out

@@ -21,7 +21,7 @@ from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, 
 from nextpara.store.store import open_store
 
 from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
-from .general import START_CHECKPOINT, fits, general_for_store, load_general
+from .general import START_CHECKPOINT, fits, general_for_store, general_name, load_general
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel, RerankerConfig
 from .sequences import ParagraphSequences
@@ -96,7 +96,7 @@ def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
         model, meta = general_for_store(store)
     except (FailedPreconditionError, StoreMismatchError):
         return None, ""
-    return model, f"the general model {meta['model_version']}"
+    return model, general_name(meta["model_version"])
 
 
 def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = None, quiet: bool = False,

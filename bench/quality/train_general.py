@@ -142,14 +142,17 @@ def model_options(specs: list[str], scorer: str) -> tuple[dict[str, bool], str]:
     return options, label
 
 
-INSTALL = {"serve": ("general.safetensors", "GENERAL_VERSION"), "start": ("general_start.safetensors", "START_VERSION")}
+INSTALL = {"serve": ("GENERAL_CHECKPOINT", "GENERAL_VERSION"), "start": ("START_CHECKPOINT", "START_VERSION")}
 
 
 def install(path: Path, version: str, slot: str = "serve") -> Path:
     """Ship the checkpoint at ``path`` as the general model that serves (``slot`` "serve") or as the fine-tuning
-    start ("start"): the file beside general.py, and its weights hash in general.py's constant."""
-    filename, constant = INSTALL[slot]
-    target = GENERAL_PY.with_name(filename)
+    start ("start"): the file general.py names, beside it in this repository, and its weights hash in general.py's
+    constant."""
+    from nextpara.attention_core import general
+
+    checkpoint, constant = INSTALL[slot]
+    target = GENERAL_PY.with_name(getattr(general, checkpoint).name)
     target.write_bytes(path.read_bytes())
     text = GENERAL_PY.read_text()
     GENERAL_PY.write_text(re.sub(rf'^{constant} = "[0-9a-f]*"', f'{constant} = "{version}"', text, flags=re.M))
