@@ -17,7 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Phase 1 trains the query head (full softmax over the store; none when fine-tuning "
                                    "the general model's fine-tuning start, whose head is kept: --finetune-phase1-epochs, --finetune-head), "
                                    "phase 2 the "
-                                   "scorer on FAISS-mined candidate lists; early stopping on validation MRR@10.")
+                                   "scorer on FAISS-mined candidate lists; early stopping on validation MRR@10. Then "
+                                   "the guard: on the validation split, the best of the new model, the model it would "
+                                   "replace and plain cosine to the last paragraph (B1) serves; where B1 is at least "
+                                   "as good as both models, the store ranks by cosine from then on.")
     add_data_dir(p)
     from .train_config import FINETUNE_HEAD, TrainConfig
 
@@ -147,6 +150,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     params = ", ".join(f"{k}={v}" for k, v in index["params"].items())
     if model["source"] == "none":
         serves = f"none: {model['reason']}"
+    elif model["source"] == "cosine":  # plain cosine beat the models `nextpara train` judged: the guard's line says so
+        serves = (f"plain cosine to the last paragraph (B1), {model['model_version']}: it scored at least as well as "
+                  "the models `nextpara train` judged on the validation split (train_report.json; `nextpara train "
+                  "--force` serves a new model whatever it scores)")
     else:
         serves = f"{model['source']} {model['model_version']}" + (
             f" ({model['started_from']})" if model.get("started_from") else

@@ -14,6 +14,11 @@ from the ``list_norm`` one lost on the built-in docs (paired validation MRR@10 -
 and a fine-tuned model must share its start's configuration. Measured in bench/quality/general_model.md
 ("Features read against their own list").
 
+Where plain cosine to the last paragraph (B1) scored at least as well on a store's validation split as every
+model ``nextpara train`` judged there, the store's checkpoint is :func:`cosine_model`, a model that ranks exactly
+as B1 does (guard.py decides; its metadata's ``kind`` is :data:`COSINE`), so a store is never served by a model
+that its own validation queries found worse than cosine.
+
 Whatever the model needs from a corpus comes from the store it serves, never from the corpora it was
 trained on: the word weights (IDF) of its word-overlap features are fitted on the store's texts when
 it is loaded (about 1 s for 44K paragraphs). Each file's weights are checked against the hash recorded
@@ -32,7 +37,7 @@ from nextpara.store.store import ParagraphStore
 
 from . import lexical
 from .checkpoint import CHECKPOINT, load_checkpoint, weights_version
-from .model import NextParagraphModel, scorer_name
+from .model import NextParagraphModel, RerankerConfig, scorer_name
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,27 @@ GENERAL_VERSION = "6130304dcaf5"  # weights_version of general.safetensors; writ
 START_CHECKPOINT = Path(__file__).with_name("general_start.safetensors")  # where `nextpara train` starts
 START_VERSION = "8ce44321e534"  # weights_version of general_start.safetensors; written by the same script
 SHIPPED = {GENERAL_CHECKPOINT: GENERAL_VERSION, START_CHECKPOINT: START_VERSION}
+COSINE = "cosine"  # a checkpoint's meta["kind"] (and describe_served's source and scorer) for cosine_model()
+COSINE_NAME = "plain cosine (B1)"  # how the guard names it when it serves
+
+
+def cosine_model(embed_dim: int) -> NextParagraphModel:
+    """A model that ranks exactly as B1 does: its query is the last context paragraph (``mix`` 1 and 0, no query
+    head) and its score ``query_scale`` times a candidate's cosine to it, every other weight 0 (so the features,
+    the word features it does not have and the scorer add exactly nothing). Stage 1's two vector sources are then the
+    same search, B1's. The guard saves it as a store's checkpoint when B1 beats the models, so that everything that
+    serves a checkpoint (the server, Reload, batch jobs, Ray actors, ``nextpara eval``, backups) serves cosine with no
+    path of its own; its weights, all fixed, hash to the same version every time. It keeps the models' default
+    max_context, as the context items a request keeps are also the paragraphs its answers exclude."""
+    model = NextParagraphModel(RerankerConfig(embed_dim=embed_dim, d_model=4, n_heads=1, n_context_layers=0,
+                                              n_scorer_layers=0, mlp_ratio=1, lexical=False,
+                                              pool_density=False, candidate_tokens=False))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.mix.copy_(torch.tensor([1.0, 0.0]))
+        model.query_scale.fill_(20.0)
+    return model.eval()
 
 
 def general_name(version: str) -> str:
@@ -112,11 +138,15 @@ def checkpoint_for_store(path, store: ParagraphStore) -> tuple[NextParagraphMode
 
 
 def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
-    """The store's own model if it has one, else the general model; ``meta["source"]`` says which."""
+    """The store's own model if it has one (a trained one, or cosine_model()), else the general model;
+    ``meta["source"]`` says which: "trained", COSINE or "general"."""
     own = store.data_dir / CHECKPOINT
     if own.exists():
         model, meta = load_checkpoint(own, store.embedder_name, store.dim)
-        return model, {**meta, "source": "trained"}
+        if meta.get("kind") == COSINE:
+            log.info("%s serves %s: it scored at least as well as the models `nextpara train` judged on its validation "
+                     "split", COSINE_NAME, store.data_dir)
+        return model, {**meta, "source": meta.get("kind", "trained")}
     try:
         model, meta = general_for_store(store)
     except StoreMismatchError as e:
@@ -127,8 +157,8 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
 
 def describe_served(store: ParagraphStore) -> dict:
     """Which model serves ``store`` and its validation figures beside B1's, without loading any weights:
-    ``source`` "trained", "general" or "none" (with ``reason``), ``model_version``, ``scorer`` (model.SCORERS' name
-    of its configuration, or "custom"), and ``validation``
+    ``source`` "trained", COSINE (with ``reason``: the guard's line), "general" or "none" (with ``reason``),
+    ``model_version``, ``scorer`` (model.SCORERS' name of its configuration, COSINE, or "custom"), and ``validation``
     ({"model": ..., "B1": ...}, summarize() dicts) when a `nextpara train` measured them on this store."""
     from .checkpoint import read_checkpoint_meta
     from .guard import read_report
@@ -137,6 +167,10 @@ def describe_served(store: ParagraphStore) -> dict:
     if own.exists():
         meta = read_checkpoint_meta(own)
         guard = meta.get("metrics", {}).get("guard", {})
+        if meta.get("kind") == COSINE:
+            return {"source": COSINE, "model_version": meta["model_version"], "scorer": COSINE,
+                    "reason": meta.get("line", ""), **({"validation": {"model": guard["B1"], "B1": guard["B1"]}}
+                                                      if guard else {})}
         out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
                "scorer": scorer_name(meta.get("model_config", {}))}
         if guard:

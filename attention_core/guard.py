@@ -1,14 +1,15 @@
-"""The guard of ``nextpara train``: a new model serves only if it is better than what it would replace.
+"""The guard of ``nextpara train``: a new model serves only if it is better than what it would replace and than
+plain cosine.
 
 Training does not always pay: on a small corpus a trained reranker can score below plain cosine to the
 last paragraph (B1), or below the general model (general.py). So after training, the new model, the
 model it would replace (the store's previous one, else the general model) and B1 are run on the
 store's validation split, by the serving code path (evaluation.py with ``split="validation"``, L = 4,
-contexts as their stored vectors and texts), with 95% bootstrap intervals. Of the models that can
-serve, the better one does: the new model is saved only if its MRR@10 is above the replaced model's
-(``--force`` overrides), and one plain line says what serves and how it compares with B1, which is
-not a model and cannot serve but is the floor a reranker has to clear. The comparison is written to ``TRAIN_REPORT`` in the data dir,
-where ``nextpara info`` reads it.
+contexts as their stored vectors and texts), with 95% bootstrap intervals. The best of the three on MRR@10
+serves: the new model is saved only if it is above both the replaced model and B1; where B1 is at least as good
+as both models, the store is served by plain cosine from then on (general.cosine_model, saved as its checkpoint:
+a model serves only where it beats cosine); a tie between the models keeps what serves. ``--force`` serves the new model whatever it scores. One plain line says what serves and
+how it compares. The comparison is written to ``TRAIN_REPORT`` in the data dir, where ``nextpara info`` reads it.
 
 Early stopping and the word-weight boost were chosen on the same validation split (a different
 sample of 1,000 queries), which favours the new model slightly: the guard is a floor, not a measurement
@@ -26,6 +27,7 @@ from pathlib import Path
 from nextpara.store.snapshot import fsync_dir
 
 from .evaluation import Evaluation
+from .general import COSINE_NAME
 from .metrics import summarize
 from .model import NextParagraphModel
 from .pipeline import RerankPipeline
@@ -42,7 +44,8 @@ class Verdict:
     line: str  # the one plain line training prints
     figures: dict[str, dict] = field(default_factory=dict)  # "new", "replaced" (if any), "B1": summarize() + name
     replaced: str = ""  # what the new model would replace: "the previous model <version>", "the general model <version>"
-    #                     (general.describe_served matches it exactly) or ""
+    #                     (general.describe_served matches it exactly), COSINE_NAME, or ""
+    serve_cosine: bool = False  # plain cosine (B1) serves from now on: it scored at least as well as both models
 
 
 def validation_figures(store, seq, models: dict[str, NextParagraphModel], n_queries: int = GUARD_QUERIES) -> dict:
@@ -65,24 +68,33 @@ def fmt(f: dict, metric: str = METRIC) -> str:
 
 
 def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
-    """Serve the new model iff its validation MRR@10 is above the replaced model's (or there is none, or ``force``):
-    of the models that can serve, the better one serves. B1 cannot serve (it is not a model), so where it scores at
-    least as well as the model that serves, the line says so plainly."""
+    """What serves after training, by validation MRR@10: the new model iff it is above the replaced model (if any)
+    and B1, or ``force``; else B1 (plain cosine) iff it is at least as good as both models; else the replaced model.
+    ``replaced`` COSINE_NAME: the store is already served by plain cosine, and ``figures["replaced"]`` are its own."""
     new, b1, old = figures["new"], figures["B1"], figures.get("replaced")
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
-    against = f"{replaced} {fmt(old)} and {cosine}" if old else cosine
-    if old and new[METRIC] <= old[METRIC] and not force:
-        line = (f"kept {replaced}: the new model's validation MRR@10 {fmt(new)} is not above it ({against}); the new "
-                "model was not saved (`nextpara train --force` trains again and serves the result whatever it scores)")
-        if old[METRIC] <= b1[METRIC]:
-            line += f"; plain cosine (B1) scores at least as well as {replaced} on this store"
+    already_cosine = replaced == COSINE_NAME
+    against = (f"{replaced} {fmt(old)}" if already_cosine else
+               f"{replaced} {fmt(old)} and {cosine}" if old else cosine)
+    redo = "`nextpara train --force` trains again and serves the result whatever it scores"
+    best_model = old if old and new[METRIC] <= old[METRIC] else new
+    if force:
+        line = f"serving the new model (because of --force): validation MRR@10 {fmt(new)} against {against}"
+        if new[METRIC] <= b1[METRIC]:
+            line += "; plain cosine (B1) scores at least as well on this store"
+        return Verdict(True, line, figures, replaced)
+    if not already_cosine and b1[METRIC] >= best_model[METRIC]:
+        models = f"the new model's {fmt(new)}" + (f" and {replaced}'s {fmt(old)}" if old else "")
+        line = (f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is at least {models}; the new "
+                f"model was not saved ({redo})")
+        return Verdict(False, line, figures, replaced, serve_cosine=True)
+    if old and new[METRIC] <= old[METRIC]:
+        line = f"kept {replaced}: the new model's validation MRR@10 {fmt(new)} is not above it ({against}); the new " \
+               f"model was not saved ({redo})"
         return Verdict(False, line, figures, replaced)
-    why = ("because of --force" if old and new[METRIC] <= old[METRIC] else
-           "the only model for this store" if not old else "")
-    line = f"serving the new model{f' ({why})' if why else ''}: validation MRR@10 {fmt(new)} against {against}"
-    if new[METRIC] <= b1[METRIC]:
-        line += "; plain cosine (B1) scores at least as well on this store"
-    elif old and new[f"{METRIC}_ci"][0] <= old[f"{METRIC}_ci"][1]:
+    line = (f"serving the new model{'' if old else ' (the only model for this store)'}: validation MRR@10 {fmt(new)} "
+            f"against {against}")
+    if old and new[f"{METRIC}_ci"][0] <= old[f"{METRIC}_ci"][1]:
         line += " (the intervals overlap: the gain may be noise)"
     return Verdict(True, line, figures, replaced)
 

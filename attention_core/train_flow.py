@@ -6,7 +6,8 @@
    from its own.
 2. Fit: training.py's Trainer, on the store's training split, early stopping on its validation split.
 3. Guard (guard.py): the new model, the model it would replace and B1 on the validation split; the new
-   model is saved as the store's ``model.safetensors`` only if it beats both (or ``force``).
+   model is saved as the store's ``model.safetensors`` only if it beats both (or ``force``); where B1 is at
+   least as good as both models, general.cosine_model is saved there instead, and plain cosine serves.
 A store too small for a validation split trains nothing and keeps what serves it, saying why.
 """
 
@@ -21,7 +22,16 @@ from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, 
 from nextpara.store.store import open_store
 
 from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
-from .general import START_CHECKPOINT, fits, general_for_store, general_name, load_general
+from .general import (
+    COSINE,
+    COSINE_NAME,
+    START_CHECKPOINT,
+    cosine_model,
+    fits,
+    general_for_store,
+    general_name,
+    load_general,
+)
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel, RerankerConfig
 from .sequences import ParagraphSequences
@@ -83,7 +93,8 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_m
 
 
 def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
-    """The model that serves the store now (its own, else the general model) and its name in words."""
+    """The model that serves the store now (its own, which may be plain cosine, else the general model) and its name
+    in words."""
     own = store.data_dir / CHECKPOINT
     if own.exists():
         try:
@@ -91,7 +102,7 @@ def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
         except (FailedPreconditionError, StoreMismatchError) as e:  # it cannot serve this store: the general
             log.warning("the model in %s cannot serve it and will be replaced: %s", store.data_dir, e)  # model can
         else:
-            return model, f"the previous model {meta['model_version']}"
+            return model, COSINE_NAME if meta.get("kind") == COSINE else f"the previous model {meta['model_version']}"
     try:
         model, meta = general_for_store(store)
     except (FailedPreconditionError, StoreMismatchError):
@@ -147,6 +158,11 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
         if verdict.serve_new:
             meta = save_checkpoint(store.data_dir / CHECKPOINT, trainer.model, meta)
         else:
+            if verdict.serve_cosine:  # the store's checkpoint ranks by cosine from now on (its figures: the guard's)
+                save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
+                                {"kind": COSINE, "embedder": meta["embedder"], "line": verdict.line,
+                                 "corpus_fingerprint": meta["corpus_fingerprint"],
+                                 "index_generation": store.generation, "metrics": {"guard": figures}})
             meta["model_version"] = weights_version(trainer.model.state_dict())
         write_report(store.data_dir, verdict, meta["model_version"], {"started_from": start})
         return TrainOutcome(meta, verdict.serve_new, verdict.line)

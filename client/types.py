@@ -123,8 +123,10 @@ class ValidationFigures:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """The model that serves: ``source`` "trained" (the store's own), "general" (the packaged general model) or "none"
-    (``reason`` says why); its and cosine's (B1) validation figures when `nextpara train` measured them."""
+    """The model that serves: ``source`` "trained" (the store's own), "general" (the packaged general model), "cosine"
+    (plain cosine to the last paragraph, B1, which `nextpara train` found at least as good as the models on the
+    store's validation split; ``reason`` is its line) or "none" (``reason`` says why); its and cosine's (B1) validation
+    figures when `nextpara train` measured them."""
 
     source: str
     version: str
@@ -132,7 +134,7 @@ class ModelInfo:
     reason: str = ""
     validation: ValidationFigures | None = None
     cosine_validation: ValidationFigures | None = None
-    scorer: str = ""  # "full" or "fast" (`nextpara train --scorer`), "custom"; empty from a server before it
+    scorer: str = ""  # "full" or "fast" (`nextpara train --scorer`), "cosine", "custom"; empty from a server before it
 
 
 @dataclass(frozen=True)

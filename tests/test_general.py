@@ -1,6 +1,5 @@
 """The general model that ships with the package, and the guard of `nextpara train`."""
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -108,26 +107,75 @@ def drifting_docs(n_docs=120, n_par=10, dim=32, seed=0):
         yield f"drift-{d}", [f"drift {d} step {p}" for p in range(n_par)], np.array(vecs)
 
 
-def test_training_that_cannot_beat_cosine_keeps_the_better_model(tmp_path):
+def test_training_that_cannot_beat_cosine_serves_cosine(tmp_path):
     store = vector_store(tmp_path, "drift32", drifting_docs())
     first = train(store, SMALL_MODEL, TINY, quiet=True, force=True)  # a previous model of the store's own
     assert first.served
-    before = hashlib.sha256((store / CHECKPOINT).read_bytes()).hexdigest()
     assert first.meta["metrics"]["guard"]["B1"]["mrr@10"] > 0.95  # the corpus does what it says: cosine is (nearly) always right
-    out = subprocess.run([sys.executable, "-m", "nextpara", "--quiet", "train", "--data-dir", str(store),
-                          "--phase1-epochs", "1", "--phase2-epochs", "1", "--batch-size", "32", "--val-queries", "50",
-                          "--n-candidates", "20", "--d-model", "32", "--layers", "1", "--seed", "1"],
-                         capture_output=True, text=True, timeout=600)
+    assert first.meta["metrics"]["guard"]["new"]["mrr@10"] < first.meta["metrics"]["guard"]["B1"]["mrr@10"]
+    command = [sys.executable, "-m", "nextpara", "--quiet", "train", "--data-dir", str(store), "--phase1-epochs", "1",
+               "--phase2-epochs", "1", "--batch-size", "32", "--val-queries", "50", "--n-candidates", "20",
+               "--d-model", "32", "--layers", "1", "--seed", "1"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
     report = json.loads((store / TRAIN_REPORT).read_text())
-    assert report["line"] == last and "plain cosine (B1) scores at least as well" in last, out.stdout
-    assert report["figures"]["new"]["mrr@10"] <= report["figures"]["B1"]["mrr@10"]
-    unchanged = hashlib.sha256((store / CHECKPOINT).read_bytes()).hexdigest() == before
-    if report["figures"]["new"]["mrr@10"] <= report["figures"]["replaced"]["mrr@10"]:  # the better model stays
-        assert not report["serve_new"] and unchanged and last.startswith("kept the previous model"), last
-    else:
-        assert report["serve_new"] and not unchanged and last.startswith("serving the new model"), last
+    figures = report["figures"]
+    assert report["line"] == last and last.startswith("serving plain cosine (B1) from now on"), out.stdout
+    assert report["serve_cosine"] and not report["serve_new"]
+    assert figures["B1"]["mrr@10"] >= max(figures["new"]["mrr@10"], figures["replaced"]["mrr@10"])
+    meta = read_checkpoint_meta(store / CHECKPOINT)
+    assert meta["kind"] == "cosine" and meta["line"] == last
+
+    info = json.loads(subprocess.run([sys.executable, "-m", "nextpara", "info", "--data-dir", str(store), "--json"],
+                                     capture_output=True, text=True, timeout=120, check=True).stdout)["model"]
+    assert (info["source"], info["scorer"], info["reason"]) == ("cosine", "cosine", last)
+    assert info["validation"]["model"] == info["validation"]["B1"] == figures["B1"]
+
+    # what serves ranks exactly as B1 does: by cosine to the last context paragraph, the context excluded
+    from nextpara.attention_core.predictor import Predictor
+
+    with open_store(store, readonly=True) as s:
+        ids = [int(i) for i in s.vector_ids()]
+        vectors = s.vectors(ids)
+    at = {pid: n for n, pid in enumerate(ids)}
+    with Predictor.open(store) as predictor:
+        assert predictor.meta["source"] == "cosine"
+        for context in ([ids[3], ids[4], ids[5]], [ids[40], ids[41]]):
+            got = predictor.predict_next(context, top_k=10)
+            cosine = vectors @ vectors[at[context[-1]]]
+            by_cosine = [ids[n] for n in np.argsort(-cosine, kind="stable") if ids[n] not in context][:10]
+            assert [p.paragraph_id for p in got.predictions] == by_cosine
+            assert np.allclose([p.score for p in got.predictions], [20 * cosine[at[i]] for i in by_cosine], atol=1e-4)
+    from nextpara.client import Client
+
+    server = LiveServer(store).start()  # and over gRPC, which says what serves and why
+    try:
+        with Client(server.address, timeout=60) as c:
+            served, result = c.info().model, c.predict_next([ids[3], ids[4], ids[5]], top_k=3)
+    finally:
+        server.stop()
+    assert (served.source, served.scorer, served.reason, served.version) == ("cosine", "cosine", last, meta["model_version"])
+    assert served.validation.mrr_at_10 == served.cosine_validation.mrr_at_10 == figures["B1"]["mrr@10"]
+    cosine = vectors @ vectors[at[ids[5]]]
+    assert [p.paragraph_id for p in result.predictions] == [
+        ids[n] for n in np.argsort(-cosine, kind="stable") if ids[n] not in ids[3:6]][:3]
+
+    # trained again, the new model is judged against cosine, which already serves; --force serves it whatever it scores
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    report = json.loads((store / TRAIN_REPORT).read_text())
+    assert report["replaced"] == "plain cosine (B1)"
+    assert report["figures"]["replaced"]["mrr@10"] == pytest.approx(report["figures"]["B1"]["mrr@10"])
+    assert report["line"].startswith("kept plain cosine (B1)") and "scores at least as well" not in report["line"]
+    assert read_checkpoint_meta(store / CHECKPOINT)["model_version"] == meta["model_version"]
+    forced = subprocess.run(command + ["--force"], capture_output=True, text=True, timeout=600)
+    assert forced.returncode == 0, forced.stderr
+    assert "kind" not in read_checkpoint_meta(store / CHECKPOINT)
+    with open_store(store, readonly=True) as s:
+        from nextpara.attention_core.general import describe_served
+
+        assert describe_served(s)["source"] == "trained"
 
 
 def figures(mrr: float) -> dict:
@@ -135,25 +183,40 @@ def figures(mrr: float) -> dict:
 
 
 @pytest.mark.parametrize("new, old, b1, force, serve, says", [
-    (0.22, 0.20, 0.10, False, True, ["serving the new model: ", "(the intervals overlap"]),  # better than both
-    (0.40, 0.20, 0.10, False, True, ["serving the new model: "]),  # clear of the old one: no overlap note
-    (0.25, 0.20, 0.26, False, True, ["serving the new model: ", "plain cosine (B1) scores at least as well"]),
-    (0.20, 0.25, 0.10, False, False, ["kept the general model g1: ", "is not above it", "--force"]),
-    (0.20, 0.20, 0.10, False, False, ["kept the general model g1: "]),  # a tie keeps what serves
-    (0.10, 0.15, 0.20, False, False, ["kept the general model g1: ", "scores at least as well as the general model g1"]),
-    (0.20, 0.25, 0.10, True, True, ["serving the new model (because of --force)"]),
-    (0.10, None, 0.20, False, True, ["serving the new model (the only model for this store)", "plain cosine"]),
+    (0.22, 0.20, 0.10, False, "new", ["serving the new model: ", "(the intervals overlap"]),  # better than both
+    (0.40, 0.20, 0.10, False, "new", ["serving the new model: "]),  # clear of the old one: no overlap note
+    (0.25, 0.20, 0.26, False, "cosine", ["serving plain cosine (B1) from now on: ", "at least the new model's 0.250",
+                                         "and the general model g1's 0.200", "not saved", "--force"]),
+    (0.20, 0.25, 0.10, False, "old", ["kept the general model g1: ", "is not above it", "--force"]),
+    (0.20, 0.20, 0.10, False, "old", ["kept the general model g1: "]),  # a tie between models keeps what serves
+    (0.10, 0.15, 0.20, False, "cosine", ["serving plain cosine (B1) from now on: "]),
+    (0.10, 0.20, 0.20, False, "cosine", ["serving plain cosine (B1) from now on: "]),  # a model must beat cosine
+    (0.20, 0.25, 0.10, True, "new", ["serving the new model (because of --force)"]),
+    (0.10, 0.15, 0.20, True, "new", ["serving the new model (because of --force)", "plain cosine (B1) scores at least"]),
+    (0.30, None, 0.20, False, "new", ["serving the new model (the only model for this store)"]),
+    (0.10, None, 0.20, False, "cosine", ["serving plain cosine (B1) from now on: its validation MRR@10 0.200 [0.180, "
+                                         "0.220] is at least the new model's 0.100 [0.080, 0.120]; the new model"]),
 ])
-def test_the_guard_serves_the_better_model_and_says_how_it_compares_with_cosine(new, old, b1, force, serve, says):
+def test_the_guard_serves_the_best_of_the_new_model_the_one_it_replaces_and_cosine(new, old, b1, force, serve, says):
     from nextpara.attention_core.guard import decide
 
     table = {"new": figures(new), "B1": figures(b1), **({"replaced": figures(old)} if old is not None else {})}
     verdict = decide(table, "the general model g1" if old is not None else "", force)
-    assert verdict.serve_new == serve
+    assert (verdict.serve_new, verdict.serve_cosine) == (serve == "new", serve == "cosine")
     for words in says:
         assert words in verdict.line, (words, verdict.line)
     if new > b1:
-        assert "plain cosine" not in verdict.line
+        assert "cosine" not in verdict.line.replace("B1 (cosine to the last paragraph)", "")
+
+
+@pytest.mark.parametrize("new, serve_new", [(0.19, False), (0.20, False), (0.21, True)])
+def test_a_store_served_by_cosine_takes_a_model_only_above_it(new, serve_new):
+    from nextpara.attention_core.guard import decide
+
+    verdict = decide({"new": figures(new), "B1": figures(0.20), "replaced": figures(0.20)}, "plain cosine (B1)", False)
+    assert (verdict.serve_new, verdict.serve_cosine) == (serve_new, False)
+    assert verdict.line.startswith("serving the new model: " if serve_new else "kept plain cosine (B1): "), verdict.line
+    assert "at least as well" not in verdict.line
 
 
 def store_with_validation(untrained_store, tmp_path):
