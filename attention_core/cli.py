@@ -96,10 +96,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         model_cfg.update(seam_feature=True, seam_candidates=args.seam)
     outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)
     meta = outcome.meta
-    if args.json:  # model: the new model's metadata (None when nothing could be trained); served: it now serves
+    if args.json:  # model: the new model's metadata (None when nothing could be trained); served: it now serves;
+        #           cosine_serves: plain cosine (B1) serves the store now, as its validation split preferred it
         import json
 
-        print(json.dumps({"trained": meta is not None, "served": outcome.served, "line": outcome.line, "model": meta},
+        print(json.dumps({"trained": meta is not None, "served": outcome.served, "cosine_serves": outcome.cosine,
+                          "line": outcome.line, "model": meta},
                          indent=2, default=str))
         return 0
     if meta is not None:

@@ -110,7 +110,7 @@ def drifting_docs(n_docs=120, n_par=10, dim=32, seed=0):
 def test_training_that_cannot_beat_cosine_serves_cosine(tmp_path):
     store = vector_store(tmp_path, "drift32", drifting_docs())
     first = train(store, SMALL_MODEL, TINY, quiet=True, force=True)  # a previous model of the store's own
-    assert first.served
+    assert first.served and not first.cosine
     assert first.meta["metrics"]["guard"]["B1"]["mrr@10"] > 0.95  # the corpus does what it says: cosine is (nearly) always right
     assert first.meta["metrics"]["guard"]["new"]["mrr@10"] < first.meta["metrics"]["guard"]["B1"]["mrr@10"]
     command = [sys.executable, "-m", "nextpara", "--quiet", "train", "--data-dir", str(store), "--phase1-epochs", "1",
@@ -169,8 +169,9 @@ def test_training_that_cannot_beat_cosine_serves_cosine(tmp_path):
     assert report["figures"]["replaced"]["mrr@10"] == pytest.approx(report["figures"]["B1"]["mrr@10"])
     assert report["line"].startswith("kept plain cosine (B1)") and "scores at least as well" not in report["line"]
     assert read_checkpoint_meta(store / CHECKPOINT)["model_version"] == meta["model_version"]
-    forced = subprocess.run(command + ["--force"], capture_output=True, text=True, timeout=600)
+    forced = subprocess.run(command + ["--force", "--json"], capture_output=True, text=True, timeout=600)
     assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["served"] and not json.loads(forced.stdout)["cosine_serves"]
     assert "kind" not in read_checkpoint_meta(store / CHECKPOINT)
     with open_store(store, readonly=True) as s:
         from nextpara.attention_core.general import describe_served
