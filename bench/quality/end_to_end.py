@@ -67,8 +67,12 @@ def main() -> int:
                            "served": outcome.served, "guard": outcome.line}
     else:
         meta = read_checkpoint_meta(data / CHECKPOINT)
-        record["train"] = {"seconds": meta["training"]["seconds"], "model_version": meta["model_version"],
-                           "validation": meta["metrics"]["validation"], "reused": True}
+        if meta.get("kind") == "cosine":  # the guard found plain cosine best (general.cosine_model): nothing trained
+            record["train"] = {"seconds": 0, "model_version": meta["model_version"],
+                               "validation": meta["metrics"]["guard"]["B1"], "reused": True, "guard": meta["line"]}
+        else:
+            record["train"] = {"seconds": meta["training"]["seconds"], "model_version": meta["model_version"],
+                               "validation": meta["metrics"]["validation"], "reused": True}
     result = run_evaluation(data, n_queries=args.queries, output=None, plot_dir=str(RESULTS / f"{name}_plots"))
     record["eval"] = result
     lines = [f"# {name} end to end ({record['date']})", "", f"Command: `{record['command']}`", "",
@@ -81,8 +85,8 @@ def main() -> int:
     t = record["train"]
     reused = " (trained earlier, reused)" if t.get("reused") else ""
     lines += [f"Train: model {t['model_version']} in {t['seconds']} s{reused}; validation MRR@10 "
-              f"{t['validation']['mrr@10']:.4f}" + (f"; trained {t['started_from']}; guard: {t['guard']}" if "guard" in t
-                                                    else "") + ".", "",
+              f"{t['validation']['mrr@10']:.4f}" + (f"; trained {t['started_from']}" if "started_from" in t else "")
+              + (f"; guard: {t['guard']}" if "guard" in t else "") + ".", "",
               f"Eval: {result['config']['queries']} test queries, L = {result['config']['context_length']}, "
               f"{result['config']['paragraphs']} paragraphs indexed.", "", markdown_table(result), ""]
     save(name, record, "\n".join(lines))
