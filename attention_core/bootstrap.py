@@ -3,7 +3,7 @@
 ``nextpara serve`` with no ``--data-dir`` calls :func:`ensure_default_store` before it starts the
 server, so the transport layer never builds anything. No training on the way to SERVING: the general
 model (general.py) serves a store that has no model of its own; ``nextpara train`` (no flags: the
-default data dir) trains one for the built-in corpus, and keeps it only if it beats the general model.
+default data dir) trains one for the built-in corpus, and keeps it only if it beats the general model and plain cosine.
 """
 
 from __future__ import annotations

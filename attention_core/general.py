@@ -167,10 +167,14 @@ def describe_served(store: ParagraphStore) -> dict:
     if own.exists():
         meta = read_checkpoint_meta(own)
         guard = meta.get("metrics", {}).get("guard", {})
-        if meta.get("kind") == COSINE:
-            return {"source": COSINE, "model_version": meta["model_version"], "scorer": COSINE,
-                    "reason": meta.get("line", ""), **({"validation": {"model": guard["B1"], "B1": guard["B1"]}}
-                                                      if guard else {})}
+        if meta.get("kind") == COSINE:  # the figures and line of the last `nextpara train` that judged it, if that kept it
+            report = read_report(store.data_dir)
+            if report and report.get("replaced") == COSINE_NAME and not report.get("serve_new"):
+                guard, line = report["figures"], report["line"]
+            else:
+                line = meta.get("line", "")
+            return {"source": COSINE, "model_version": meta["model_version"], "scorer": COSINE, "reason": line,
+                    **({"validation": {"model": guard["B1"], "B1": guard["B1"]}} if guard else {})}
         out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
                "scorer": scorer_name(meta.get("model_config", {}))}
         if guard:

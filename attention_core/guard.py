@@ -7,8 +7,9 @@ model it would replace (the store's previous one, else the general model) and B1
 store's validation split, by the serving code path (evaluation.py with ``split="validation"``, L = 4,
 contexts as their stored vectors and texts), with 95% bootstrap intervals. The best of the three on MRR@10
 serves: the new model is saved only if it is above both the replaced model and B1; where B1 is at least as good
-as both models, the store is served by plain cosine from then on (general.cosine_model, saved as its checkpoint:
-a model serves only where it beats cosine); a tie between the models keeps what serves. ``--force`` serves the new model whatever it scores. One plain line says what serves and
+as both models and above the one that serves, the store is served by plain cosine from then on
+(general.cosine_model, saved as its checkpoint): a model serves only where it beats cosine, and a tie keeps what
+serves. ``--force`` serves the new model whatever it scores. One plain line says what serves and
 how it compares. The comparison is written to ``TRAIN_REPORT`` in the data dir, where ``nextpara info`` reads it.
 
 Early stopping and the word-weight boost were chosen on the same validation split (a different
@@ -68,35 +69,34 @@ def fmt(f: dict, metric: str = METRIC) -> str:
 
 
 def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
-    """What serves after training, by validation MRR@10: the new model iff it is above the replaced model (if any)
-    and B1, or ``force``; else B1 (plain cosine) iff it is at least as good as both models; else the replaced model.
-    ``replaced`` COSINE_NAME: the store is already served by plain cosine, and ``figures["replaced"]`` are its own."""
+    """What serves after training, by validation MRR@10; a model serves only where it beats cosine, and a tie keeps
+    what serves: the new model iff it is above both the replaced model (if any) and B1, or ``force``; else the
+    replaced model iff it is at least B1's; else B1, plain cosine. ``replaced`` COSINE_NAME: plain cosine serves
+    already, and the bar is the higher of its own figure and B1's (the same ranking, but for ties in the index)."""
     new, b1, old = figures["new"], figures["B1"], figures.get("replaced")
-    cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
     already_cosine = replaced == COSINE_NAME
-    against = (f"{replaced} {fmt(old)}" if already_cosine else
-               f"{replaced} {fmt(old)} and {cosine}" if old else cosine)
+    cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
+    against = cosine if already_cosine or not old else f"{replaced} {fmt(old)} and {cosine}"
     redo = "`nextpara train --force` trains again and serves the result whatever it scores"
-    best_model = old if old and new[METRIC] <= old[METRIC] else new
-    if force:
-        line = f"serving the new model (because of --force): validation MRR@10 {fmt(new)} against {against}"
-        if new[METRIC] <= b1[METRIC]:
+    bar = max(b1[METRIC], old[METRIC]) if old else b1[METRIC]
+    if force or new[METRIC] > bar:
+        why = "because of --force" if force else "" if old else "the only model for this store"
+        line = f"serving the new model{f' ({why})' if why else ''}: validation MRR@10 {fmt(new)} against {against}"
+        rival = b1 if already_cosine else old
+        if force and new[METRIC] <= b1[METRIC]:
             line += "; plain cosine (B1) scores at least as well on this store"
+        elif not force and rival and new[f"{METRIC}_ci"][0] <= rival[f"{METRIC}_ci"][1]:
+            line += " (the intervals overlap: the gain may be noise)"
         return Verdict(True, line, figures, replaced)
-    if not already_cosine and b1[METRIC] >= best_model[METRIC]:
-        models = f"the new model's {fmt(new)}" + (f" and {replaced}'s {fmt(old)}" if old else "")
-        line = (f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is at least {models}; the new "
+    if already_cosine or (old and old[METRIC] >= b1[METRIC]):
+        line = (f"kept {replaced}: the new model's validation MRR@10 {fmt(new)} is not above it ({against}); the new "
                 f"model was not saved ({redo})")
-        return Verdict(False, line, figures, replaced, serve_cosine=True)
-    if old and new[METRIC] <= old[METRIC]:
-        line = f"kept {replaced}: the new model's validation MRR@10 {fmt(new)} is not above it ({against}); the new " \
-               f"model was not saved ({redo})"
         return Verdict(False, line, figures, replaced)
-    line = (f"serving the new model{'' if old else ' (the only model for this store)'}: validation MRR@10 {fmt(new)} "
-            f"against {against}")
-    if old and new[f"{METRIC}_ci"][0] <= old[f"{METRIC}_ci"][1]:
-        line += " (the intervals overlap: the gain may be noise)"
-    return Verdict(True, line, figures, replaced)
+    models = (f"above {replaced}'s {fmt(old)} and at least the new model's {fmt(new)}" if old else
+              f"at least the new model's {fmt(new)}")
+    line = f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is {models}; the new model was not " \
+           f"saved ({redo})"
+    return Verdict(False, line, figures, replaced, serve_cosine=True)
 
 
 def write_report(data_dir: Path, verdict: Verdict, model_version: str, extra: dict | None = None) -> None:

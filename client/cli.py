@@ -182,9 +182,15 @@ def _model_line(i) -> str:
         return i.model_version or "none"
     if m.source == "none":
         return f"none: {m.reason}"
-    line = (f"{m.source} {m.version}" + (f" ({m.started_from})" if m.started_from else "")
-            + (f", {m.scorer} scorer" if m.scorer else ""))
-    if m.validation and m.cosine_validation:
+    if m.source == "cosine":  # `nextpara train` found plain cosine at least as good as the models: m.reason says so
+        line = f"plain cosine to the last paragraph (B1), {m.version}"
+    else:
+        line = (f"{m.source} {m.version}" + (f" ({m.started_from})" if m.started_from else "")
+                + (f", {m.scorer} scorer" if m.scorer else ""))
+    if m.source == "cosine" and m.validation:
+        b = m.validation
+        line += f"; validation MRR@10 {b.mrr_at_10:.3f} [{b.mrr_at_10_ci[0]:.3f}, {b.mrr_at_10_ci[1]:.3f}]"
+    elif m.validation and m.cosine_validation:
         v, b = m.validation, m.cosine_validation
         line += (f"; validation MRR@10 {v.mrr_at_10:.3f} [{v.mrr_at_10_ci[0]:.3f}, {v.mrr_at_10_ci[1]:.3f}], cosine "
                  f"{b.mrr_at_10:.3f} [{b.mrr_at_10_ci[0]:.3f}, {b.mrr_at_10_ci[1]:.3f}]")

@@ -83,7 +83,8 @@ def main() -> int:
         lines += [f"Build: {b['paragraphs']} paragraphs in {b['seconds']} s "
                   f"(embedding {b['embed_seconds']} s, {b['paragraphs_per_second']} paragraphs/s){when}.", ""]
     t = record["train"]
-    reused = " (trained earlier, reused)" if t.get("reused") else ""
+    reused = (" (plain cosine, chosen earlier by the guard, reused)" if t.get("reused") and "guard" in t else
+              " (trained earlier, reused)" if t.get("reused") else "")
     lines += [f"Train: model {t['model_version']} in {t['seconds']} s{reused}; validation MRR@10 "
               f"{t['validation']['mrr@10']:.4f}" + (f"; trained {t['started_from']}" if "started_from" in t else "")
               + (f"; guard: {t['guard']}" if "guard" in t else "") + ".", "",
