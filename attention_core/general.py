@@ -168,13 +168,14 @@ def describe_served(store: ParagraphStore) -> dict:
         meta = read_checkpoint_meta(own)
         guard = meta.get("metrics", {}).get("guard", {})
         if meta.get("kind") == COSINE:  # the figures and line of the last `nextpara train` that judged it, if that kept it
-            report = read_report(store.data_dir)
-            if report and report.get("replaced") == COSINE_NAME and not report.get("serve_new"):
-                guard, line = report["figures"], report["line"]
+            report = read_report(store.data_dir)  # (a report older than the checkpoint is of another training)
+            if (report and report.get("replaced") == COSINE_NAME and not report.get("serve_new")
+                    and report.get("date", "") >= meta.get("saved_at", "")):
+                figures, line = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}, report["line"]
             else:
-                line = meta.get("line", "")
+                figures, line = {"model": guard["B1"], "B1": guard["B1"]} if guard else None, meta.get("line", "")
             return {"source": COSINE, "model_version": meta["model_version"], "scorer": COSINE, "reason": line,
-                    **({"validation": {"model": guard["B1"], "B1": guard["B1"]}} if guard else {})}
+                    **({"validation": figures} if figures else {})}
         out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
                "scorer": scorer_name(meta.get("model_config", {}))}
         if guard:

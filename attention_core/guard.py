@@ -7,7 +7,7 @@ model it would replace (the store's previous one, else the general model) and B1
 store's validation split, by the serving code path (evaluation.py with ``split="validation"``, L = 4,
 contexts as their stored vectors and texts), with 95% bootstrap intervals. The best of the three on MRR@10
 serves: the new model is saved only if it is above both the replaced model and B1; where B1 is at least as good
-as both models and above the one that serves, the store is served by plain cosine from then on
+as the new model and above the one that serves, the store is served by plain cosine from then on
 (general.cosine_model, saved as its checkpoint): a model serves only where it beats cosine, and a tie keeps what
 serves. ``--force`` serves the new model whatever it scores. One plain line says what serves and
 how it compares. The comparison is written to ``TRAIN_REPORT`` in the data dir, where ``nextpara info`` reads it.
@@ -46,7 +46,8 @@ class Verdict:
     figures: dict[str, dict] = field(default_factory=dict)  # "new", "replaced" (if any), "B1": summarize() + name
     replaced: str = ""  # what the new model would replace: "the previous model <version>", "the general model <version>"
     #                     (general.describe_served matches it exactly), COSINE_NAME, or ""
-    serve_cosine: bool = False  # plain cosine (B1) serves from now on: it scored at least as well as both models
+    serve_cosine: bool = False  # plain cosine (B1) serves from now on: at least the new model's figure and above the
+    #                             replaced model's
 
 
 def validation_figures(store, seq, models: dict[str, NextParagraphModel], n_queries: int = GUARD_QUERIES) -> dict:
@@ -76,16 +77,21 @@ def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
     new, b1, old = figures["new"], figures["B1"], figures.get("replaced")
     already_cosine = replaced == COSINE_NAME
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
-    against = cosine if already_cosine or not old else f"{replaced} {fmt(old)} and {cosine}"
+    if already_cosine:  # its own figure too where it differs from B1's
+        against = cosine if old[METRIC] == b1[METRIC] else f"{COSINE_NAME} as served {fmt(old)} and {cosine}"
+    else:
+        against = f"{replaced} {fmt(old)} and {cosine}" if old else cosine
     redo = "`nextpara train --force` trains again and serves the result whatever it scores"
-    bar = max(b1[METRIC], old[METRIC]) if old else b1[METRIC]
-    if force or new[METRIC] > bar:
+    rival = max((f for f in (old, b1) if f), key=lambda f: f[METRIC])  # the figure the new model has to beat
+    if force or new[METRIC] > rival[METRIC]:
         why = "because of --force" if force else "" if old else "the only model for this store"
         line = f"serving the new model{f' ({why})' if why else ''}: validation MRR@10 {fmt(new)} against {against}"
-        rival = b1 if already_cosine else old
-        if force and new[METRIC] <= b1[METRIC]:
-            line += "; plain cosine (B1) scores at least as well on this store"
-        elif not force and rival and new[f"{METRIC}_ci"][0] <= rival[f"{METRIC}_ci"][1]:
+        if force:
+            ahead = [name for name, f in (("" if already_cosine else replaced, old), (COSINE_NAME, rival if already_cosine
+                                                                                    else b1)) if name and f and new[METRIC] <= f[METRIC]]
+            if ahead:
+                line += f"; {' and '.join(ahead)} score{'s' if len(ahead) == 1 else ''} at least as well on this store"
+        elif new[f"{METRIC}_ci"][0] <= rival[f"{METRIC}_ci"][1]:
             line += " (the intervals overlap: the gain may be noise)"
         return Verdict(True, line, figures, replaced)
     if already_cosine or (old and old[METRIC] >= b1[METRIC]):

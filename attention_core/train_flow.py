@@ -7,7 +7,8 @@
 2. Fit: training.py's Trainer, on the store's training split, early stopping on its validation split.
 3. Guard (guard.py): the new model, the model it would replace and B1 on the validation split; the new
    model is saved as the store's ``model.safetensors`` only if it beats both (or ``force``); where B1 is at
-   least as good as both models, general.cosine_model is saved there instead, and plain cosine serves.
+   least as good as the new model and above the one that serves, general.cosine_model is saved there instead,
+   and plain cosine serves.
 A store too small for a validation split trains nothing and keeps what serves it, saying why.
 """
 
