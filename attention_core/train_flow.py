@@ -153,7 +153,8 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
                 "started_from": start,
                 "metrics": {"validation": result["validation"]},
                 "training": {k: v for k, v in result.items() if k != "validation"}}
-        log.info("guard: the new model, %s and B1 on the validation split", replaced or "no previous model")
+        log.info("guard: the new model%s on the validation split", f" and {COSINE_NAME} (which serves)" if
+                 replaced == COSINE_NAME else f", {replaced or 'no previous model'} and B1")
         figures = validation_figures(store, seq, {"new": trainer.model, **({"replaced": old_model} if old_model else {})})
         verdict = decide(figures, replaced, force)
         meta["metrics"]["guard"] = figures
