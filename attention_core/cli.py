@@ -72,6 +72,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(p)
     p.set_defaults(func=cmd_eval)
 
+    # `build` is the store's command (store/cli.py, registered before this layer's): on a store with no model of its
+    # own, this layer's guard of the general model follows it (build_guard.py)
+    p = sub.choices["build"]
+    p.add_argument("--no-guard", action="store_true",
+                   help="do not judge the general model against plain cosine on the validation split after the build "
+                        "(by default a build that changed a store with no model of its own does, and plain cosine "
+                        "serves the store if it scores above the general model)")
+    p.set_defaults(func=cmd_build)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from nextpara.store.cli import print_build, run_build
+
+    from .build_guard import guard_general
+
+    report = run_build(args)
+    if args.no_guard:
+        print_build(args, report)
+    else:
+        print_build(args, report, {"guard": asdict(guard_general(report.data_dir, changed=report.paragraphs_written > 0))})
+    return 0
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
@@ -152,10 +176,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     params = ", ".join(f"{k}={v}" for k, v in index["params"].items())
     if model["source"] == "none":
         serves = f"none: {model['reason']}"
-    elif model["source"] == "cosine":  # plain cosine beat the models `nextpara train` judged: the guard's line says so
-        serves = (f"plain cosine to the last paragraph (B1), {model['model_version']}: it scored at least as well as "
-                  "the models `nextpara train` judged on the validation split (train_report.json; `nextpara train "
-                  "--force` serves a new model whatever it scores)")
+    elif model["source"] == "cosine":  # plain cosine beat the models the guard judged: its line says so
+        serves = (f"plain cosine to the last paragraph (B1), {model['model_version']}\n"
+                  f"guard         {model['reason'] or 'it scored at least as well as the models judged'}")
     else:
         serves = f"{model['source']} {model['model_version']}" + (
             f" ({model['started_from']})" if model.get("started_from") else

@@ -15,9 +15,10 @@ and a fine-tuned model must share its start's configuration. Measured in bench/q
 ("Features read against their own list").
 
 Where plain cosine to the last paragraph (B1) scored at least as well on a store's validation split as every
-model ``nextpara train`` judged there, the store's checkpoint is :func:`cosine_model`, a model that ranks exactly
-as B1 does (guard.py decides; its metadata's ``kind`` is :data:`COSINE`), so a store is never served by a model
-that its own validation queries found worse than cosine.
+model ``nextpara train`` judged there, or above the general model after ``nextpara build`` (build_guard.py), the
+store's checkpoint is :func:`cosine_model`, a model that ranks exactly as B1 does (guard.py decides; its metadata's
+``kind`` is :data:`COSINE`), so a store is never served by a model that its own validation queries found worse than
+cosine.
 
 Whatever the model needs from a corpus comes from the store it serves, never from the corpora it was
 trained on: the word weights (IDF) of its word-overlap features are fitted on the store's texts when
@@ -144,8 +145,7 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
     if own.exists():
         model, meta = load_checkpoint(own, store.embedder_name, store.dim)
         if meta.get("kind") == COSINE:
-            log.info("%s serves %s: it scored at least as well as the models `nextpara train` judged on its validation "
-                     "split", COSINE_NAME, store.data_dir)
+            log.info("%s serves %s: %s", COSINE_NAME, store.data_dir, meta.get("line", "the guard chose it"))
         return model, {**meta, "source": meta.get("kind", "trained")}
     try:
         model, meta = general_for_store(store)

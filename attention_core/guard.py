@@ -11,6 +11,8 @@ as the new model and above the one that serves, the store is served by plain cos
 (general.cosine_model, saved as its checkpoint): a model serves only where it beats cosine, and a tie keeps what
 serves. ``--force`` serves the new model whatever it scores. One plain line says what serves and
 how it compares. The comparison is written to ``TRAIN_REPORT`` in the data dir, where ``nextpara info`` reads it.
+After ``nextpara build`` there is no new model: :func:`judge_served` keeps the general model only at or above B1
+(build_guard.py).
 
 Early stopping and the word-weight boost were chosen on the same validation split (a different
 sample of 1,000 queries), which favours the new model slightly: the guard is a floor, not a measurement
@@ -103,6 +105,18 @@ def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
     line = f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is {models}; the new model was not " \
            f"saved ({redo})"
     return Verdict(False, line, figures, replaced, serve_cosine=True)
+
+
+def judge_served(figures: dict[str, dict], name: str) -> Verdict:
+    """No new model: the one that serves (``figures["replaced"]``, called ``name``) keeps serving iff its validation
+    MRR@10 is at least B1's, else plain cosine serves (build_guard.py, after ``nextpara build``)."""
+    served, b1 = figures["replaced"], figures["B1"]
+    cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
+    if served[METRIC] >= b1[METRIC]:
+        return Verdict(False, f"{name} serves: validation MRR@10 {fmt(served)}, at least {cosine}", figures, name)
+    return Verdict(False, f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is above {name}'s "
+                          f"{fmt(served)} (`nextpara train` trains a model for this store, which serves if it beats both)",
+                   figures, name, serve_cosine=True)
 
 
 def write_report(data_dir: Path, verdict: Verdict, model_version: str, extra: dict | None = None) -> None:

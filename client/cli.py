@@ -182,7 +182,7 @@ def _model_line(i) -> str:
         return i.model_version or "none"
     if m.source == "none":
         return f"none: {m.reason}"
-    if m.source == "cosine":  # `nextpara train` found plain cosine at least as good as the models: m.reason says so
+    if m.source == "cosine":  # the guard found plain cosine at least as good as the models: m.reason says so
         line = f"plain cosine to the last paragraph (B1), {m.version}"
     else:
         line = (f"{m.source} {m.version}" + (f" ({m.started_from})" if m.started_from else "")

@@ -124,9 +124,9 @@ class ValidationFigures:
 @dataclass(frozen=True)
 class ModelInfo:
     """The model that serves: ``source`` "trained" (the store's own), "general" (the packaged general model), "cosine"
-    (plain cosine to the last paragraph, B1, which `nextpara train` found at least as good as the models on the
-    store's validation split; ``reason`` is its line) or "none" (``reason`` says why); its and cosine's (B1) validation
-    figures when `nextpara train` measured them."""
+    (plain cosine to the last paragraph, B1, which the guard of `nextpara train` or `nextpara build` found at least as
+    good as the models on the store's validation split; ``reason`` is its line) or "none" (``reason`` says why); its
+    and cosine's (B1) validation figures when a guard measured them."""
 
     source: str
     version: str

@@ -1,4 +1,5 @@
-"""CLI commands over the store: ``build``, ``search``, ``backup`` (``info``, which also describes the model, is in attention_core/cli.py).
+"""CLI commands over the store: ``build``, ``search``, ``backup`` (``info``, which also describes the model, is in attention_core/cli.py,
+which also runs ``build`` through :func:`run_build` and :func:`print_build` to judge the general model after it).
 
 Only argparse is imported at module level; each command imports what it needs when run.
 """
@@ -58,6 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    print_build(args, run_build(args))
+    return 0
+
+
+def run_build(args: argparse.Namespace):
+    """``nextpara build``'s work: the BuildReport; the documents it skipped as malformed are named on stderr."""
     from .ingest import build
 
     report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
@@ -66,17 +73,25 @@ def cmd_build(args: argparse.Namespace) -> int:
                    if args.embedder.startswith("openai:") else None)
     for reason in report.skipped_reasons:
         print(f"skipped: {reason}", file=sys.stderr)
+    return report
+
+
+def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> None:
+    """The report as one line (and a line per ``extra`` value), or with ``--json`` one JSON document (``extra``'s keys
+    beside the report's)."""
     if args.json:
         from dataclasses import asdict
 
-        print(json.dumps({**asdict(report), "paragraphs_per_second": report.paragraphs_per_second}, indent=2))
-        return 0
+        print(json.dumps({**asdict(report), "paragraphs_per_second": report.paragraphs_per_second, **(extra or {})},
+                         indent=2))
+        return
     print(f"built {report.data_dir}: {report.documents_read} documents read"
           f" ({report.documents_added} added, {report.documents_replaced} replaced, {report.documents_unchanged} unchanged,"
           f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
           f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s"
           f" ({report.paragraphs_per_second:.0f}/s), {report.cache_hits} from cache; total {report.total_seconds:.1f}s")
-    return 0
+    for value in (extra or {}).values():
+        print(value["line"] if isinstance(value, dict) else value)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
