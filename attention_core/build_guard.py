@@ -1,21 +1,26 @@
 """The guard after ``nextpara build``: the general model against plain cosine on the store it is to serve.
 
 A store with no model of its own is served by the general model (general.py), which was trained on other
-corpora than the user's. So that it too serves only where it beats cosine, ``nextpara build`` ends, when it
-changed such a store, with the guard's comparison (guard.py) of the general model and B1 (cosine to the last
-paragraph) on the store's validation split:
+corpora than the user's. So that it too serves only where cosine is not clearly better, ``nextpara build`` ends with
+the guard's comparison (guard.py) of the general model and B1 (cosine to the last paragraph) on the store's
+validation split, from the stored vectors:
 
-- the general model keeps serving if its validation MRR@10 is at least B1's (a tie keeps what serves), and
-  ``nextpara info`` shows the two figures (``train_report.json``, as after a training that kept it);
+- the general model keeps serving unless B1's MRR@10 interval is clear above its own (guard.judge_served: this runs
+  unasked on every new store, so a difference inside the noise keeps the model that was ahead of cosine on every
+  corpus measured), and ``nextpara info`` shows the two figures (``train_report.json``, as a training leaves it);
 - otherwise plain cosine serves: general.cosine_model is saved as the store's ``model.safetensors``, marked as the
-  build's (``judged_by``), until a ``nextpara train`` makes a model that beats it. A later build that changes the
-  store judges again, and removes that checkpoint where the general model has caught up.
+  build's (``judged_by``, ``judged_against``: the general model's version), until a ``nextpara train`` makes a model
+  that beats it. A later build judges again, and removes that checkpoint where the general model has caught up.
 
-A store with a model of its own (trained, or cosine chosen by ``nextpara train``) is left alone: training judged it.
-A store without validation documents, or of an embedder the general model does not fit, is not judged, and the
-line says why. ``nextpara build --no-guard`` skips the step; the default store that ``nextpara serve`` builds on first
-use (bootstrap.py) skips it too, so that the first run reaches SERVING sooner: the general model was trained on that
-corpus and is far above B1 there (bench/results/general_model.md).
+A build judges again unless the last report (a build's or a training's) judged what serves now, on the store as it is
+now (its write generation): so a store changed by ``nextpara add``, by a build with ``--no-guard`` or by one
+interrupted before its guard, and a store whose general model came with a new nextpara version, is judged by the next
+build even if that build writes nothing. A store with a model of its own (trained, or cosine chosen by ``nextpara
+train``) is left alone: training judged it. A store without validation queries, or of an embedder the general model
+does not fit, is not judged, and the line says why; so is a store whose checkpoint cannot be read or written (the
+build's documents are committed by then). ``nextpara build --no-guard`` skips the step; the default store that
+``nextpara serve`` builds on first use (bootstrap.py) skips it too, so that the first run reaches SERVING sooner: the
+general model was trained on that corpus and is far above B1 there (bench/results/build_guard.md).
 """
 
 from __future__ import annotations
@@ -24,12 +29,21 @@ import logging
 import os
 from dataclasses import dataclass
 
-from nextpara.errors import FailedPreconditionError, StoreMismatchError
+from nextpara.errors import NextparaError
 from nextpara.store.snapshot import fsync_dir
 from nextpara.store.store import open_store
 
 from .checkpoint import CHECKPOINT, read_checkpoint_meta, save_checkpoint
-from .general import COSINE, COSINE_NAME, cosine_model, general_for_store, general_name
+from .general import (
+    COSINE,
+    COSINE_NAME,
+    GENERAL_CHECKPOINT,
+    GENERAL_VERSION,
+    cosine_model,
+    fits,
+    general_for_store,
+    general_name,
+)
 from .guard import judge_served, read_report, validation_figures, write_report
 from .sequences import ParagraphSequences
 
@@ -45,48 +59,61 @@ class BuildGuard:
     cosine: bool = False  # plain cosine serves the store now (chosen by this build or an earlier one)
 
 
-def guard_general(data_dir: str | os.PathLike, changed: bool = True) -> BuildGuard:
-    """Judge the general model against B1 on the store in ``data_dir`` if nothing else has judged what serves it;
-    ``changed`` False (the build wrote nothing): only if no guard's report describes what serves it now."""
-    with open_store(data_dir, readonly=True) as store:
-        data_dir = store.data_dir
-        own = data_dir / CHECKPOINT
-        meta = read_checkpoint_meta(own) if own.exists() else {}
-        if own.exists() and meta.get("judged_by") != BUILD:
-            what = f"{COSINE_NAME}, chosen by `nextpara train`" if meta.get("kind") == COSINE else \
-                f"its own model {meta['model_version']}"
-            return BuildGuard(False, f"{data_dir} is served by {what}: not judged again", meta.get("kind") == COSINE)
-        report = read_report(data_dir)
-        if not changed and describes_what_serves(report, own.exists()):
-            return BuildGuard(False, f"{data_dir} is unchanged: not judged again ({report['line']})", own.exists())
-        try:
-            model, meta = general_for_store(store)
-        except (FailedPreconditionError, StoreMismatchError) as e:
-            return BuildGuard(False, f"the general model was not judged: {e}")
-        name = general_name(meta["model_version"])
-        seq = ParagraphSequences(store)
-        if not seq.queries("validation", 1, limit=1):
-            serves = COSINE_NAME if own.exists() else name
-            return BuildGuard(False, f"{serves} serves {data_dir}, not judged: the store holds no validation documents "
-                                     "(the split rule puts 10% of documents there)", own.exists())
-        log.info("guard: %s and B1 on the validation split", name)
-        figures = validation_figures(store, seq, {"replaced": model})
-        verdict = judge_served(figures, name)
-        if verdict.serve_cosine:
-            save_checkpoint(own, cosine_model(store.dim),
-                            {"kind": COSINE, "judged_by": BUILD, "line": verdict.line,
-                             "embedder": {"name": store.embedder_name, "dim": store.dim},
-                             "index_generation": store.generation, "metrics": {"guard": figures}})
-        elif own.exists():  # cosine chosen by an earlier build, and the general model has caught up
-            own.unlink()
-            fsync_dir(data_dir)
-        write_report(data_dir, verdict, "", {"judged_by": BUILD})
-        return BuildGuard(True, verdict.line, verdict.serve_cosine)
+def guard_general(data_dir: str | os.PathLike) -> BuildGuard:
+    """Judge the general model against B1 on the store in ``data_dir`` unless a guard has judged what serves it now."""
+    try:
+        with open_store(data_dir, readonly=True) as store:
+            return _guard(store)
+    except (NextparaError, OSError) as e:  # a damaged checkpoint, a full disk: the build itself is committed
+        return BuildGuard(False, f"the general model was not judged: {e}")
 
 
-def describes_what_serves(report: dict | None, cosine_serves: bool) -> bool:
-    """Whether the last guard's report (training's or a build's) judged what serves the store now: not one whose new
-    model was served and has gone since, nor one at odds with the checkpoint (a kill between the two writes)."""
-    if not report or report.get("serve_new"):
+def _guard(store) -> BuildGuard:
+    data_dir = store.data_dir
+    own = data_dir / CHECKPOINT
+    mine = read_checkpoint_meta(own) if own.exists() else None  # the store's own checkpoint's metadata
+    if mine is not None and mine.get("judged_by") != BUILD:
+        what = f"{COSINE_NAME}, chosen by `nextpara train`" if mine.get("kind") == COSINE else \
+            f"its own model {mine['model_version']}"
+        return BuildGuard(False, f"{data_dir} is served by {what}: not judged again", mine.get("kind") == COSINE)
+    report = read_report(data_dir)
+    if describes_what_serves(report, store.generation, mine):
+        return BuildGuard(False, f"unchanged since the guard's last verdict, not judged again: {report['line']}",
+                          mine is not None)
+    mismatch = fits(read_checkpoint_meta(GENERAL_CHECKPOINT), store)  # before torch is loaded for nothing
+    if mismatch:
+        return BuildGuard(False, f"the general model was not judged: {mismatch}", mine is not None)
+    seq = ParagraphSequences(store)
+    if not seq.queries("validation", 1, limit=1):
+        serves = COSINE_NAME if mine is not None else general_name(GENERAL_VERSION)
+        return BuildGuard(False, f"{serves} serves {data_dir}, not judged: the store holds no validation queries (the "
+                                 "split rule puts 10% of documents there; a query needs a document of two paragraphs)",
+                          mine is not None)
+    model, meta = general_for_store(store)
+    name = general_name(meta["model_version"])
+    log.info("guard: %s and B1 on the validation split", name)
+    figures = validation_figures(store, seq, {"replaced": model})
+    verdict = judge_served(figures, name)
+    if verdict.serve_cosine:
+        save_checkpoint(own, cosine_model(store.dim),
+                        {"kind": COSINE, "judged_by": BUILD, "judged_against": meta["model_version"],
+                         "line": verdict.line, "embedder": {"name": store.embedder_name, "dim": store.dim},
+                         "index_generation": store.generation, "metrics": {"guard": figures}})
+    elif own.exists():  # cosine chosen by an earlier build, and the general model has caught up
+        own.unlink()
+        fsync_dir(data_dir)
+    write_report(data_dir, verdict, "", {"judged_by": BUILD, "index_generation": store.generation})
+    return BuildGuard(True, verdict.line, verdict.serve_cosine)
+
+
+def describes_what_serves(report: dict | None, generation: int, mine: dict | None) -> bool:
+    """Whether the last guard's report (a build's or a training's) judged what serves the store now, with ``mine`` the
+    metadata of the store's checkpoint that a build wrote (None: the general model serves), on the store as it is at
+    ``generation``: not a report of an earlier generation, or of another general model, or of a new model that serves
+    no more, or one at odds with the checkpoint (a kill between the two writes)."""
+    if not report or report.get("serve_new") or report.get("index_generation") != generation:
         return False
-    return bool(report.get("serve_cosine") or report.get("replaced") == COSINE_NAME) == cosine_serves
+    if mine is None:
+        return report.get("replaced") == general_name(GENERAL_VERSION) and not report.get("serve_cosine")
+    return mine.get("judged_against") == GENERAL_VERSION and bool(report.get("serve_cosine")
+                                                                  or report.get("replaced") == COSINE_NAME)

@@ -1,4 +1,4 @@
-"""CLI commands over the model: ``train``, ``eval``.
+"""CLI commands over the model: ``train``, ``eval``, ``info``, and the guard that follows the store's ``build``.
 
 Only argparse is imported at module level; each command imports what it needs when run.
 """
@@ -75,14 +75,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     # `build` is the store's command (store/cli.py, registered before this layer's): on a store with no model of its
     # own, this layer's guard of the general model follows it (build_guard.py)
     p = sub.choices["build"]
+    p.description += (" Then, on a store with no model of its own, the guard: the general model and plain cosine to the "
+                      "last paragraph (B1) on the validation split; where cosine scores clearly higher, the store's "
+                      "model.safetensors becomes plain cosine (train_report.json holds the figures).")
     p.add_argument("--no-guard", action="store_true",
                    help="do not judge the general model against plain cosine on the validation split after the build "
-                        "(by default a build that changed a store with no model of its own does, and plain cosine "
-                        "serves the store if it scores above the general model)")
+                        "(by default a build of a store with no model of its own does, unless the last guard judged "
+                        "the store as it is, and plain cosine serves it if it scores clearly above the general model)")
     p.set_defaults(func=cmd_build)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    import sys
     from dataclasses import asdict
 
     from nextpara.store.cli import print_build, run_build
@@ -92,8 +96,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     report = run_build(args)
     if args.no_guard:
         print_build(args, report)
-    else:
-        print_build(args, report, {"guard": asdict(guard_general(report.data_dir, changed=report.paragraphs_written > 0))})
+    elif args.json:
+        print_build(args, report, {"guard": asdict(guard_general(report.data_dir))})
+    else:  # the build's line first: its documents are committed whatever the guard meets
+        print_build(args, report)
+        sys.stdout.flush()
+        print(guard_general(report.data_dir).line)
     return 0
 
 

@@ -71,8 +71,8 @@ def cosine_model(embed_dim: int) -> NextParagraphModel:
 
 
 def general_name(version: str) -> str:
-    """How training's guard names the general model it judged (train_report.json's ``replaced``), which
-    describe_served matches to show those figures beside the version that serves."""
+    """How the guard (training's, or a build's: build_guard.py) names the general model it judged (train_report.json's
+    ``replaced``), which describe_served matches to show those figures beside the version that serves."""
     return f"the general model {version}"
 
 
@@ -159,7 +159,8 @@ def describe_served(store: ParagraphStore) -> dict:
     """Which model serves ``store`` and its validation figures beside B1's, without loading any weights:
     ``source`` "trained", COSINE (with ``reason``: the guard's line), "general" or "none" (with ``reason``),
     ``model_version``, ``scorer`` (model.SCORERS' name of its configuration, COSINE, or "custom"), and ``validation``
-    ({"model": ..., "B1": ...}, summarize() dicts) when a `nextpara train` measured them on this store."""
+    ({"model": ..., "B1": ...}, summarize() dicts) when a guard (`nextpara train`'s, or for the general model
+    `nextpara build`'s) measured them on this store."""
     from .checkpoint import read_checkpoint_meta
     from .guard import read_report
 
@@ -189,7 +190,7 @@ def describe_served(store: ParagraphStore) -> dict:
     if mismatch:
         return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
     out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
-    report = read_report(store.data_dir)  # the last `nextpara train` kept this general model: its figures here
+    report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
     if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):
         out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}
     return out

@@ -47,7 +47,7 @@ class TrainOutcome:
     meta: dict | None  # the new model's metadata, saved or not; None when nothing could be trained
     served: bool  # the new model is now the store's model.safetensors
     line: str  # one plain line: what serves the store now, and why
-    cosine: bool = False  # plain cosine (B1) serves the store now (guard.Verdict.serve_cosine)
+    cosine: bool = False  # plain cosine (B1) serves the store now (chosen by this training's guard, or kept)
 
 
 def corpus_fingerprint(seq: ParagraphSequences) -> str:
@@ -167,5 +167,7 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
                                  "corpus_fingerprint": meta["corpus_fingerprint"],
                                  "index_generation": store.generation, "metrics": {"guard": figures}})
             meta["model_version"] = weights_version(trainer.model.state_dict())
-        write_report(store.data_dir, verdict, meta["model_version"], {"started_from": start})
-        return TrainOutcome(meta, verdict.serve_new, verdict.line, verdict.serve_cosine)
+        write_report(store.data_dir, verdict, meta["model_version"],
+                     {"started_from": start, "index_generation": store.generation})
+        cosine = verdict.serve_cosine or (replaced == COSINE_NAME and not verdict.serve_new)  # chosen now, or kept
+        return TrainOutcome(meta, verdict.serve_new, verdict.line, cosine)

@@ -6,7 +6,8 @@ Layout::
     snapshots/g<N>/          ids.npy, vectors.npy, index.faiss (not for flat) as of write generation N (snapshot.py)
     manifest.json            format version, embedder, index, counts, current snapshot
     write.lock               held (flock) by the one process that writes
-    model.safetensors        the trained reranker, if any (nextpara.attention_core.checkpoint)
+    model.safetensors        the store's own reranker, if any: trained, or plain cosine where a guard chose it
+                             (nextpara.attention_core.checkpoint; train_report.json, the guard's figures, beside it)
 
 ``paragraphs.sqlite`` also holds the word index (word_index.py), an FTS5 table kept in step with
 the paragraphs by triggers, and the documents' labels (labels.py); a store from before either gets it

@@ -176,8 +176,9 @@ def test_training_that_cannot_beat_cosine_serves_cosine(tmp_path):
         ids[n] for n in np.argsort(-cosine, kind="stable") if ids[n] not in ids[3:6]][:3]
 
     # trained again, the new model is judged against cosine, which already serves; --force serves it whatever it scores
-    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    again = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
+    assert (json.loads(again.stdout)["served"], json.loads(again.stdout)["cosine_serves"]) == (False, True)  # kept
     report = json.loads((store / TRAIN_REPORT).read_text())
     assert report["replaced"] == "plain cosine (B1)"
     assert report["figures"]["replaced"]["mrr@10"] == pytest.approx(report["figures"]["B1"]["mrr@10"])
