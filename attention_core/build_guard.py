@@ -59,16 +59,17 @@ class BuildGuard:
     cosine: bool = False  # plain cosine serves the store now (chosen by this build or an earlier one)
 
 
-def guard_general(data_dir: str | os.PathLike) -> BuildGuard:
-    """Judge the general model against B1 on the store in ``data_dir`` unless a guard has judged what serves it now."""
+def guard_general(data_dir: str | os.PathLike, again: bool = False) -> BuildGuard:
+    """Judge the general model against B1 on the store in ``data_dir`` unless a guard has judged what serves it now
+    (``again``: even then, as bench.quality.build_guard does to measure it)."""
     try:
         with open_store(data_dir, readonly=True) as store:
-            return _guard(store)
+            return _guard(store, again)
     except (NextparaError, OSError) as e:  # a damaged checkpoint, a full disk: the build itself is committed
         return BuildGuard(False, f"the general model was not judged: {e}")
 
 
-def _guard(store) -> BuildGuard:
+def _guard(store, again: bool) -> BuildGuard:
     data_dir = store.data_dir
     own = data_dir / CHECKPOINT
     mine = read_checkpoint_meta(own) if own.exists() else None  # the store's own checkpoint's metadata
@@ -77,7 +78,7 @@ def _guard(store) -> BuildGuard:
             f"its own model {mine['model_version']}"
         return BuildGuard(False, f"{data_dir} is served by {what}: not judged again", mine.get("kind") == COSINE)
     report = read_report(data_dir)
-    if describes_what_serves(report, store.generation, mine):
+    if not again and describes_what_serves(report, store.generation, mine):
         return BuildGuard(False, f"unchanged since the guard's last verdict, not judged again: {report['line']}",
                           mine is not None)
     mismatch = fits(read_checkpoint_meta(GENERAL_CHECKPOINT), store)  # before torch is loaded for nothing

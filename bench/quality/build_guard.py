@@ -5,7 +5,7 @@
 
 Each store is judged as ``nextpara build`` judges a store with no model of its own (attention_core/build_guard.py):
 the general model and B1 (cosine to the last paragraph) on its validation split, and plain cosine serves where B1
-scores above the general model. It is judged in place: the store gets the build's ``train_report.json`` (and the
+scores clearly above the general model. It is judged afresh, whatever judged it before, and in place: the store gets the build's ``train_report.json`` (and the
 cosine checkpoint, where cosine wins), as ``nextpara build`` would leave it. A store with a model of its own is
 reported as not judged.
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path:
             parser.error(f"--store {spec}: give NAME=DIR")
         t0 = time.perf_counter()
-        outcome = guard_general(path)
+        outcome = guard_general(path, again=True)
         seconds = time.perf_counter() - t0
         reference, paragraphs = embed_seconds(path)
         report = read_report(path) if outcome.judged else None
