@@ -5,14 +5,9 @@
 
 Each store is judged as ``nextpara build`` judges a store with no model of its own (attention_core/build_guard.py):
 the general model and B1 (cosine to the last paragraph) on its validation split, and plain cosine serves where B1
-scores clearly above the general model. It is judged afresh, whatever judged it before, and in place: the store gets the build's ``train_report.json`` (and the
-cosine checkpoint, where cosine wins), as ``nextpara build`` would leave it. A store with a model of its own is
-reported as not judged.
-
-``--write-walk FILE`` writes the synthetic corpus of tests/test_build_guard.py as JSON Lines: 200 documents of 10
-paragraphs, each paragraph the one before with one of its 12 words swapped, so that the last paragraph's nearest
-text is the next one and plain cosine finds it nearly every time, while the general model also weighs the rest of
-the context. It is there to show the other verdict; nothing real is written that way.
+scores clearly above the general model. It is judged afresh, whatever judged it before, and in place: the store gets
+the build's ``train_report.json`` (and the cosine checkpoint, where cosine wins), as ``nextpara build`` would leave
+it. A store with a model of its own is reported as not judged.
 
 The cost is the guard's seconds, from opening the store to the verdict (the general model loaded and its word weights
 fitted on the store included; the interpreter's start and imports, which the build has paid already, not), beside a
