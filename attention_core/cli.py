@@ -75,9 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     # `build` is the store's command (store/cli.py, registered before this layer's): on a store with no model of its
     # own, this layer's guard of the general model follows it (build_guard.py)
     p = sub.choices["build"]
-    p.description += (" Then, on a store with no model of its own, the guard: the general model and plain cosine to the "
-                      "last paragraph (B1) on the validation split; where cosine scores clearly higher, the store's "
-                      "model.safetensors becomes plain cosine (train_report.json holds the figures).")
+    p.description += (" Then, on a store with no model of its own, the guard: the general model and plain cosine to "
+                      "the last paragraph (B1) on the validation split; where cosine scores clearly higher, the "
+                      "store's model.safetensors becomes plain cosine (train_report.json holds the figures).")
     p.add_argument("--no-guard", action="store_true",
                    help="do not judge the general model against plain cosine on the validation split after the build "
                         "(by default a build of a store with no model of its own does, unless the last guard judged "

@@ -115,13 +115,13 @@ def judge_served(figures: dict[str, dict], name: str) -> Verdict:
     served, b1 = figures["replaced"], figures["B1"]
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
     if b1[f"{METRIC}_ci"][0] > served[f"{METRIC}_ci"][1]:
-        return Verdict(False, f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is clearly above "
-                              f"{name}'s {fmt(served)} (`nextpara train` trains a model that serves if it beats cosine)",
-                       figures, name, serve_cosine=True)
+        return Verdict(False, f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is clearly "
+                              f"above {name}'s {fmt(served)} (`nextpara train` trains a model that serves if it "
+                              "beats cosine)", figures, name, serve_cosine=True)
     if served[METRIC] >= b1[METRIC]:
         return Verdict(False, f"{name} serves: validation MRR@10 {fmt(served)}, at least {cosine}", figures, name)
-    return Verdict(False, f"{name} serves: validation MRR@10 {fmt(served)} against {cosine}: cosine scores higher here, "
-                          "but inside the noise (the intervals overlap)", figures, name)
+    return Verdict(False, f"{name} serves: validation MRR@10 {fmt(served)} against {cosine}: cosine scores higher "
+                          "here, but inside the noise (the intervals overlap)", figures, name)
 
 
 def write_report(data_dir: Path, verdict: Verdict, model_version: str, extra: dict | None = None) -> None:

@@ -1,5 +1,6 @@
-"""CLI commands over the store: ``build``, ``search``, ``backup`` (``info``, which also describes the model, is in attention_core/cli.py,
-which also runs ``build`` through :func:`run_build` and :func:`print_build` to judge the general model after it).
+"""CLI commands over the store: ``build``, ``search``, ``backup``. ``info``, which also describes the model, is in
+attention_core/cli.py, which also runs ``build`` through :func:`run_build` and :func:`print_build` to judge the general
+model after it.
 
 Only argparse is imported at module level; each command imports what it needs when run.
 """

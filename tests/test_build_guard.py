@@ -165,7 +165,8 @@ def test_a_build_judges_nothing_it_cannot_or_need_not(tmp_path):
         save_checkpoint(store / CHECKPOINT, cosine_model(s.dim), {"kind": "cosine", "line": "kept by training",
                                                                   "embedder": {"name": s.embedder_name, "dim": s.dim}})
     outcome = guard_general(store)
-    assert (outcome.judged, outcome.cosine) == (False, True) and "chosen by `nextpara train`: not judged again" in outcome.line
+    assert (outcome.judged, outcome.cosine) == (False, True)
+    assert "chosen by `nextpara train`: not judged again" in outcome.line
     with open_store(store, readonly=True) as s:  # and so is a trained one
         meta = save_checkpoint(store / CHECKPOINT, cosine_model(s.dim), {"embedder": {"name": s.embedder_name,
                                                                                       "dim": s.dim}})
@@ -173,7 +174,8 @@ def test_a_build_judges_nothing_it_cannot_or_need_not(tmp_path):
                                                         "not judged again")
     (store / CHECKPOINT).write_bytes(b"not a checkpoint")  # one that cannot be read: said, and the build stands
     outcome = guard_general(store)
-    assert not outcome.judged and outcome.line.startswith("the general model was not judged: ") and "checkpoint" in outcome.line
+    assert not outcome.judged and outcome.line.startswith("the general model was not judged: ")
+    assert "checkpoint" in outcome.line
 
     (tmp_path / "vec").mkdir()
     rng = np.random.default_rng(0)  # another embedder than the general model's: it cannot serve, nothing is judged

@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                      **({"figures": report["figures"]} if report else {})})
         print(f"{name}: {outcome.line} ({seconds:.1f} s)", file=sys.stderr)
     lines = [f"# The guard after `nextpara build` ({stamp(__file__)['date']})", "",
-             f"Command: `{stamp(__file__)['command']}`. Reference: MiniLM embedding {SAMPLE} of each store's paragraphs "
-             "in the same run, scaled to its count (a build's embedding time without the cache).", "",
+             f"Command: `{stamp(__file__)['command']}`. Reference: MiniLM embedding {SAMPLE} of each store's "
+             "paragraphs in the same run, scaled to its count (a build's embedding time without the cache).", "",
              "| corpus | paragraphs | validation queries | general model MRR@10 | B1 MRR@10 | what serves | guard s | "
              "embedding s (reference) | guard / embedding |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{fmt(f['replaced']) if f else '-'} | {fmt(f['B1']) if f else '-'} | {serves} | "
                      f"{r['guard_seconds']:.1f} | {r['embed_seconds_reference']:.0f} | {r['ratio']:.1%} |")
     lines += ["", *(f"- {r['corpus']}: {r['line']}" for r in rows), "",
-              "The stores were built with `nextpara build --corpus ... --no-guard`; the synthetic corpus on which plain "
-              "cosine wins is `--write-walk FILE`'s (each paragraph the one before with one word swapped).", ""]
+              "The stores were built with `nextpara build --corpus ... --no-guard`; the synthetic corpus on which "
+              "plain cosine wins is `--write-walk FILE`'s (each paragraph the one before with one word swapped).", ""]
     save(args.output, {**stamp(__file__), "rows": rows}, "\n".join(lines))
     return 0
 
