@@ -10,7 +10,8 @@ validation split, from the stored vectors:
   corpus measured), and ``nextpara info`` shows the two figures (``train_report.json``, as a training leaves it);
 - otherwise plain cosine serves: general.cosine_model is saved as the store's ``model.safetensors``, marked as the
   build's (``judged_by``, ``judged_against``: the general model's version), until a ``nextpara train`` makes a model
-  that beats it. A later build judges again, and removes that checkpoint where the general model has caught up.
+  that beats it. A later build judges again, and removes that checkpoint where the general model scores at least
+  as well as B1 (a tie keeps what serves, so a store near the line does not change at every build).
 
 A build judges again unless the last report (a build's or a training's) judged what serves now, on the store as it is
 now (its write generation): so a store changed by ``nextpara add``, by a build with ``--no-guard`` or by one
@@ -18,7 +19,7 @@ interrupted before its guard, and a store whose general model came with a new ne
 build even if that build writes nothing. A store with a model of its own (trained, or cosine chosen by ``nextpara
 train``) is left alone: training judged it. A store without validation queries, or of an embedder the general model
 does not fit, is not judged, and the line says why; so is a store whose checkpoint cannot be read or written (the
-build's documents are committed by then). ``nextpara build --no-guard`` skips the step; the default store that
+build's documents are committed by then), or one whose checkpoint a training replaced while the guard ran. ``nextpara build --no-guard`` skips the step; the default store that
 ``nextpara serve`` builds on first use (bootstrap.py) skips it too, so that the first run reaches SERVING sooner: the
 general model was trained on that corpus and is far above B1 there (bench/results/build_guard.md).
 """
@@ -27,11 +28,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 
 from nextpara.errors import NextparaError
 from nextpara.store.snapshot import fsync_dir
 from nextpara.store.store import open_store
+from safetensors import SafetensorError
 
 from .checkpoint import CHECKPOINT, read_checkpoint_meta, save_checkpoint
 from .general import (
@@ -43,6 +47,7 @@ from .general import (
     fits,
     general_for_store,
     general_name,
+    load_general,
 )
 from .guard import judge_served, read_report, validation_figures, write_report
 from .sequences import ParagraphSequences
@@ -65,12 +70,12 @@ def guard_general(data_dir: str | os.PathLike, again: bool = False) -> BuildGuar
     try:
         with open_store(data_dir, readonly=True) as store:
             return _guard(store, again)
-    except (NextparaError, OSError) as e:  # a damaged checkpoint, a full disk: the build itself is committed
-        return BuildGuard(False, f"the general model was not judged: {e}")
+    except (NextparaError, OSError, SafetensorError, sqlite3.Error, ValueError) as e:  # a damaged checkpoint, a full
+        return BuildGuard(False, f"the general model was not judged: {e}", cosine_serves(Path(data_dir)))  # disk
 
 
 def _guard(store, again: bool) -> BuildGuard:
-    data_dir = store.data_dir
+    data_dir, generation = store.data_dir, store.index_generation  # the store as this open sees it, all through
     own = data_dir / CHECKPOINT
     mine = read_checkpoint_meta(own) if own.exists() else None  # the store's own checkpoint's metadata
     if mine is not None and mine.get("judged_by") != BUILD:
@@ -78,10 +83,12 @@ def _guard(store, again: bool) -> BuildGuard:
             f"its own model {mine['model_version']}"
         return BuildGuard(False, f"{data_dir} is served by {what}: not judged again", mine.get("kind") == COSINE)
     report = read_report(data_dir)
-    if not again and describes_what_serves(report, store.generation, mine):
+    if not again and describes_what_serves(report, generation, mine):
         return BuildGuard(False, f"unchanged since the guard's last verdict, not judged again: {report['line']}",
                           mine is not None)
-    mismatch = fits(read_checkpoint_meta(GENERAL_CHECKPOINT), store)  # before torch is loaded for nothing
+    if not GENERAL_CHECKPOINT.exists():
+        load_general()  # raises: the general model is missing from this installation, and what to do
+    mismatch = fits(read_checkpoint_meta(GENERAL_CHECKPOINT), store)
     if mismatch:
         return BuildGuard(False, f"the general model was not judged: {mismatch}", mine is not None)
     seq = ParagraphSequences(store)
@@ -94,17 +101,29 @@ def _guard(store, again: bool) -> BuildGuard:
     name = general_name(meta["model_version"])
     log.info("guard: %s and B1 on the validation split", name)
     figures = validation_figures(store, seq, {"replaced": model})
-    verdict = judge_served(figures, name)
+    verdict = judge_served(figures, name, cosine_serves=mine is not None)
+    now = read_checkpoint_meta(own) if own.exists() else None
+    if (now or {}).get("saved_at") != (mine or {}).get("saved_at"):  # `nextpara train` saved a model meanwhile
+        return BuildGuard(False, f"not judged: {own} changed while the guard ran (a training saved its model)",
+                          (now or {}).get("kind") == COSINE)
     if verdict.serve_cosine:
         save_checkpoint(own, cosine_model(store.dim),
                         {"kind": COSINE, "judged_by": BUILD, "judged_against": meta["model_version"],
                          "line": verdict.line, "embedder": {"name": store.embedder_name, "dim": store.dim},
-                         "index_generation": store.generation, "metrics": {"guard": figures}})
-    elif own.exists():  # cosine chosen by an earlier build, and the general model has caught up
+                         "index_generation": generation, "metrics": {"guard": figures}})
+    elif mine is not None:  # cosine chosen by an earlier build, and the general model has caught up
         own.unlink()
         fsync_dir(data_dir)
-    write_report(data_dir, verdict, "", {"judged_by": BUILD, "index_generation": store.generation})
+    write_report(data_dir, verdict, "", {"judged_by": BUILD, "index_generation": generation})
     return BuildGuard(True, verdict.line, verdict.serve_cosine)
+
+
+def cosine_serves(data_dir: Path) -> bool:
+    """Whether the store's own checkpoint is plain cosine, as far as it can be read."""
+    try:
+        return read_checkpoint_meta(data_dir / CHECKPOINT).get("kind") == COSINE
+    except (NextparaError, OSError, ValueError):
+        return False
 
 
 def describes_what_serves(report: dict | None, generation: int, mine: dict | None) -> bool:
@@ -114,7 +133,9 @@ def describes_what_serves(report: dict | None, generation: int, mine: dict | Non
     no more, or one at odds with the checkpoint (a kill between the two writes)."""
     if not report or report.get("serve_new") or report.get("index_generation") != generation:
         return False
+    if report.get("replaced") not in (general_name(GENERAL_VERSION), COSINE_NAME):
+        return False
     if mine is None:
-        return report.get("replaced") == general_name(GENERAL_VERSION) and not report.get("serve_cosine")
+        return report["replaced"] != COSINE_NAME and not report.get("serve_cosine")
     return mine.get("judged_against") == GENERAL_VERSION and bool(report.get("serve_cosine")
-                                                                  or report.get("replaced") == COSINE_NAME)
+                                                                  or report["replaced"] == COSINE_NAME)

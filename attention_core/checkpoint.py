@@ -53,7 +53,13 @@ def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: di
             "code_version": code_version(), "format": 1,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     tmp = path.with_name(path.name + ".tmp")
-    save_file(state, str(tmp), metadata={META_KEY: json.dumps(meta)})
+    try:
+        save_file(state, str(tmp), metadata={META_KEY: json.dumps(meta)})
+    except SafetensorError as e:  # its writer's errors (a full disk) are not OSErrors
+        raise OSError(f"cannot write {tmp}: {e}") from e
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # safetensors writes 0600; a server running as another user must read it
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -91,12 +91,13 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     from nextpara.store.cli import print_build, run_build
 
-    from .build_guard import guard_general
-
     report = run_build(args)
     if args.no_guard:
         print_build(args, report)
-    elif args.json:
+        return 0
+    from .build_guard import guard_general  # (torch and the model: not for --no-guard)
+
+    if args.json:
         print_build(args, report, {"guard": asdict(guard_general(report.data_dir))})
     else:  # the build's line first: its documents are committed whatever the guard meets
         print_build(args, report)

@@ -18,7 +18,7 @@ Where plain cosine to the last paragraph (B1) scored at least as well on a store
 model ``nextpara train`` judged there, or above the general model after ``nextpara build`` (build_guard.py), the
 store's checkpoint is :func:`cosine_model`, a model that ranks exactly as B1 does (guard.py decides; its metadata's
 ``kind`` is :data:`COSINE`), so a store is never served by a model that its own validation queries found worse than
-cosine.
+cosine (for the general model, which a build judges unasked: clearly worse, beyond the intervals).
 
 Whatever the model needs from a corpus comes from the store it serves, never from the corpora it was
 trained on: the word weights (IDF) of its word-overlap features are fitted on the store's texts when

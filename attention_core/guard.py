@@ -12,7 +12,7 @@ as the new model and above the one that serves, the store is served by plain cos
 serves. ``--force`` serves the new model whatever it scores. One plain line says what serves and
 how it compares. The comparison is written to ``TRAIN_REPORT`` in the data dir, where ``nextpara info`` reads it.
 After ``nextpara build`` there is no new model: :func:`judge_served` keeps the general model unless B1 is clearly
-above it (build_guard.py).
+above it, and a build's plain cosine until the general model scores at least as well (build_guard.py).
 
 Early stopping and the word-weight boost were chosen on the same validation split (a different
 sample of 1,000 queries), which favours the new model slightly: the guard is a floor, not a measurement
@@ -107,19 +107,25 @@ def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
     return Verdict(False, line, figures, replaced, serve_cosine=True)
 
 
-def judge_served(figures: dict[str, dict], name: str) -> Verdict:
-    """No new model: the general model that serves (``figures["replaced"]``, called ``name``) keeps serving unless B1 is
-    clearly above it, its MRR@10 interval clear of the model's; then plain cosine serves (build_guard.py, after
-    ``nextpara build``, which runs unasked: a difference inside the noise keeps the model, which was above cosine on
-    every corpus measured)."""
+def judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = False) -> Verdict:
+    """No new model (build_guard.py, after ``nextpara build``): the general model (``figures["replaced"]``, called
+    ``name``) against B1. The build runs this unasked, so plain cosine replaces the general model only where B1 is
+    clearly above it, its MRR@10 interval clear of the model's (a difference inside the noise keeps the model, which
+    was above cosine on every corpus measured); where a build's plain cosine serves already (``cosine_serves``), it
+    stays until the general model scores at least as well as B1: a tie keeps what serves, and a store near the line
+    does not change at every build."""
     served, b1 = figures["replaced"], figures["B1"]
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
-    if b1[f"{METRIC}_ci"][0] > served[f"{METRIC}_ci"][1]:
+    if cosine_serves and served[METRIC] < b1[METRIC]:
+        return Verdict(False, f"kept {COSINE_NAME}: its validation MRR@10 {fmt(b1)} is still above {name}'s "
+                              f"{fmt(served)}", figures, name, serve_cosine=True)
+    if not cosine_serves and b1[f"{METRIC}_ci"][0] > served[f"{METRIC}_ci"][1]:
         return Verdict(False, f"serving {COSINE_NAME} from now on: its validation MRR@10 {fmt(b1)} is clearly "
                               f"above {name}'s {fmt(served)} (`nextpara train` trains a model that serves if it "
                               "beats cosine)", figures, name, serve_cosine=True)
     if served[METRIC] >= b1[METRIC]:
-        return Verdict(False, f"{name} serves: validation MRR@10 {fmt(served)}, at least {cosine}", figures, name)
+        again = " again" if cosine_serves else ""
+        return Verdict(False, f"{name} serves{again}: validation MRR@10 {fmt(served)}, at least {cosine}", figures, name)
     return Verdict(False, f"{name} serves: validation MRR@10 {fmt(served)} against {cosine}: cosine scores higher "
                           "here, but inside the noise (the intervals overlap)", figures, name)
 

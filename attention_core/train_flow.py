@@ -146,10 +146,10 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
             trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet, init_state=state)
         except TooLittleData as e:
             return TrainOutcome(None, False, f"nothing trained: {e}; {store.data_dir} stays served by "
-                                             f"{replaced or 'no model'}")
+                                             f"{replaced or 'no model'}", replaced == COSINE_NAME)
         result = trainer.fit()
         meta = {"embedder": {"name": store.embedder_name, "dim": store.dim},
-                "corpus_fingerprint": corpus_fingerprint(seq), "index_generation": store.generation,
+                "corpus_fingerprint": corpus_fingerprint(seq), "index_generation": store.index_generation,
                 "started_from": start,
                 "metrics": {"validation": result["validation"]},
                 "training": {k: v for k, v in result.items() if k != "validation"}}
@@ -165,9 +165,9 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
                 save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
                                 {"kind": COSINE, "embedder": meta["embedder"], "line": verdict.line,
                                  "corpus_fingerprint": meta["corpus_fingerprint"],
-                                 "index_generation": store.generation, "metrics": {"guard": figures}})
+                                 "index_generation": store.index_generation, "metrics": {"guard": figures}})
             meta["model_version"] = weights_version(trainer.model.state_dict())
         write_report(store.data_dir, verdict, meta["model_version"],
-                     {"started_from": start, "index_generation": store.generation})
+                     {"started_from": start, "index_generation": store.index_generation})
         cosine = verdict.serve_cosine or (replaced == COSINE_NAME and not verdict.serve_new)  # chosen now, or kept
         return TrainOutcome(meta, verdict.serve_new, verdict.line, cosine)

@@ -78,8 +78,7 @@ def run_build(args: argparse.Namespace):
 
 
 def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> None:
-    """The report as one line (and a line per ``extra`` value), or with ``--json`` one JSON document (``extra``'s keys
-    beside the report's)."""
+    """The report as one line, or with ``--json`` one JSON document (``extra``'s keys beside the report's)."""
     if args.json:
         from dataclasses import asdict
 
@@ -91,8 +90,6 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
           f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
           f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s"
           f" ({report.paragraphs_per_second:.0f}/s), {report.cache_hits} from cache; total {report.total_seconds:.1f}s")
-    for value in (extra or {}).values():
-        print(value["line"] if isinstance(value, dict) else value)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
