@@ -11,7 +11,8 @@ validation split, from the stored vectors:
 - otherwise plain cosine serves: general.cosine_model is saved as the store's ``model.safetensors``, marked as the
   build's (``judged_by``, ``judged_against``: the general model's version), until a ``nextpara train`` makes a model
   that beats it. A later build judges again, and removes that checkpoint where the general model scores at least
-  as well as B1 (a tie keeps what serves, so a store near the line does not change at every build).
+  as well as B1 (B1 ahead inside the noise keeps whichever serves, so a store near the line does not change at every
+  build; an exact tie goes to the general model).
 
 A build judges again unless the last report (a build's or a training's) judged what serves now, on the store as it is
 now (its write generation): so a store changed by ``nextpara add``, by a build with ``--no-guard`` or by one
@@ -19,9 +20,10 @@ interrupted before its guard, and a store whose general model came with a new ne
 build even if that build writes nothing. A store with a model of its own (trained, or cosine chosen by ``nextpara
 train``) is left alone: training judged it. A store without validation queries, or of an embedder the general model
 does not fit, is not judged, and the line says why; so is a store whose checkpoint cannot be read or written (the
-build's documents are committed by then), or one whose checkpoint a training replaced while the guard ran. ``nextpara build --no-guard`` skips the step; the default store that
-``nextpara serve`` builds on first use (bootstrap.py) skips it too, so that the first run reaches SERVING sooner: the
-general model was trained on that corpus and is far above B1 there (bench/results/build_guard.md).
+build's documents are committed by then), or one whose checkpoint changed while the guard ran (a training saved its
+model). ``nextpara build --no-guard`` skips the step; the default store that ``nextpara serve`` builds on first use
+(bootstrap.py) skips it too, so that the first run reaches SERVING sooner: the general model was trained on that
+corpus and is far above B1 there (bench/results/build_guard.md).
 """
 
 from __future__ import annotations
@@ -103,9 +105,8 @@ def _guard(store, again: bool) -> BuildGuard:
     figures = validation_figures(store, seq, {"replaced": model})
     verdict = judge_served(figures, name, cosine_serves=mine is not None)
     now = read_checkpoint_meta(own) if own.exists() else None
-    if (now or {}).get("saved_at") != (mine or {}).get("saved_at"):  # `nextpara train` saved a model meanwhile
-        return BuildGuard(False, f"not judged: {own} changed while the guard ran (a training saved its model)",
-                          (now or {}).get("kind") == COSINE)
+    if now != mine:  # `nextpara train` saved a model meanwhile, say: the guard overwrites nothing it did not read
+        return BuildGuard(False, f"not judged: {own} changed while the guard ran", (now or {}).get("kind") == COSINE)
     if verdict.serve_cosine:
         save_checkpoint(own, cosine_model(store.dim),
                         {"kind": COSINE, "judged_by": BUILD, "judged_against": meta["model_version"],

@@ -57,14 +57,23 @@ def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: di
         save_file(state, str(tmp), metadata={META_KEY: json.dumps(meta)})
     except SafetensorError as e:  # its writer's errors (a full disk) are not OSErrors
         raise OSError(f"cannot write {tmp}: {e}") from e
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # safetensors writes 0600; a server running as another user must read it
+    os.chmod(tmp, 0o666 & ~process_umask())  # safetensors writes 0600; a server running as another user must read it
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
     return meta
+
+
+def process_umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it, for a moment, for every thread)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):  # not Linux: set and restore it
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return umask
 
 
 def read_checkpoint_meta(path: str | os.PathLike) -> dict:

@@ -112,8 +112,8 @@ def judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = Fals
     ``name``) against B1. The build runs this unasked, so plain cosine replaces the general model only where B1 is
     clearly above it, its MRR@10 interval clear of the model's (a difference inside the noise keeps the model, which
     was above cosine on every corpus measured); where a build's plain cosine serves already (``cosine_serves``), it
-    stays until the general model scores at least as well as B1: a tie keeps what serves, and a store near the line
-    does not change at every build."""
+    stays until the general model scores at least as well as B1: B1 ahead inside the noise keeps whichever serves, so
+    a store near the line does not change at every build (an exact tie goes to the general model)."""
     served, b1 = figures["replaced"], figures["B1"]
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
     if cosine_serves and served[METRIC] < b1[METRIC]:
@@ -125,7 +125,8 @@ def judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = Fals
                               "beats cosine)", figures, name, serve_cosine=True)
     if served[METRIC] >= b1[METRIC]:
         again = " again" if cosine_serves else ""
-        return Verdict(False, f"{name} serves{again}: validation MRR@10 {fmt(served)}, at least {cosine}", figures, name)
+        return Verdict(False, f"{name} serves{again}: validation MRR@10 {fmt(served)}, at least {cosine}", figures,
+                       name)
     return Verdict(False, f"{name} serves: validation MRR@10 {fmt(served)} against {cosine}: cosine scores higher "
                           "here, but inside the noise (the intervals overlap)", figures, name)
 

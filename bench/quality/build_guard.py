@@ -5,9 +5,10 @@
 
 Each store is judged as ``nextpara build`` judges a store with no model of its own (attention_core/build_guard.py):
 the general model and B1 (cosine to the last paragraph) on its validation split, and plain cosine serves where B1
-scores clearly above the general model. It is judged afresh, whatever judged it before, and in place: the store gets
-the build's ``train_report.json`` (and the cosine checkpoint, where cosine wins), as ``nextpara build`` would leave
-it. A store with a model of its own is reported as not judged.
+scores clearly above the general model. It is judged even if unchanged since a guard last judged it (where a build's
+plain cosine serves already, as a build judges it: it stays until the general model scores as well), and in place:
+the store gets the build's ``train_report.json`` (and the cosine checkpoint, where cosine wins), as ``nextpara
+build`` would leave it. A store with a model of its own is reported as not judged.
 
 The cost is the guard's seconds, from opening the store to the verdict (the general model loaded and its word weights
 fitted on the store included; the interpreter's start and imports, which the build has paid already, not), beside a
