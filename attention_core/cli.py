@@ -97,12 +97,14 @@ def cmd_build(args: argparse.Namespace) -> int:
         return 0
     from .build_guard import guard_general  # (torch and the model: not for --no-guard)
 
-    if args.json:
-        print_build(args, report, {"guard": asdict(guard_general(report.data_dir))})
-    else:  # the build's line first: its documents are committed whatever the guard meets
+    if not args.json:  # the build's line first: its documents are committed whatever the guard meets
         print_build(args, report)
         sys.stdout.flush()
-        print(guard_general(report.data_dir).line)
+    guard = guard_general(report.data_dir)
+    if args.json:
+        print_build(args, report, {"guard": asdict(guard)})
+    else:
+        print(guard.line)
     return 0
 
 

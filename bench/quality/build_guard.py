@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                      "embed_seconds_reference": round(reference, 1), "ratio": round(seconds / reference, 4),
                      **({"figures": report["figures"]} if report else {})})
         print(f"{name}: {outcome.line} ({seconds:.1f} s)", file=sys.stderr)
-    lines = [f"# The guard after `nextpara build` ({stamp(__file__)['date']})", "",
-             f"Command: `{stamp(__file__)['command']}`. Reference: MiniLM embedding {SAMPLE} of each store's "
+    record = stamp(__file__)
+    lines = [f"# The guard after `nextpara build` ({record['date']})", "",
+             f"Command: `{record['command']}`. Reference: MiniLM embedding {SAMPLE} of each store's "
              "paragraphs in the same run, scaled to its count (a build's embedding time without the cache).", "",
              "| corpus | paragraphs | validation queries | general model MRR@10 | B1 MRR@10 | what serves | guard s | "
              "embedding s (reference) | guard / embedding |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", *(f"- {r['corpus']}: {r['line']}" for r in rows), "",
               "The stores were built with `nextpara build --corpus ... --no-guard`; the synthetic corpus on which "
               "plain cosine wins is `--write-walk FILE`'s (each paragraph the one before with one word swapped).", ""]
-    save(args.output, {**stamp(__file__), "rows": rows}, "\n".join(lines))
+    save(args.output, {**record, "rows": rows}, "\n".join(lines))
     return 0
 
 
