@@ -33,7 +33,26 @@ def markdown_table(result: dict) -> str:
     for name, by_len in result["context_length"].items():
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(
             f"{v['recall@1']:.3f} ({v['mrr@10']:.3f})" for v in by_len.values()) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + change_table(result["context_length"]))
+
+
+def change_table(ablation: dict) -> list[str]:
+    """Lines of the ablation's paired changes from each length to the next (none in a result from before them)."""
+    lengths = list(next(iter(ablation.values())))
+    steps = list(zip(lengths[:-1], lengths[1:]))
+    if not any("change" in by_len[b] for by_len in ablation.values() for _, b in steps):
+        return []
+
+    def fmt(g: dict) -> str:
+        lo, hi = g["recall@1_ci"]
+        return f"{g['recall@1']:+.3f} [{lo:+.3f}, {hi:+.3f}] ({g['mrr@10']:+.3f})"
+
+    lines = ["", "Change in Recall@1 (MRR@10) from one length to the next, paired: the same queries at both lengths, "
+             "with the 95% interval of the difference:", "",
+             "| method | " + " | ".join(f"L={a} to {b}" for a, b in steps) + " |", "| --- |" + " --- |" * len(steps)]
+    for name, by_len in ablation.items():
+        lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(fmt(by_len[b]["change"]) for _, b in steps) + " |")
+    return lines
 
 
 def attention_example(evaluation) -> dict | None:
@@ -104,34 +123,13 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
                    model: str | None = None) -> dict:
     """The protocol on the store in ``data_dir`` with the model that serves it (general.py), or ``model``: a
     checkpoint's path, or "general" for the packaged general model (its word weights fitted on this store)."""
-    from nextpara.errors import FailedPreconditionError
-    from nextpara.store.embedders import PrecomputedEmbedder, embedder_for_store
     from nextpara.store.store import open_store
 
     from .evaluation import Evaluation
-    from .general import checkpoint_for_store, general_for_store, served_model
-    from .pipeline import RerankPipeline
-    from .sequences import ParagraphSequences
 
     started = time.perf_counter()
     with open_store(data_dir, readonly=True) as store:
-        seq = ParagraphSequences(store)
-        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
-        if isinstance(embedder, PrecomputedEmbedder):
-            embedder = None
-        pipeline, meta = None, None
-        if model == "general":
-            net, meta = general_for_store(store)
-        elif model:
-            net, meta = checkpoint_for_store(model, store)
-            meta = {**meta, "source": model}
-        else:
-            try:
-                net, meta = served_model(store)
-            except FailedPreconditionError as e:
-                log.warning("no model serves %s, evaluating the baselines only: %s", store.data_dir, e)
-        if meta is not None:
-            pipeline = RerankPipeline(net, store)
+        seq, embedder, pipeline, meta = evaluation_parts(store, model)
         ev = Evaluation(store, seq, embedder, pipeline, n_queries=n_queries, context_length=context_length, seed=seed)
         result = ev.evaluate(latency_queries=latency_queries)
         result["attention_example"] = attention_example(ev)
@@ -146,6 +144,35 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     if plot_dir:
         result["plots"] = [str(p) for p in write_plots(result, Path(plot_dir))]
     return result
+
+
+def evaluation_parts(store, model: str | None = None):
+    """What an Evaluation of ``store`` needs: (its ParagraphSequences, its text embedder or None for precomputed
+    vectors, the RerankPipeline of the model that serves it, or of ``model`` (a checkpoint's path, or "general"), or
+    None if no model serves it, and that model's metadata or None)."""
+    from nextpara.errors import FailedPreconditionError
+    from nextpara.store.embedders import PrecomputedEmbedder, embedder_for_store
+
+    from .general import checkpoint_for_store, general_for_store, served_model
+    from .pipeline import RerankPipeline
+    from .sequences import ParagraphSequences
+
+    seq = ParagraphSequences(store)
+    embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+    if isinstance(embedder, PrecomputedEmbedder):
+        embedder = None
+    meta = None
+    if model == "general":
+        net, meta = general_for_store(store)
+    elif model:
+        net, meta = checkpoint_for_store(model, store)
+        meta = {**meta, "source": model}
+    else:
+        try:
+            net, meta = served_model(store)
+        except FailedPreconditionError as e:
+            log.warning("no model serves %s, evaluating the baselines only: %s", store.data_dir, e)
+    return seq, embedder, (RerankPipeline(net, store) if meta is not None else None), meta
 
 
 def _cores() -> int:

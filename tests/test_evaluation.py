@@ -55,3 +55,48 @@ def test_duplicates_of_the_context_are_excluded_and_duplicates_of_the_target_are
             top = int(ranked[0][0])
             assert texts[top] == test_texts[4] and top != int(seq.ids[query.target]), (method, results[:3])
             assert evaluation.ranks(ranked, [query])[0] == 1  # the copy in the other document is a hit at rank 1
+
+
+def test_paired_gain_is_the_mean_difference_with_an_interval_of_the_difference():
+    from nextpara.attention_core.metrics import NO_HIT, paired_gain
+
+    rng = np.random.default_rng(1)
+    a = rng.choice([1, 2, 5, 20, NO_HIT], size=400)
+    assert paired_gain(a, a) == {"recall@1": 0.0, "recall@1_ci": [0.0, 0.0], "mrr@10": 0.0, "mrr@10_ci": [0.0, 0.0]}
+    b = a.copy()
+    b[:60] = 1  # 60 queries moved to rank 1; those already there stay
+    g = paired_gain(a, b)
+    gained = float(np.mean(b == 1) - np.mean(a == 1))
+    assert g["recall@1"] == pytest.approx(gained) and gained > 0.05
+    lo, hi = g["recall@1_ci"]
+    assert 0 < lo < gained < hi  # separate intervals of a and b (about +-0.045 each) would overlap
+    assert g["mrr@10"] > 0 and g["mrr@10_ci"][0] > 0
+    worse = paired_gain(b, a)
+    assert worse["recall@1"] == pytest.approx(-gained) and worse["recall@1_ci"][1] < 0
+
+
+def test_the_length_ablation_reports_each_step_paired(tmp_path):
+    rng = np.random.default_rng(2)
+    docs = []
+    for d in range(12):  # documents that drift: each paragraph the one before plus noise, so context helps a little
+        vecs = np.cumsum(rng.standard_normal((12, DIM)), axis=0)
+        docs.append((doc_in("test" if d < 4 else "train", f"drift{d}"), [f"drift {d} paragraph {p}" for p in range(12)],
+                     vecs / np.linalg.norm(vecs, axis=1, keepdims=True)))
+    path = vector_store(tmp_path, "drift16", docs)
+    model = NextParagraphModel(RerankerConfig(embed_dim=DIM, lexical=False)).eval()
+    with open_store(path, readonly=True) as store:
+        result = Evaluation(store, ParagraphSequences(store), None, RerankPipeline(model, store, 10),
+                            n_queries=100).evaluate(latency_queries=1)
+    from nextpara.attention_core.eval_report import markdown_table
+
+    for by_len in result["context_length"].values():
+        lengths = list(by_len)
+        assert "change" not in by_len[lengths[0]]
+        for a, b in zip(lengths[:-1], lengths[1:]):
+            change = by_len[b]["change"]
+            assert change["recall@1"] == pytest.approx(by_len[b]["recall@1"] - by_len[a]["recall@1"])
+            lo, hi = change["recall@1_ci"]
+            assert lo <= change["recall@1"] <= hi
+    assert result["context_length"]["B1"]["8"]["change"]["recall@1_ci"] == [0.0, 0.0]  # B1 reads the last alone
+    table = markdown_table(result)
+    assert "| method | L=1 to 2 | L=2 to 4 | L=4 to 8 |" in table

@@ -37,21 +37,6 @@ def first_hit(rows: np.ndarray, scores: np.ndarray, text_class: np.ndarray, targ
     return hit_rank(text_class[rows[np.argsort(-scores, kind="stable")]], target)
 
 
-def paired_gain(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Mean of b - a per query for Recall@1 and MRR@10, with a 95% bootstrap interval over queries."""
-    from nextpara.attention_core.metrics import per_query
-
-    pa, pb = per_query(a), per_query(b)
-    picks = np.random.default_rng(seed).integers(0, len(a), size=(n_boot, len(a)))
-    out = {}
-    for name in ("recall@1", "mrr@10"):
-        d = pb[name] - pa[name]
-        boots = d[picks].mean(axis=1)
-        out[name] = float(d.mean())
-        out[f"{name}_ci"] = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
-    return out
-
-
 def load_member(spec: str, store):
     """(name, model, meta) of ``NAME=PATH`` or ``NAME=general``."""
     from nextpara.attention_core.general import checkpoint_for_store, general_for_store
@@ -74,7 +59,7 @@ def main() -> int:
         parser.error("give two or more --member")
     from pathlib import Path
 
-    from nextpara.attention_core.metrics import summarize
+    from nextpara.attention_core.metrics import paired_gain, summarize
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.store.store import open_store

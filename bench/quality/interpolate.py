@@ -26,7 +26,6 @@ import os
 import time
 
 from bench import record
-from bench.quality.ensemble import paired_gain
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -59,7 +58,7 @@ def main() -> int:
     from nextpara.attention_core.evaluation import Evaluation
     from nextpara.attention_core.general import START_CHECKPOINT, checkpoint_for_store, load_general
     from nextpara.attention_core.guard import GUARD_CONTEXT
-    from nextpara.attention_core.metrics import NO_HIT, summarize
+    from nextpara.attention_core.metrics import NO_HIT, paired_gain, summarize
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.store.store import open_store

@@ -1,0 +1,91 @@
+"""Does reading more context help the model that serves each store? The protocol's context-length ablation, paired.
+
+    python -m bench.quality.context_length --store peps=DIR --store narrative=DIR --store builtin=DIR
+        [--model general|PATH] [--queries N] [--split test|validation] [--output NAME]
+
+For each store, the full pipeline of the model that serves it (or ``--model``: "general", or a checkpoint's path),
+exactly as ``nextpara eval`` runs its ablation (docs/evaluation.md): the same test queries read L = 1, 2, 4 and 8
+preceding paragraphs, given as text, with the same 8 preceding paragraphs excluded at every L, so only what the
+model reads changes. Reported per store: Recall@1 and MRR@10 at each L, and each step's change (1 to 2, 2 to 4,
+4 to 8) with its paired 95% bootstrap interval (the same queries at both lengths). A step whose interval holds 0
+is not told from noise by these queries. Prints a table, writes bench/results/NAME.{json,md} (default
+context_length).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from bench.record import argument_parser, save, stamp
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def ablation(path: str, model: str | None, queries: int, split: str) -> dict:
+    """The full pipeline's ablation on one store: {"model", "queries", "lengths": {L: figures, with "change"}}."""
+    from nextpara.attention_core.eval_report import evaluation_parts
+    from nextpara.attention_core.evaluation import Evaluation
+    from nextpara.errors import FailedPreconditionError
+    from nextpara.store.store import open_store
+
+    with open_store(path, readonly=True) as store:
+        seq, embedder, pipeline, meta = evaluation_parts(store, model)
+        if pipeline is None:
+            raise FailedPreconditionError(f"no model serves {path}: nothing to ablate")
+        ev = Evaluation(store, seq, embedder, pipeline, n_queries=queries, split=split)
+        return {"model": f"{meta['model_version']} ({meta['source']})", "queries": len(ev.targets),
+                "paragraphs": len(seq), "lengths": ev.length_ablation()["full"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser(__doc__, __file__)
+    parser.add_argument("--store", action="append", default=[], metavar="NAME=DIR", help="a built store (repeatable)")
+    parser.add_argument("--model", default=None, help='"general" or a checkpoint path (default: what serves each store)')
+    parser.add_argument("--queries", type=int, default=2000, help="queries per store (default 2000)")
+    parser.add_argument("--split", choices=("test", "validation"), default="test", help="default test")
+    parser.add_argument("--output", default="context_length", help="results name (default context_length)")
+    args = parser.parse_args(argv)
+    if not args.store:
+        parser.error("give --store NAME=DIR at least once")
+    rows = []
+    for spec in args.store:
+        name, _, path = spec.partition("=")
+        if not path:
+            parser.error(f"--store {spec}: give NAME=DIR")
+        t0 = time.perf_counter()
+        rows.append({"corpus": name, "data_dir": path, **ablation(path, args.model, args.queries, args.split)})
+        print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    record = stamp(__file__)
+    lengths = list(rows[0]["lengths"])
+    steps = list(zip(lengths[:-1], lengths[1:]))
+
+    def step(g: dict, metric: str) -> str:
+        lo, hi = g[f"{metric}_ci"]
+        return f"{g[metric]:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+    lines = [f"# Context length, paired ({record['date']})", "", f"Command: `{record['command']}`", "",
+             f"The full pipeline on each store's {args.split} split, the same queries at every L (the same 8 preceding "
+             "paragraphs excluded at every L); a step's interval is the paired 95% bootstrap interval of its change.",
+             "", "| corpus | model | queries | " + " | ".join(f"R@1 L={L}" for L in lengths) + " | "
+             + " | ".join(f"R@1 change {a} to {b}" for a, b in steps) + " |",
+             "| --- | --- | --- |" + " --- |" * (len(lengths) + len(steps))]
+    for r in rows:
+        by_len = r["lengths"]
+        lines.append(f"| {r['corpus']} | {r['model']} | {r['queries']:,} | "
+                     + " | ".join(f"{by_len[L]['recall@1']:.3f}" for L in lengths) + " | "
+                     + " | ".join(step(by_len[b]["change"], "recall@1") for _, b in steps) + " |")
+    lines += ["", "| corpus | " + " | ".join(f"MRR@10 L={L}" for L in lengths) + " | "
+              + " | ".join(f"MRR@10 change {a} to {b}" for a, b in steps) + " |",
+              "| --- |" + " --- |" * (len(lengths) + len(steps))]
+    for r in rows:
+        by_len = r["lengths"]
+        lines.append(f"| {r['corpus']} | " + " | ".join(f"{by_len[L]['mrr@10']:.3f}" for L in lengths) + " | "
+                     + " | ".join(step(by_len[b]["change"], "mrr@10") for _, b in steps) + " |")
+    save(args.output, {**record, "split": args.split, "rows": rows}, "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
