@@ -9,15 +9,18 @@ file, fsynced and renamed, so a kill leaves the old checkpoint or the new one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
-from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, Reason, StorageFullError, StoreMismatchError
+from nextpara.store.data_dir import disk_full
 from nextpara.store.snapshot import fsync_dir
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -54,15 +57,34 @@ def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: di
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     tmp = path.with_name(path.name + ".tmp")
     try:
-        save_file(state, str(tmp), metadata={META_KEY: json.dumps(meta)})
-    except SafetensorError as e:  # its writer's errors (a full disk) are not OSErrors
-        raise OSError(f"cannot write {tmp}: {e}") from e
-    os.chmod(tmp, 0o666 & ~process_umask())  # safetensors writes 0600; a server running as another user must read it
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+        try:
+            save_file(state, str(tmp), metadata={META_KEY: json.dumps(meta)})
+        except SafetensorError as e:  # its writer's errors (a full disk) are not OSErrors: one, with the errno it names
+            found = re.search(r"os error (\d+)", str(e))
+            raise OSError(int(found.group(1)) if found else None, f"cannot write {tmp}: {e}") from e
+        os.chmod(tmp, 0o666 & ~process_umask())  # safetensors writes 0600; a server running as another user must read it
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a part-written file would only take the space a retry needs
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
     return meta
+
+
+@contextlib.contextmanager
+def writing_in(data_dir: Path, what: str, kept: str):
+    """Turn an OSError while writing ``what`` in ``data_dir`` into an error that says so and what ``kept`` serving:
+    StorageFullError for a full file system, FailedPreconditionError for another (a read-only one, permissions)."""
+    try:
+        yield
+    except OSError as e:
+        if disk_full(e, data_dir):
+            raise StorageFullError(f"no space left on the file system of {data_dir} while writing {what} ({e}): "
+                                   f"{kept}. Free space and retry") from e
+        raise FailedPreconditionError(f"cannot write {what} in {data_dir} ({e}): {kept}") from e
 
 
 def process_umask() -> int:

@@ -166,16 +166,17 @@ class Evaluation:
         return {"methods": results, "context_length": self.length_ablation(), "recall_curves": curves}
 
     def length_ablation(self) -> dict:
-        """Recall@1 and MRR@10 per method (B1, B2, and the full pipeline if any) and context length, the same 8
-        preceding paragraphs excluded at every length; from the second length on, the paired change from the one
-        before (``change``)."""
+        """Recall@1, MRR@10 and stage-1 recall per method (B1, B2, and the full pipeline if any) and context length,
+        the same 8 preceding paragraphs excluded at every length; from the second length on, the paired change from
+        the one before (``change``)."""
         ablation = {}
         for name in (["B1", "B2", "full"] if self.pipeline else ["B1", "B2"]):
             ablation[name], before = {}, None
             for L in ABLATION_LENGTHS:
                 ranks = self.ranks(self.run(name, self.targets, L, max(ABLATION_LENGTHS))[0])
                 s = summarize(ranks, n_boot=200)
-                ablation[name][str(L)] = {"recall@1": s["recall@1"], "mrr@10": s["mrr@10"], "recall@1_ci": s["recall@1_ci"]}
+                ablation[name][str(L)] = {"recall@1": s["recall@1"], "mrr@10": s["mrr@10"], "recall@1_ci": s["recall@1_ci"],
+                                          "stage1_recall": float((ranks < NO_HIT).mean())}  # the target ranked at all
                 if before is not None:  # what reading more paragraphs changed, on the same queries
                     ablation[name][str(L)]["change"] = paired_gain(before, ranks)
                 before = ranks

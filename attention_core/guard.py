@@ -21,6 +21,7 @@ sample of 1,000 queries), which favours the new model slightly: the guard is a f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -137,10 +138,15 @@ def write_report(data_dir: Path, verdict: Verdict, model_version: str, extra: di
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
     path = Path(data_dir) / TRAIN_REPORT
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, StoreMismatchError
 from nextpara.store.store import open_store
 
-from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
+from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version, writing_in
 from .general import (
     COSINE,
     COSINE_NAME,
@@ -158,16 +158,22 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
         figures = validation_figures(store, seq, {"new": trainer.model, **({"replaced": old_model} if old_model else {})})
         verdict = decide(figures, replaced, force)
         meta["metrics"]["guard"] = figures
-        if verdict.serve_new:
-            meta = save_checkpoint(store.data_dir / CHECKPOINT, trainer.model, meta)
-        else:
-            if verdict.serve_cosine:  # the store's checkpoint ranks by cosine from now on (its figures: the guard's)
+        serving = f"{store.data_dir} is still served by {replaced or 'no model'}"
+        with writing_in(store.data_dir, "the new model" if verdict.serve_new else "plain cosine's checkpoint",
+                        f"{serving} (the guard said: {verdict.line})"):
+            if verdict.serve_new:
+                meta = save_checkpoint(store.data_dir / CHECKPOINT, trainer.model, meta)
+                serving = f"the new model {meta['model_version']} serves {store.data_dir}"
+            elif verdict.serve_cosine:  # the store's checkpoint ranks by cosine from now on (its figures: the guard's)
                 save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
                                 {"kind": COSINE, "embedder": meta["embedder"], "line": verdict.line,
                                  "corpus_fingerprint": meta["corpus_fingerprint"],
                                  "index_generation": store.index_generation, "metrics": {"guard": figures}})
+                serving = f"plain cosine (B1) serves {store.data_dir}"
+        if not verdict.serve_new:
             meta["model_version"] = weights_version(trainer.model.state_dict())
-        write_report(store.data_dir, verdict, meta["model_version"],
-                     {"started_from": start, "index_generation": store.index_generation})
+        with writing_in(store.data_dir, "the training report", f"{serving}; `nextpara info` shows the report before"):
+            write_report(store.data_dir, verdict, meta["model_version"],
+                         {"started_from": start, "index_generation": store.index_generation})
         cosine = verdict.serve_cosine or (replaced == COSINE_NAME and not verdict.serve_new)  # chosen now, or kept
         return TrainOutcome(meta, verdict.serve_new, verdict.line, cosine)

@@ -267,6 +267,28 @@ def test_client_channel_options(server):
         asyncio.run(go())
 
 
+def test_a_training_that_cannot_save_its_model_says_so_and_keeps_what_served(trained_store, tmp_path):
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(trained_store, store, ignore=shutil.ignore_patterns("write.lock"))
+    before = (store / "model.safetensors").read_bytes()
+    (store / "model.safetensors.tmp").mkdir()  # where the checkpoint is written first: the write fails
+    r = run_cli("-q", "train", "--data-dir", str(store), "--phase1-epochs", "1", "--phase2-epochs", "1",
+                "--val-queries", "50", "--n-candidates", "20", "--d-model", "32", "--layers", "1", "--force")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"cannot write the new model in {store}" in r.stderr and "is still served by" in r.stderr, r.stderr
+    assert (store / "model.safetensors").read_bytes() == before
+    r = run_cli("-q", "eval", "--data-dir", str(store), "--queries", "5", "--latency-queries", "1",
+                "--output", str(tmp_path / "no-such-folder" / "eval.json"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"the folder {tmp_path / 'no-such-folder'} does not exist" in r.stderr, r.stderr
+    r = run_cli("-q", "eval", "--data-dir", str(store), "--queries", "5", "--latency-queries", "1",
+                "--output", str(tmp_path))  # a folder: found only when the file is written, after the evaluation
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"nextpara eval: error: [Errno 21] Is a directory: '{tmp_path}'" in r.stderr, r.stderr
+
+
 def test_train_and_eval_json(trained_store, tmp_path):
     import shutil
 

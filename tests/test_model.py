@@ -259,3 +259,36 @@ def test_pickled_checkpoint_is_refused_without_running_it(tmp_path):
     with pytest.raises(FailedPreconditionError, match="pickled checkpoints are refused"):
         load_checkpoint(path)
     assert not marker.exists()
+
+
+def test_a_checkpoint_that_fills_the_disk_is_a_storage_error_and_leaves_no_part_file(tmp_path):
+    """A real write failure: the process may write files of at most 4 KB (RLIMIT_FSIZE), so the checkpoint's write
+    fails with EFBIG, as a full disk's does with ENOSPC; the old checkpoint stays, and the part-written file goes."""
+    import subprocess
+    import sys
+
+    model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2, lexical=False))
+    save_checkpoint(tmp_path / "model.safetensors", model, {"embedder": {"name": "old", "dim": 16}})
+    before = (tmp_path / "model.safetensors").read_bytes()
+    script = f"""
+import resource, signal
+from pathlib import Path
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+from nextpara.attention_core.checkpoint import save_checkpoint, writing_in
+from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
+from nextpara.errors import StorageFullError
+data_dir = Path({str(tmp_path)!r})
+try:
+    with writing_in(data_dir, "the new model", "the old model still serves"):
+        save_checkpoint(data_dir / "model.safetensors", NextParagraphModel(RerankerConfig(embed_dim=16)), {{}})
+except StorageFullError as e:
+    print("storage full:", e)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"storage full: no space left on the file system of {tmp_path} while writing the new "
+                               "model"), r.stdout
+    assert "the old model still serves. Free space and retry" in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]  # no model.safetensors.tmp left
+    assert (tmp_path / "model.safetensors").read_bytes() == before

@@ -2,7 +2,8 @@
 
 ``python -m nextpara`` and the ``nextpara`` console script both run :func:`main`. Exit status: 0 success; 1 a
 service error (the server refused or failed the call: the client's ServiceError, or a grpc.RpcError; also ``status``
-of a server that is not SERVING); 2 a usage error (bad flags, a bad input file, any other NextparaError raised here);
+of a server that is not SERVING); 2 a usage error (bad flags, a bad input file, any other NextparaError raised here)
+or a file system error (an OSError: a full disk, a path that cannot be written; its message names the file);
 130 interrupted (Ctrl-C).
 """
 
@@ -50,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nextpara {args.command}: error: {e}"
               + ("" if committed is None else f"; {committed} document(s) before it were committed"), file=sys.stderr)
         return 1 if is_service_error(e) else 2
+    except OSError as e:  # the file system refused (a full disk, a read-only one, a missing folder): say which file
+        logging.getLogger("nextpara").debug("%s failed", args.command, exc_info=True)  # the traceback, with -v
+        print(f"nextpara {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] in HEAVY:
             print(f"nextpara {args.command}: needs {e.name}, which the client-only install lacks: "
