@@ -20,8 +20,9 @@ interrupted before its guard, and a store whose general model came with a new ne
 build even if that build writes nothing. A store with a model of its own (trained, or cosine chosen by ``nextpara
 train``) is left alone: training judged it. A store without validation queries, or of an embedder the general model
 does not fit, is not judged, and the line says why; so is a store whose checkpoint cannot be read or written (the
-build's documents are committed by then), or one whose checkpoint changed while the guard ran (a training saved its
-model). ``nextpara build --no-guard`` skips the step; the default store that ``nextpara serve`` builds on first use
+build's documents are committed by then). The guard holds the store's model lock (DataDir.model_lock) from reading
+what serves to writing its verdict, as ``nextpara train``'s guard does: one waits for the other and then judges
+what that one left. ``nextpara build --no-guard`` skips the step; the default store that ``nextpara serve`` builds on first use
 (bootstrap.py) skips it too, so that the first run reaches SERVING sooner: the general model was trained on that
 corpus and is far above B1 there (bench/results/build_guard.md).
 """
@@ -70,7 +71,7 @@ def guard_general(data_dir: str | os.PathLike, again: bool = False) -> BuildGuar
     """Judge the general model against B1 on the store in ``data_dir`` unless a guard has judged what serves it now
     (``again``: even then, as bench.quality.build_guard does to measure it)."""
     try:
-        with open_store(data_dir, readonly=True) as store:
+        with open_store(data_dir, readonly=True) as store, store.data_dir.model_lock("the guard after the build"):
             return _guard(store, again)
     except (NextparaError, OSError, SafetensorError, sqlite3.Error, ValueError) as e:  # a damaged checkpoint, a full
         return BuildGuard(False, f"the general model was not judged: {e}", cosine_serves(Path(data_dir)))  # disk
@@ -104,9 +105,6 @@ def _guard(store, again: bool) -> BuildGuard:
     log.info("guard: %s and B1 on the validation split", name)
     figures = validation_figures(store, seq, {"replaced": model})
     verdict = judge_served(figures, name, cosine_serves=mine is not None)
-    now = read_checkpoint_meta(own) if own.exists() else None
-    if now != mine:  # `nextpara train` saved a model meanwhile, say: the guard overwrites nothing it did not read
-        return BuildGuard(False, f"not judged: {own} changed while the guard ran", (now or {}).get("kind") == COSINE)
     if verdict.serve_cosine:
         save_checkpoint(own, cosine_model(store.dim),
                         {"kind": COSINE, "judged_by": BUILD, "judged_against": meta["model_version"],

@@ -5,10 +5,11 @@
    that model does not fit the store (another embedder) or the model configuration asked for differs
    from its own.
 2. Fit: training.py's Trainer, on the store's training split, early stopping on its validation split.
-3. Guard (guard.py): the new model, the model it would replace and B1 on the validation split; the new
-   model is saved as the store's ``model.safetensors`` only if it beats both (or ``force``); where B1 is at
-   least as good as the new model and above the one that serves, general.cosine_model is saved there instead,
-   and plain cosine serves.
+3. Guard (guard.py): the new model, the model it would replace (what serves when training ends: the guard after a
+   build may have changed it meanwhile; the store's model lock keeps the two apart) and B1 on the validation
+   split; the new model is saved as the store's ``model.safetensors`` only if it beats both (or ``force``);
+   where B1 is at least as good as the new model and above the one that serves, general.cosine_model is saved
+   there instead, and plain cosine serves.
 A store too small for a validation split trains nothing and keeps what serves it, saying why.
 """
 
@@ -141,10 +142,10 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
                          "every epoch)", epochs)
             else:
                 log.info("phase 1: %d query-head epochs, all kept (--finetune-head train)", epochs)
-        old_model, replaced = replaced_model(store)
         try:
             trainer = Trainer(store, seq, mcfg, cfg, quiet=quiet, init_state=state)
         except TooLittleData as e:
+            replaced = replaced_model(store)[1]
             return TrainOutcome(None, False, f"nothing trained: {e}; {store.data_dir} stays served by "
                                              f"{replaced or 'no model'}", replaced == COSINE_NAME)
         result = trainer.fit()
@@ -153,27 +154,35 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
                 "started_from": start,
                 "metrics": {"validation": result["validation"]},
                 "training": {k: v for k, v in result.items() if k != "validation"}}
-        log.info("guard: the new model%s on the validation split", f" and {COSINE_NAME} (which serves)" if
-                 replaced == COSINE_NAME else f", {replaced or 'no previous model'} and B1")
-        figures = validation_figures(store, seq, {"new": trainer.model, **({"replaced": old_model} if old_model else {})})
-        verdict = decide(figures, replaced, force)
-        meta["metrics"]["guard"] = figures
-        serving = f"{store.data_dir} is still served by {replaced or 'no model'}"
-        with writing_in(store.data_dir, "the new model" if verdict.serve_new else "plain cosine's checkpoint",
-                        f"{serving} (the guard said: {verdict.line})"):
-            if verdict.serve_new:
-                meta = save_checkpoint(store.data_dir / CHECKPOINT, trainer.model, meta)
-                serving = f"the new model {meta['model_version']} serves {store.data_dir}"
-            elif verdict.serve_cosine:  # the store's checkpoint ranks by cosine from now on (its figures: the guard's)
-                save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
-                                {"kind": COSINE, "embedder": meta["embedder"], "line": verdict.line,
-                                 "corpus_fingerprint": meta["corpus_fingerprint"],
-                                 "index_generation": store.index_generation, "metrics": {"guard": figures}})
-                serving = f"plain cosine (B1) serves {store.data_dir}"
-        if not verdict.serve_new:
-            meta["model_version"] = weights_version(trainer.model.state_dict())
-        with writing_in(store.data_dir, "the training report", f"{serving}; `nextpara info` shows the report before"):
-            write_report(store.data_dir, verdict, meta["model_version"],
-                         {"started_from": start, "index_generation": store.index_generation})
-        cosine = verdict.serve_cosine or (replaced == COSINE_NAME and not verdict.serve_new)  # chosen now, or kept
-        return TrainOutcome(meta, verdict.serve_new, verdict.line, cosine)
+        with store.data_dir.model_lock("nextpara train's guard"):  # what serves now, not when training began
+            return judge_and_save(store, seq, trainer.model, meta, force)
+
+
+def judge_and_save(store, seq: ParagraphSequences, model: NextParagraphModel, meta: dict, force: bool) -> TrainOutcome:
+    """The guard of step 3: the new ``model`` against what serves the store now and B1, and the verdict written (the
+    new model, or plain cosine, as the store's checkpoint; the report). Called holding the store's model lock."""
+    old_model, replaced = replaced_model(store)
+    log.info("guard: the new model%s on the validation split", f" and {COSINE_NAME} (which serves)" if
+             replaced == COSINE_NAME else f", {replaced or 'no previous model'} and B1")
+    figures = validation_figures(store, seq, {"new": model, **({"replaced": old_model} if old_model else {})})
+    verdict = decide(figures, replaced, force)
+    meta["metrics"]["guard"] = figures
+    serving = f"{store.data_dir} is still served by {replaced or 'no model'}"
+    with writing_in(store.data_dir, "the new model" if verdict.serve_new else "plain cosine's checkpoint",
+                    f"{serving} (the guard said: {verdict.line})"):
+        if verdict.serve_new:
+            meta = save_checkpoint(store.data_dir / CHECKPOINT, model, meta)
+            serving = f"the new model {meta['model_version']} serves {store.data_dir}"
+        elif verdict.serve_cosine:  # the store's checkpoint ranks by cosine from now on (its figures: the guard's)
+            save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
+                            {"kind": COSINE, "embedder": meta["embedder"], "line": verdict.line,
+                             "corpus_fingerprint": meta["corpus_fingerprint"],
+                             "index_generation": store.index_generation, "metrics": {"guard": figures}})
+            serving = f"plain cosine (B1) serves {store.data_dir}"
+    if not verdict.serve_new:
+        meta["model_version"] = weights_version(model.state_dict())
+    with writing_in(store.data_dir, "the training report", f"{serving}; `nextpara info` shows the report before"):
+        write_report(store.data_dir, verdict, meta["model_version"],
+                     {"started_from": meta["started_from"], "index_generation": store.index_generation})
+    cosine = verdict.serve_cosine or (replaced == COSINE_NAME and not verdict.serve_new)  # chosen now, or kept
+    return TrainOutcome(meta, verdict.serve_new, verdict.line, cosine)

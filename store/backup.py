@@ -36,13 +36,13 @@ from pathlib import Path
 from nextpara.errors import InvalidInputError, Reason, StorageFullError
 from nextpara.progress import progress_bar
 
-from .data_dir import DB_FILE, LOCK_FILE, MANIFEST, DataDir, disk_full
+from .data_dir import DB_FILE, LOCK_FILE, MANIFEST, MODEL_LOCK, DataDir, disk_full
 from .snapshot import fsync_dir, write_bytes_durably
 
 log = logging.getLogger(__name__)
 PAGES_PER_STEP = 1024  # database pages copied per step of the backup API (progress is reported between steps)
 CHUNK = 8 * 2**20  # bytes per read when copying files
-NOT_COPIED = {DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm", DB_FILE + "-journal", LOCK_FILE, MANIFEST}
+NOT_COPIED = {DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm", DB_FILE + "-journal", LOCK_FILE, MODEL_LOCK, MANIFEST}
 
 
 @dataclass

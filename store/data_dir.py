@@ -6,6 +6,7 @@ Layout::
     snapshots/g<N>/          ids.npy, vectors.npy, index.faiss (not for flat) as of write generation N (snapshot.py)
     manifest.json            format version, embedder, index, counts, current snapshot
     write.lock               held (flock) by the one process that writes
+    model.lock               held (flock) while a command decides which model serves and writes it (model_lock)
     model.safetensors        the store's own reranker, if any: trained, or plain cosine where a guard chose it
                              (nextpara.attention_core.checkpoint; train_report.json, the guard's figures, beside it)
 
@@ -21,9 +22,11 @@ manifest and of SQLite's ``meta`` table is checked by one function.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -39,6 +42,7 @@ FORMAT_VERSION = 1
 DB_FILE = "paragraphs.sqlite"
 MANIFEST = "manifest.json"
 LOCK_FILE = "write.lock"
+MODEL_LOCK = "model.lock"
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -55,6 +59,7 @@ SCHEMA = [
 ]
 
 _UNREAD = object()
+log = logging.getLogger(__name__)
 
 
 def check_format(version, where: str) -> None:
@@ -146,6 +151,27 @@ class DataDir(os.PathLike):
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
+
+    @contextlib.contextmanager
+    def model_lock(self, who: str):
+        """An exclusive flock on model.lock while ``who`` (a command, in words) reads which model serves the store,
+        judges it and writes its verdict (model.safetensors, train_report.json): the guard after ``nextpara build``
+        and the one of ``nextpara train``. Taken second, it waits for the first to finish, then reads what that one
+        wrote, so neither decides against a model the other has replaced meanwhile. Readers take no lock: those files
+        are replaced atomically."""
+        fd = os.open(self.path / MODEL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                log.info("%s waits for pid %s, which is deciding which model serves %s", who, holder, self.path)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     # ---- SQLite -----------------------------------------------------------------------
     def no_store_error(self) -> FailedPreconditionError:

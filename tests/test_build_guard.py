@@ -211,3 +211,58 @@ def test_a_build_judges_nothing_it_cannot_or_need_not(tmp_path):
     outcome = guard_general(vectors)
     assert not outcome.judged and outcome.line.startswith("the general model was not judged: ")
     assert "rand32" in outcome.line and not (vectors / CHECKPOINT).exists()
+
+
+def waits_for_lock(path) -> bool:
+    """Whether some process waits for a flock on ``path`` (a blocked request, "->", in /proc/locks)."""
+    import os
+
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as f:
+        return any("->" in line and line.split()[-3].endswith(f":{inode}") for line in f)
+
+
+def test_the_guards_of_build_and_train_take_turns_and_train_judges_what_serves_when_it_ends(tmp_path):
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(3)
+    store = vector_store(tmp_path, "rand16", ((f"r{d}", [f"paragraph {p} of r{d}" for p in range(6)],
+                                               rng.standard_normal((6, 16))) for d in range(60)))
+
+    def blocked(args: list[str]) -> subprocess.Popen:
+        """Start ``args`` while this test holds the store's model lock; return once the process waits for it."""
+        proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while not waits_for_lock(store / "model.lock"):
+            assert proc.poll() is None, proc.communicate()  # it must not finish while the lock is held
+            assert time.monotonic() < deadline, "the process never asked for the model lock"
+            time.sleep(0.2)
+        return proc
+
+    fd = os.open(store / "model.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    guard = blocked(["-c", f"from nextpara.attention_core.build_guard import guard_general; "
+                           f"print(guard_general({str(store)!r}).line)"])
+    os.close(fd)  # released: the guard goes on (and judges nothing here: the general model is of another dimension)
+    out, err = guard.communicate(timeout=120)
+    assert guard.returncode == 0 and out.startswith("the general model was not judged: "), err
+
+    fd = os.open(store / "model.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    training = blocked(["-m", "nextpara", "-q", "train", "--data-dir", str(store), "--phase1-epochs", "1",
+                        "--phase2-epochs", "1", "--val-queries", "50", "--n-candidates", "20", "--d-model", "32",
+                        "--layers", "1", "--json"])  # no model served this store when it started
+    with open_store(store, readonly=True) as s:  # what a build's guard writes, written while the training waits
+        save_checkpoint(store / CHECKPOINT, cosine_model(s.dim), {
+            "kind": "cosine", "judged_by": BUILD, "line": "planted", "embedder": {"name": s.embedder_name, "dim": 16}})
+    os.close(fd)
+    out, err = training.communicate(timeout=300)
+    assert training.returncode == 0, err
+    report = json.loads((store / TRAIN_REPORT).read_text())
+    assert report["replaced"] == "plain cosine (B1)", report  # judged against what served when it ended
+    result = json.loads(out)
+    assert result["line"] == report["line"] and result["cosine_serves"] == (not result["served"])
