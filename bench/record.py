@@ -81,3 +81,20 @@ def store_parser(doc: str, script: str):
     parser.add_argument("--data-dir", required=True, help="a built and trained store (read only)")
     parser.add_argument("--queries", type=int, default=2000, help="queries per split (default 2000)")
     return parser
+
+
+def add_stores(parser) -> None:
+    """``--store NAME=DIR``, repeatable: the built stores a script measures, by name (read them with ``stores``)."""
+    parser.add_argument("--store", action="append", default=[], metavar="NAME=DIR",
+                        help="a built store and its name in the table (repeatable)")
+
+
+def stores(parser, args, required: bool = True) -> list[tuple[str, str]]:
+    """The (NAME, DIR) pairs of ``--store``; a usage error for a malformed one, or for none when ``required``."""
+    pairs = [spec.partition("=")[::2] for spec in args.store]
+    for spec, (_, path) in zip(args.store, pairs):
+        if not path:
+            parser.error(f"--store {spec}: give NAME=DIR")
+    if required and not pairs:
+        parser.error("give --store NAME=DIR at least once")
+    return pairs

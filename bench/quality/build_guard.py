@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import time
 
-from bench.record import argument_parser, save, stamp
+from bench.record import add_stores, argument_parser, save, stamp, stores
 
 SAMPLE = 512
 WORDS = ("river stone lantern copper meadow violet harbor thunder orchard velvet glacier ember falcon marble willow "
@@ -64,7 +64,7 @@ def embed_seconds(path: str, n: int = SAMPLE, seed: int = 0) -> tuple[float, int
 
 def main(argv: list[str] | None = None) -> int:
     parser = argument_parser(__doc__, __file__)
-    parser.add_argument("--store", action="append", default=[], metavar="NAME=DIR", help="a built store (repeatable)")
+    add_stores(parser)
     parser.add_argument("--output", default="build_guard", help="results name (default build_guard)")
     parser.add_argument("--write-walk", default=None, metavar="FILE", help="write the walking corpus there and stop")
     args = parser.parse_args(argv)
@@ -77,14 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.store:
         parser.error("give --store NAME=DIR (or --write-walk FILE)")
+    pairs = stores(parser, args)
     from nextpara.attention_core.build_guard import guard_general
     from nextpara.attention_core.guard import fmt, read_report
 
     rows = []
-    for spec in args.store:
-        name, _, path = spec.partition("=")
-        if not path:
-            parser.error(f"--store {spec}: give NAME=DIR")
+    for name, path in pairs:
         t0 = time.perf_counter()
         outcome = guard_general(path, again=True)
         seconds = time.perf_counter() - t0

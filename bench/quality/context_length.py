@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from bench.record import argument_parser, save, stamp
+from bench.record import add_stores, argument_parser, save, stamp, stores
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -70,7 +70,7 @@ def ablation(path: str, model: str | None, queries: int, split: str, cross: bool
 
 def main(argv: list[str] | None = None) -> int:
     parser = argument_parser(__doc__, __file__)
-    parser.add_argument("--store", action="append", default=[], metavar="NAME=DIR", help="a built store (repeatable)")
+    add_stores(parser)
     parser.add_argument("--model", default=None, help='"general" or a checkpoint path (default: what serves each store)')
     parser.add_argument("--queries", type=int, default=2000, help="queries per store (default 2000)")
     parser.add_argument("--split", choices=("test", "validation"), default="test", help="default test")
@@ -78,13 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                         "and L = 4's reading 8 (which stage a longer context moves)")
     parser.add_argument("--output", default="context_length", help="results name (default context_length)")
     args = parser.parse_args(argv)
-    if not args.store:
-        parser.error("give --store NAME=DIR at least once")
     rows = []
-    for spec in args.store:
-        name, _, path = spec.partition("=")
-        if not path:
-            parser.error(f"--store {spec}: give NAME=DIR")
+    for name, path in stores(parser, args):
         t0 = time.perf_counter()
         rows.append({"corpus": name, "data_dir": path, **ablation(path, args.model, args.queries, args.split,
                                                                   args.cross)})

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from bench.record import argument_parser, save, stamp
+from bench.record import add_stores, argument_parser, save, stamp, stores
 
 PAIRS = 20_000
 FAR = 8
@@ -44,15 +44,15 @@ def scales(path: str, seed: int = 0) -> dict:
 
 def main() -> int:
     parser = argument_parser(__doc__, __file__)
-    parser.add_argument("--store", action="append", required=True, metavar="NAME=DIR", help="a built store")
+    add_stores(parser)
     args = parser.parse_args()
+    pairs = stores(parser, args)
     record = {**stamp(__file__), "corpora": {}}
     lines = [f"# Cosine scales by corpus ({record['date']})", "", f"Command: `{record['command']}`", "",
              f"MiniLM cosine, mean ± standard deviation over up to {PAIRS:,} seeded pairs per column.", "",
              f"| corpus | paragraphs | next | {FAR} later, same document | random pair | next minus random |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for spec in args.store:
-        name, _, path = spec.partition("=")
+    for name, path in pairs:
         s = record["corpora"][name] = scales(path)
         cells = " | ".join(f"{s[k]['mean']:.3f} ± {s[k]['sd']:.3f}" for k in ("next", f"{FAR} later", "random"))
         lines.append(f"| {name} | {s['paragraphs']:,} | {cells} | {s['next']['mean'] - s['random']['mean']:.3f} |")
