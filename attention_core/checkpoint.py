@@ -61,7 +61,8 @@ def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: di
             save_file(state, str(tmp), metadata={META_KEY: json.dumps(meta)})
         except SafetensorError as e:  # its writer's errors (a full disk) are not OSErrors: one, with the errno it names
             found = re.search(r"os error (\d+)", str(e))
-            raise OSError(int(found.group(1)) if found else None, f"cannot write {tmp}: {e}") from e
+            message = f"cannot write {tmp}: {e}"
+            raise (OSError(int(found.group(1)), message) if found else OSError(message)) from e
         os.chmod(tmp, 0o666 & ~process_umask())  # safetensors writes 0600; a server running as another user must read it
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())

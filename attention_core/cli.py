@@ -151,14 +151,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .eval_report import markdown_table, run_evaluation
 
-    if args.output:  # before minutes of evaluation, not after
-        from pathlib import Path
-
-        from nextpara.errors import InvalidInputError
-
-        folder = Path(args.output).resolve().parent
-        if not folder.is_dir():
-            raise InvalidInputError(f"--output {args.output}: the folder {folder} does not exist")
     result = run_evaluation(args.data_dir, n_queries=args.queries, context_length=args.context_length,
                             output=args.output, plot_dir=args.plot, latency_queries=args.latency_queries, seed=args.seed,
                             model=args.model)

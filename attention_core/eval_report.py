@@ -44,7 +44,7 @@ def change_table(ablation: dict) -> list[str]:
         return []
 
     def fmt(g: dict) -> str:
-        lo, hi = g["recall@1_ci"]
+        lo, hi = g.get("recall@1_ci", [g["recall@1"]] * 2)
         return f"{g['recall@1']:+.3f} [{lo:+.3f}, {hi:+.3f}] ({g['mrr@10']:+.3f})"
 
     lines = ["", "Change in Recall@1 (MRR@10) from one length to the next, paired: the same queries at both lengths, "
@@ -127,6 +127,8 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
 
     from .evaluation import Evaluation
 
+    if output:
+        writable_output(output)
     started = time.perf_counter()
     with open_store(data_dir, readonly=True) as store:
         seq, embedder, pipeline, meta = evaluation_parts(store, model)
@@ -140,10 +142,29 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
                             "index_generation": store.generation, "machine": f"{platform.machine()}, {_cores()} cores",
                             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.perf_counter() - started, 1)}
     if output:
-        Path(output).write_text(json.dumps(result, indent=2) + "\n")
+        try:
+            Path(output).write_text(json.dumps(result, indent=2) + "\n")
+        except OSError as e:  # a write error (a full disk) names no file: this says which
+            raise OSError(e.errno, f"cannot write the results to {output}: {e.strerror or e}") from e
     if plot_dir:
         result["plots"] = [str(p) for p in write_plots(result, Path(plot_dir))]
     return result
+
+
+def writable_output(output: str) -> None:
+    """InvalidInputError unless ``output`` is a file that can be written: checked before minutes of evaluation."""
+    import os
+
+    from nextpara.errors import InvalidInputError
+
+    path = Path(output)
+    folder = path.resolve().parent
+    if path.is_dir():
+        raise InvalidInputError(f"--output {output}: a folder; give a file name for the JSON results")
+    if not folder.is_dir():
+        raise InvalidInputError(f"--output {output}: the folder {folder} does not exist")
+    if not os.access(folder if not path.exists() else path, os.W_OK):
+        raise InvalidInputError(f"--output {output}: not writable by this user")
 
 
 def evaluation_parts(store, model: str | None = None):

@@ -21,14 +21,12 @@ sample of 1,000 queries), which favours the new model slightly: the guard is a f
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nextpara.store.snapshot import fsync_dir
+from nextpara.store.snapshot import replace_file_atomically
 
 from .evaluation import Evaluation
 from .general import COSINE_NAME
@@ -136,18 +134,7 @@ def write_report(data_dir: Path, verdict: Verdict, model_version: str, extra: di
     """TRAIN_REPORT in ``data_dir``, written atomically (a kill leaves the old report or the new one)."""
     report = {**asdict(verdict), "new_model_version": model_version,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
-    path = Path(data_dir) / TRAIN_REPORT
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    replace_file_atomically(Path(data_dir) / TRAIN_REPORT, (json.dumps(report, indent=2) + "\n").encode())
 
 
 def read_report(data_dir: Path) -> dict | None:

@@ -19,33 +19,30 @@ def per_query(ranks: np.ndarray) -> dict[str, np.ndarray]:
             "mrr@10": np.where(ranks <= 10, 1.0 / ranks, 0.0)}
 
 
-def summarize(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+def summarize(ranks: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict[str, float | list[float]]:
     """Mean of each metric and its 95% bootstrap interval over queries (``<metric>_ci``)."""
-    values = per_query(ranks)
-    rng = np.random.default_rng(seed)
-    n = len(ranks)
-    picks = rng.integers(0, n, size=(n_boot, n)) if n else np.zeros((n_boot, 0), int)
-    out: dict[str, float] = {}
-    for name, v in values.items():
-        out[name] = float(v.mean()) if n else 0.0
-        if n:
-            boots = v[picks].mean(axis=1)
-            out[f"{name}_ci"] = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
-    return out
+    return bootstrap(per_query(ranks), n_boot, seed)
 
 
-def paired_gain(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+def paired_gain(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0) -> dict[str, float | list[float]]:
     """Mean of b - a per query for Recall@1 and MRR@10, ranks ``a`` and ``b`` of the same queries, with a 95%
     bootstrap interval over queries (the same queries resampled for both: paired, so the interval is of the
     difference itself, much narrower than two separate intervals suggest)."""
+    if len(a) != len(b):
+        raise ValueError(f"paired ranks of {len(a)} and {len(b)} queries: a pair needs the same queries")
     pa, pb = per_query(a), per_query(b)
-    n = len(a)
-    picks = np.random.default_rng(seed).integers(0, n, size=(n_boot, n)) if n else np.zeros((n_boot, 0), int)
-    out: dict[str, float] = {}
-    for name in ("recall@1", "mrr@10"):
-        d = pb[name] - pa[name]
-        out[name] = float(d.mean()) if n else 0.0
-        if n:
-            boots = d[picks].mean(axis=1)
+    return bootstrap({name: pb[name] - pa[name] for name in ("recall@1", "mrr@10")}, n_boot, seed)
+
+
+def bootstrap(values: dict[str, np.ndarray], n_boot: int, seed: int) -> dict[str, float | list[float]]:
+    """Each per-query array's mean and, over at least one query, its 95% bootstrap interval (``<name>_ci``); every
+    array resampled with the same picks of queries."""
+    n = len(next(iter(values.values())))
+    out: dict[str, float | list[float]] = {}
+    picks = np.random.default_rng(seed).integers(0, n, size=(n_boot, n)) if n else None
+    for name, v in values.items():
+        out[name] = float(v.mean()) if n else 0.0
+        if picks is not None:
+            boots = v[picks].mean(axis=1)
             out[f"{name}_ci"] = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
     return out

@@ -8,7 +8,8 @@ from .config import add_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve the gRPC API (builds and trains the default store first if it is empty)",
+    p = sub.add_parser("serve", help="serve the gRPC API (builds the default store first if it is empty; the general "
+                                     "model serves it)",
                        description="Serve nextpara.v1.NextParagraphService with health checking, reflection and "
                                    "Prometheus metrics. Every option also reads NEXTPARA_<OPTION> from the environment.")
     add_arguments(p)

@@ -15,6 +15,7 @@ FAISS straight to their file, not through a copy in memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
@@ -50,10 +51,16 @@ def write_npy_durably(path: Path, array: np.ndarray) -> None:
 
 
 def replace_file_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old or the new file, never a torn one."""
+    """Write ``data`` to ``path`` so that readers see the old or the new file, never a torn one; a write that fails
+    (a full disk) leaves neither a part-written temporary file nor a changed ``path``."""
     tmp = path.with_name(path.name + ".tmp")
-    write_bytes_durably(tmp, data)
-    os.replace(tmp, path)
+    try:
+        write_bytes_durably(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

@@ -284,9 +284,13 @@ def test_a_training_that_cannot_save_its_model_says_so_and_keeps_what_served(tra
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"the folder {tmp_path / 'no-such-folder'} does not exist" in r.stderr, r.stderr
     r = run_cli("-q", "eval", "--data-dir", str(store), "--queries", "5", "--latency-queries", "1",
-                "--output", str(tmp_path))  # a folder: found only when the file is written, after the evaluation
+                "--output", str(tmp_path))
+    assert r.returncode == 2 and f"--output {tmp_path}: a folder; give a file name" in r.stderr, r.stderr
+    r = run_cli("-q", "eval", "--data-dir", str(store), "--queries", "5", "--latency-queries", "1",
+                "--output", "/dev/full")  # every write fails as on a full disk: found when the results are written
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert f"nextpara eval: error: [Errno 21] Is a directory: '{tmp_path}'" in r.stderr, r.stderr
+    assert ("nextpara eval: error: [Errno 28] cannot write the results to /dev/full: No space left on device"
+            in r.stderr), r.stderr
 
 
 def test_train_and_eval_json(trained_store, tmp_path):
@@ -306,3 +310,15 @@ def test_train_and_eval_json(trained_store, tmp_path):
     assert result["config"]["queries"] <= 40 and result["config"]["context_length"] == 4
     assert {"B1", "head", "full"} <= set(result["methods"])
     assert set(result["context_length"]["full"]["8"]["change"]) == {"recall@1", "recall@1_ci", "mrr@10", "mrr@10_ci"}
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(trained_store):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "nextpara", "search", "the with statement", "--data-dir",
+                             str(trained_store), "-k", "2000", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(10)  # then `| head` goes away, far before the results (beyond a pipe's 64 KB) are written
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "error" not in err, err

@@ -263,7 +263,8 @@ def test_pickled_checkpoint_is_refused_without_running_it(tmp_path):
 
 def test_a_checkpoint_that_fills_the_disk_is_a_storage_error_and_leaves_no_part_file(tmp_path):
     """A real write failure: the process may write files of at most 4 KB (RLIMIT_FSIZE), so the checkpoint's write
-    fails with EFBIG, as a full disk's does with ENOSPC; the old checkpoint stays, and the part-written file goes."""
+    fails with EFBIG, as a full disk's does with ENOSPC; the old checkpoint stays, and no part-written file is left
+    (safetensors removes its own; the report's, written by replace_file_atomically, is removed by it)."""
     import subprocess
     import sys
 
@@ -284,11 +285,16 @@ try:
         save_checkpoint(data_dir / "model.safetensors", NextParagraphModel(RerankerConfig(embed_dim=16)), {{}})
 except StorageFullError as e:
     print("storage full:", e)
+from nextpara.attention_core.guard import Verdict, write_report
+try:
+    write_report(data_dir, Verdict(False, "a line", {{}}), "", {{"padding": "x" * 8192}})
+except OSError as e:
+    print("report:", e.errno)
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"storage full: no space left on the file system of {tmp_path} while writing the new "
                                "model"), r.stdout
-    assert "the old model still serves. Free space and retry" in r.stdout
+    assert "the old model still serves. Free space and retry" in r.stdout and "report: 27" in r.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]  # no model.safetensors.tmp left
     assert (tmp_path / "model.safetensors").read_bytes() == before

@@ -21,6 +21,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 from bench.record import add_stores, argument_parser, save, stamp, stores
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,9 +47,10 @@ def crossed(ev, store, short: int = 4, long: int = 8) -> dict:
                            pipe.lexical_features(read_texts, cand_texts))
         return ev.ranks([s.ids for s in ranked])
 
-    base = ranks(short, short)
+    base = ranks(short, short)  # the ablation's own L = short, by this path: checked against it by ablation()
     return {f"found at {long}, reranked at {short}": paired_gain(base, ranks(long, short)),
-            f"found at {short}, reranked at {long}": paired_gain(base, ranks(short, long))}
+            f"found at {short}, reranked at {long}": paired_gain(base, ranks(short, long)),
+            "baseline": {"recall@1": float((base == 1).mean()), "mrr@10": float(np.where(base <= 10, 1 / base, 0).mean())}}
 
 
 def ablation(path: str, model: str | None, queries: int, split: str, cross: bool = False) -> dict:
@@ -63,9 +66,16 @@ def ablation(path: str, model: str | None, queries: int, split: str, cross: bool
         if pipeline is None:
             raise FailedPreconditionError(f"no model serves {path}: nothing to ablate")
         ev = Evaluation(store, seq, embedder, pipeline, n_queries=queries, split=split)
-        return {"model": f"{meta['model_version']} ({meta['source']})", "queries": len(ev.targets),
-                "paragraphs": len(seq), "lengths": ev.length_ablation()["full"],
-                **({"crossed": crossed(ev, store)} if cross else {})}
+        lengths = ev.length_ablation()["full"]
+        out = {"model": f"{meta['model_version']} ({meta['source']})", "queries": len(ev.targets),
+               "paragraphs": len(seq), "lengths": lengths}
+        if cross:
+            out["crossed"] = crossed(ev, store)
+            base, four = out["crossed"]["baseline"], lengths["4"]
+            if abs(base["recall@1"] - four["recall@1"]) > 1e-9 or abs(base["mrr@10"] - four["mrr@10"]) > 1e-9:
+                raise RuntimeError(f"{path}: L = 4 by the crossing's path ({base}) differs from the ablation's "
+                                   f"({four}): the crossings would be measured against another baseline")
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['corpus']} | " + " | ".join(f"{by_len[L]['mrr@10']:.3f}" for L in lengths) + " | "
                      + " | ".join(step(by_len[b]["change"], "mrr@10") for _, b in steps) + " |")
     if args.cross:
-        kinds = list(rows[0]["crossed"])
+        kinds = [k for k in rows[0]["crossed"] if k != "baseline"]
         lines += ["", "Each stage apart: the paired change from L = 4 (found and reranked reading 4) when one stage reads 8.",
                   "", "| corpus | " + " | ".join(f"R@1 change, {k}" for k in kinds) + " | "
                   + " | ".join(f"MRR@10 change, {k}" for k in kinds) + " |", "| --- |" + " --- |" * (2 * len(kinds))]

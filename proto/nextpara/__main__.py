@@ -3,8 +3,8 @@
 ``python -m nextpara`` and the ``nextpara`` console script both run :func:`main`. Exit status: 0 success; 1 a
 service error (the server refused or failed the call: the client's ServiceError, or a grpc.RpcError; also ``status``
 of a server that is not SERVING); 2 a usage error (bad flags, a bad input file, any other NextparaError raised here)
-or a file system error (an OSError: a full disk, a path that cannot be written; its message names the file);
-130 interrupted (Ctrl-C).
+or a file system error (an OSError: a full disk, a path that cannot be written; one line, ``-v`` adds the
+traceback); 130 interrupted (Ctrl-C); 141 when the reader of its output stopped early (``| head``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nextpara {args.command}: error: {e}"
               + ("" if committed is None else f"; {committed} document(s) before it were committed"), file=sys.stderr)
         return 1 if is_service_error(e) else 2
-    except OSError as e:  # the file system refused (a full disk, a read-only one, a missing folder): say which file
+    except BrokenPipeError:  # the reader of stdout went away (`nextpara ... | head`): nothing of this command failed
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit would raise it again
+        return 141  # as a shell reports a process ended by SIGPIPE
+    except OSError as e:  # the file system refused (a full disk, a read-only one, a missing folder): one line
         logging.getLogger("nextpara").debug("%s failed", args.command, exc_info=True)  # the traceback, with -v
         print(f"nextpara {args.command}: error: {e}", file=sys.stderr)
         return 2
