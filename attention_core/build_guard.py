@@ -40,17 +40,17 @@ from nextpara.store.snapshot import fsync_dir
 from nextpara.store.store import open_store
 from safetensors import SafetensorError
 
-from .checkpoint import CHECKPOINT, read_checkpoint_meta, save_checkpoint
+from .checkpoint import CHECKPOINT, read_checkpoint_meta
 from .general import (
     COSINE,
     COSINE_NAME,
     GENERAL_CHECKPOINT,
     GENERAL_VERSION,
-    cosine_model,
     fits,
     general_for_store,
     general_name,
     load_general,
+    save_cosine,
 )
 from .guard import judge_served, read_report, validation_figures, write_report
 from .sequences import ParagraphSequences
@@ -106,10 +106,7 @@ def _guard(store, again: bool) -> BuildGuard:
     figures = validation_figures(store, seq, {"replaced": model})
     verdict = judge_served(figures, name, cosine_serves=mine is not None)
     if verdict.serve_cosine:
-        save_checkpoint(own, cosine_model(store.dim),
-                        {"kind": COSINE, "judged_by": BUILD, "judged_against": meta["model_version"],
-                         "line": verdict.line, "embedder": {"name": store.embedder_name, "dim": store.dim},
-                         "index_generation": generation, "metrics": {"guard": figures}})
+        save_cosine(store, verdict.line, figures, generation, judged_by=BUILD, judged_against=meta["model_version"])
     elif mine is not None:  # cosine chosen by an earlier build, and the general model has caught up
         own.unlink()
         fsync_dir(data_dir)

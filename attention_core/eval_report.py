@@ -43,16 +43,19 @@ def change_table(ablation: dict) -> list[str]:
     if not any("change" in by_len[b] for by_len in ablation.values() for _, b in steps):
         return []
 
-    def fmt(g: dict) -> str:
-        lo, hi = g.get("recall@1_ci", [g["recall@1"]] * 2)
-        return f"{g['recall@1']:+.3f} [{lo:+.3f}, {hi:+.3f}] ({g['mrr@10']:+.3f})"
-
     lines = ["", "Change in Recall@1 (MRR@10) from one length to the next, paired: the same queries at both lengths, "
              "with the 95% interval of the difference:", "",
              "| method | " + " | ".join(f"L={a} to {b}" for a, b in steps) + " |", "| --- |" + " --- |" * len(steps)]
     for name, by_len in ablation.items():
-        lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(fmt(by_len[b]["change"]) for _, b in steps) + " |")
+        lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(
+            f"{signed(by_len[b]['change'], 'recall@1')} ({by_len[b]['change']['mrr@10']:+.3f})" for _, b in steps) + " |")
     return lines
+
+
+def signed(change: dict, metric: str) -> str:
+    """A paired change (metrics.paired_gain) of ``metric`` with its interval, signs shown: "+0.013 [+0.003, +0.024]"."""
+    lo, hi = change.get(f"{metric}_ci", [change[metric]] * 2)
+    return f"{change[metric]:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
 def attention_example(evaluation) -> dict | None:

@@ -37,7 +37,7 @@ from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
 from nextpara.store.store import ParagraphStore
 
 from . import lexical
-from .checkpoint import CHECKPOINT, load_checkpoint, weights_version
+from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
 from .model import NextParagraphModel, RerankerConfig, scorer_name
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,15 @@ def cosine_model(embed_dim: int) -> NextParagraphModel:
         model.mix.copy_(torch.tensor([1.0, 0.0]))
         model.query_scale.fill_(20.0)
     return model.eval()
+
+
+def save_cosine(store: ParagraphStore, line: str, figures: dict, generation: int, **marks) -> None:
+    """Make :func:`cosine_model` the store's checkpoint, with the guard's ``line`` and ``figures`` and the write
+    ``generation`` it judged; ``marks``: who judged (a build's ``judged_by``, ``judged_against``; a training's
+    ``corpus_fingerprint``)."""
+    save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
+                    {"kind": COSINE, **marks, "line": line, "embedder": {"name": store.embedder_name, "dim": store.dim},
+                     "index_generation": generation, "metrics": {"guard": figures}})
 
 
 def general_name(version: str) -> str:

@@ -28,11 +28,11 @@ from .general import (
     COSINE,
     COSINE_NAME,
     START_CHECKPOINT,
-    cosine_model,
     fits,
     general_for_store,
     general_name,
     load_general,
+    save_cosine,
 )
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel, RerankerConfig
@@ -174,10 +174,8 @@ def judge_and_save(store, seq: ParagraphSequences, model: NextParagraphModel, me
             meta = save_checkpoint(store.data_dir / CHECKPOINT, model, meta)
             serving = f"the new model {meta['model_version']} serves {store.data_dir}"
         elif verdict.serve_cosine:  # the store's checkpoint ranks by cosine from now on (its figures: the guard's)
-            save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
-                            {"kind": COSINE, "embedder": meta["embedder"], "line": verdict.line,
-                             "corpus_fingerprint": meta["corpus_fingerprint"],
-                             "index_generation": store.index_generation, "metrics": {"guard": figures}})
+            save_cosine(store, verdict.line, figures, store.index_generation,
+                        corpus_fingerprint=meta["corpus_fingerprint"])
             serving = f"plain cosine (B1) serves {store.data_dir}"
     if not verdict.serve_new:
         meta["model_version"] = weights_version(model.state_dict())

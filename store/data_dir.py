@@ -141,13 +141,22 @@ class DataDir(os.PathLike):
     # ---- the write lock ---------------------------------------------------------------
     def take_write_lock(self) -> int:
         """An exclusive flock on write.lock (the holder's pid written in it); StoreLockedError if held."""
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._flock(LOCK_FILE)
+
+    def _flock(self, name: str, waiter: str | None = None) -> int:
+        """An exclusive flock on the file ``name``, this process's pid written in it; its descriptor (closing it
+        releases the lock). If another process holds it: StoreLockedError, or with ``waiter`` (who waits, in words)
+        wait for it."""
+        fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StoreLockedError(f"{self.path} is being written by another process (pid {holder})") from None
+            if waiter is None:
+                os.close(fd)
+                raise StoreLockedError(f"{self.path} is being written by another process (pid {holder})") from None
+            log.info("%s waits for pid %s, which holds %s", waiter, holder, self.path / name)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
@@ -159,16 +168,8 @@ class DataDir(os.PathLike):
         and the one of ``nextpara train``. Taken second, it waits for the first to finish, then reads what that one
         wrote, so neither decides against a model the other has replaced meanwhile. Readers take no lock: those files
         are replaced atomically."""
-        fd = os.open(self.path / MODEL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._flock(MODEL_LOCK, waiter=who)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                log.info("%s waits for pid %s, which is deciding which model serves %s", who, holder, self.path)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
             yield
         finally:
             os.close(fd)  # releases the lock

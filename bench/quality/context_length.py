@@ -98,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = list(rows[0]["lengths"])
     steps = list(zip(lengths[:-1], lengths[1:]))
 
-    def step(g: dict, metric: str) -> str:
-        lo, hi = g[f"{metric}_ci"]
-        return f"{g[metric]:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    from nextpara.attention_core.eval_report import signed
 
     lines = [f"# Context length, paired ({record['date']})", "", f"Command: `{record['command']}`", "",
              f"The full pipeline on each store's {args.split} split, the same queries at every L (the same 8 preceding "
@@ -112,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         by_len = r["lengths"]
         lines.append(f"| {r['corpus']} | {r['model']} | {r['queries']:,} | "
                      + " | ".join(f"{by_len[L]['recall@1']:.3f}" for L in lengths) + " | "
-                     + " | ".join(step(by_len[b]["change"], "recall@1") for _, b in steps) + " |")
+                     + " | ".join(signed(by_len[b]["change"], "recall@1") for _, b in steps) + " |")
     lines += ["", "| corpus | " + " | ".join(f"stage-1 recall L={L}" for L in lengths) + " |",
               "| --- |" + " --- |" * len(lengths)]
     lines += [f"| {r['corpus']} | " + " | ".join(f"{r['lengths'][L]['stage1_recall']:.3f}" for L in lengths) + " |"
@@ -123,14 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         by_len = r["lengths"]
         lines.append(f"| {r['corpus']} | " + " | ".join(f"{by_len[L]['mrr@10']:.3f}" for L in lengths) + " | "
-                     + " | ".join(step(by_len[b]["change"], "mrr@10") for _, b in steps) + " |")
+                     + " | ".join(signed(by_len[b]["change"], "mrr@10") for _, b in steps) + " |")
     if args.cross:
         kinds = [k for k in rows[0]["crossed"] if k != "baseline"]
         lines += ["", "Each stage apart: the paired change from L = 4 (found and reranked reading 4) when one stage reads 8.",
                   "", "| corpus | " + " | ".join(f"R@1 change, {k}" for k in kinds) + " | "
                   + " | ".join(f"MRR@10 change, {k}" for k in kinds) + " |", "| --- |" + " --- |" * (2 * len(kinds))]
-        lines += [f"| {r['corpus']} | " + " | ".join(step(r["crossed"][k], "recall@1") for k in kinds) + " | "
-                  + " | ".join(step(r["crossed"][k], "mrr@10") for k in kinds) + " |" for r in rows]
+        lines += [f"| {r['corpus']} | " + " | ".join(signed(r["crossed"][k], "recall@1") for k in kinds) + " | "
+                  + " | ".join(signed(r["crossed"][k], "mrr@10") for k in kinds) + " |" for r in rows]
     save(args.output, {**record, "split": args.split, "rows": rows}, "\n".join(lines) + "\n")
     return 0
 
