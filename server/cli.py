@@ -8,8 +8,8 @@ from .config import add_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve the gRPC API (builds the default store first if it is empty; the general "
-                                     "model serves it)",
+    p = sub.add_parser("serve", help="serve the gRPC API (first builds the built-in corpus into the default data dir when "
+                                     "that holds nothing of the user's; the general model serves it)",
                        description="Serve nextpara.v1.NextParagraphService with health checking, reflection and "
                                    "Prometheus metrics. Every option also reads NEXTPARA_<OPTION> from the environment.")
     add_arguments(p)
@@ -28,6 +28,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from nextpara.attention_core.bootstrap import ensure_default_store
 
     data_dir = DataDir.resolve(settings.data_dir)
-    ensure_default_store(data_dir, quiet=args.quiet)  # builds and trains only the default location
+    ensure_default_store(data_dir, quiet=args.quiet, read_only=settings.read_only)  # builds only the default location
     asyncio.run(run_server(settings, data_dir))
     return 0

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a .jsonl file, a directory of .txt/.md files, or 'builtin' (default: the interpreter's own docs)")
     add_data_dir(p)
     p.add_argument("--embedder", default="minilm",
-                   help="minilm (default), sentence-transformers:PATH, precomputed:NAME (vectors in the corpus) or openai:MODEL")
+                   help="minilm (default), minilm-int8, sentence-transformers:PATH, precomputed:NAME (vectors in the corpus) "
+                        "or openai:MODEL")
     p.add_argument("--embedder-url", default=None,
                    help="base URL of an OpenAI-compatible API for openai:MODEL (default: $NEXTPARA_EMBEDDINGS_URL or OpenAI)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")

@@ -106,13 +106,41 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600, stdin: st
 
 @pytest.fixture(scope="session")
 def trained_store(tmp_path_factory):
-    """A real store (the first 60 built-in documents, MiniLM) with a small trained model: built once per run."""
+    """A real store (the first 60 built-in documents, MiniLM) with a small trained model: built once per run, by the
+    first worker that asks (`make test` runs two), and copied into each worker's own directory. A server takes the
+    store's write lock, so the workers cannot share one copy."""
+    import fcntl
+    import shutil
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent / "trained" if worker else base / "trained"  # a worker's parent is this run's directory
+    shared.mkdir(exist_ok=True)
+    with open(shared / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits for the build instead of doing it again
+        if (shared / "failed").exists():
+            raise RuntimeError(f"the trained store's build failed in another worker: {(shared / 'failed').read_text()}")
+        if not (shared / "store").exists():
+            part = shared / "part"  # built aside and renamed: "store" is there only once it is whole
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir()
+            try:
+                build_trained_store(part)
+            except BaseException as e:
+                (shared / "failed").write_text(repr(e))
+                raise
+            (part / "store").rename(shared / "store")
+    root = tmp_path_factory.mktemp("trained")
+    shutil.copytree(shared / "store", root / "store")
+    return root / "store"
+
+
+def build_trained_store(root: Path) -> None:
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.attention_core.train_flow import train
     from nextpara.store.corpus import CorpusReader
     from nextpara.store.ingest import build
 
-    root = tmp_path_factory.mktemp("trained")
     docs = [d for _, d in zip(range(60), CorpusReader("builtin"))]
     with open(root / "builtin60.jsonl", "w") as f:
         for d in docs:
@@ -121,7 +149,6 @@ def trained_store(tmp_path_factory):
     train(root / "store", {"d_model": 64, "n_heads": 4, "n_context_layers": 1},
           TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=64, val_queries=100, n_candidates=30), quiet=True,
           force=True)  # the servers of the tests serve this store's own small model, whatever the guard would say
-    return root / "store"
 
 
 class LiveServer:

@@ -9,8 +9,9 @@ query vectors is the head's vector (cosine to the last and mean context paragrap
 encoded context, as NextParagraphModel.encode) with its own correction, and a paragraph's score is the log of the
 summed exp(cos / T) over the M vectors (a mixture: the full softmax over every stored paragraph of training, as
 phase 1 of training.py). Searching, the candidates are the paragraphs with the highest cosine to any of the M vectors
-(what M FAISS searches merged by score give). M = 1 is phase 1 of training as it is (the same encoder, loss,
-truncation, batch, learning rate and epochs), so the rows compare heads and nothing else.
+(what M FAISS searches merged by score give). M = 1 is phase 1 of training from scratch (`nextpara train
+--from-scratch`: the same encoder, loss, truncation, batch, learning rate, gradient clipping and epochs), so the rows
+compare heads and nothing else.
 
 Trained on the store's training split, measured on its validation split (L = 4, the context and every identical text
 excluded, an identical text counting as a hit: docs/evaluation.md): the head alone at 50-300 candidates, and in the
@@ -20,7 +21,6 @@ bench/results/NAME.{md,json} (``--output``, default multi_query).
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -87,8 +87,11 @@ def train(seq, cfg, tcfg, n_queries: int, epochs: int) -> tuple:
                 positive[i, seq.same_text_rows(np.array([q.target]))] = True
             loss = multi_positive_nce(logits.masked_fill(torch.from_numpy(excluded), float("-inf")),
                                       torch.from_numpy(positive))
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"M={n_queries} epoch {epoch + 1}: loss became {loss.item()}")
             opt.zero_grad()
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)  # as Trainer._epoch
             opt.step()
             losses.append(loss.item())
         history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)), "seconds": time.perf_counter() - started})
@@ -135,7 +138,7 @@ def main() -> None:
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.store.store import open_store
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = record.argument_parser(__doc__, __file__)
     ap.add_argument("--data-dir", required=True, help="a built store (its vectors and splits; no model is needed)")
     ap.add_argument("--heads", type=int, nargs="+", default=[1, 4], help="query vectors per head, one run each")
     ap.add_argument("--epochs", type=int, default=TrainConfig.phase1_epochs, help="phase-1 epochs of each run")
