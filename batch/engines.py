@@ -120,14 +120,17 @@ class RayEngine:
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
                  chunk_rows: int = 100_000):
         import ray
-        from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
-        from nextpara.errors import FailedPreconditionError
+        from nextpara.attention_core.general import describe_served
+        from nextpara.errors import FailedPreconditionError, Reason
+        from nextpara.store.store import open_store
 
         self.data_dir = str(Path(data_dir).resolve())
-        if not (Path(self.data_dir) / CHECKPOINT).is_file():  # fail before starting Ray, not in every actor
-            raise FailedPreconditionError(f"no trained model in {self.data_dir}: run nextpara build and nextpara train "
-                                          "(with --ray the path must hold them on every node)")
-        self.model_version = read_checkpoint_meta(Path(self.data_dir) / CHECKPOINT)["model_version"]
+        with open_store(self.data_dir, readonly=True) as store:  # fail before starting Ray, not in every actor
+            served = describe_served(store)  # its own model, else the general model, as the other engines serve
+        if served["source"] == "none":
+            raise FailedPreconditionError(f"nothing can serve {self.data_dir}: {served['reason']} (with --ray the path "
+                                          "must hold the store on every node)", reason=Reason.NO_MODEL)
+        self.model_version = served["model_version"]
         self._started = not ray.is_initialized()
         if self._started:
             # "local" starts a Ray here; else join the cluster at address (the data dir must be readable there)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import time
 import numpy as np
 import pytest
 from conftest import LiveServer, run_cli
+from nextpara.attention_core.general import describe_served
+from nextpara.store.store import open_store
 
 
 def _store_rows(store_dir):
@@ -121,14 +124,25 @@ def test_service_engine_matches_in_process(server_store, batch_input, in_process
         server.stop()
 
 
-def test_ray_engine_matches_in_process(trained_store, batch_input, in_process_output):
+def test_ray_engine_matches_in_process_on_a_store_the_general_model_serves(trained_store, batch_input, tmp_path):
+    """On a store without a model of its own (the general model serves it, as it serves the default store), as every
+    other engine: the Ray job once refused such a store. The in-process engine on a trained store is tested above."""
     pytest.importorskip("ray", reason="Ray is the optional extra nextpara[ray]")
     path, _ = batch_input
-    out = path.with_name("ray.jsonl")
-    r = run_cli("rerank-batch", str(path), str(out), "--data-dir", str(trained_store), "--ray", "--chunk-rows", "64")
-    assert r.returncode == 0, r.stderr
-    assert "engine ray" in r.stdout
-    assert_same_output(in_process_output, load(out))
+    store = tmp_path / "store"
+    shutil.copytree(trained_store, store, ignore=shutil.ignore_patterns("model.safetensors", "train_report.json"))
+    with open_store(store, readonly=True) as s:
+        general = describe_served(s)
+    assert general["source"] == "general"
+    outputs = {}
+    for engine in ("in-process", "ray"):
+        out = tmp_path / f"{engine}.jsonl"
+        r = run_cli("rerank-batch", str(path), str(out), "--data-dir", str(store), "--chunk-rows", "64",
+                    *(["--ray"] if engine == "ray" else []))
+        assert r.returncode == 0, r.stderr
+        assert f"engine {engine}, model {general['model_version']} " in r.stdout
+        outputs[engine] = load(out)
+    assert_same_output(outputs["in-process"], outputs["ray"])
 
 
 def test_resume_after_kill_gives_the_same_output(trained_store, batch_input, in_process_output):
