@@ -26,13 +26,14 @@ class ServerSettings:
     max_wait_ms: float = field(default=0.0, metadata={"help": "how long a batch waits for more calls once a worker is "
                                                            "free (calls that came while the workers were busy join "
                                                            "it anyway)"})
-    max_queue: int = field(default=256, metadata={"help": "calls admitted at once; beyond: RESOURCE_EXHAUSTED"})
+    max_queue: int = field(default=256, metadata={"help": "model calls (PredictNext, Rerank, RerankStream items) admitted "
+                                                          "at once; beyond: RESOURCE_EXHAUSTED"})
     max_message_mb: int = field(default=16, metadata={"help": "largest request/response message, in MiB"})
     grace_seconds: float = field(default=10.0, metadata={"help": "on SIGTERM/SIGINT, time in-flight calls get to finish"})
     tls_cert: str | None = field(default=None, metadata={"help": "PEM certificate chain: serve TLS (with --tls-key)"})
     tls_key: str | None = field(default=None, metadata={"help": "PEM private key for --tls-cert"})
     read_tokens: str | None = field(default=None, metadata={"help": "comma-separated bearer tokens for predict/rerank/get/info"})
-    write_tokens: str | None = field(default=None, metadata={"help": "comma-separated bearer tokens that may also add/delete/reload"})
+    write_tokens: str | None = field(default=None, metadata={"help": "comma-separated bearer tokens that may also add/delete/reload/backup"})
     metrics_address: str = field(default="127.0.0.1:9464", metadata={"help": "Prometheus metrics host:port ('' to disable)"})
     read_only: bool = field(default=False, metadata={"help": "serve a snapshot without the write lock (replicas); no add/delete"})
     snapshot_seconds: float = field(default=30.0, metadata={"help": "write an index snapshot this often after writes"})
@@ -65,19 +66,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace) -> ServerSettings:
-    values = {}
+    """The settings from the flags, then the environment, then the defaults; a value out of range is an
+    InvalidInputError (exit status 2) naming the flag, or the variable it came from."""
+    from nextpara.errors import InvalidInputError
+
+    values, origin = {}, {}
     for f in fields(ServerSettings):
+        flag, env_name = f"--{f.name.replace('_', '-')}", f"NEXTPARA_{f.name.upper()}"
         value = getattr(args, f.name, None)
-        if value is None and (env := os.environ.get(f"NEXTPARA_{f.name.upper()}")) is not None:
+        if value is None and (env := os.environ.get(env_name)) is not None:
             kind = {"int": int, "float": float}.get(str(f.type))
-            value = env.lower() in ("1", "true", "yes") if str(f.type) == "bool" else kind(env) if kind else env
+            try:
+                value = env.lower() in ("1", "true", "yes") if str(f.type) == "bool" else kind(env) if kind else env
+            except ValueError:
+                raise InvalidInputError(f"{env_name}={env!r}: expected {'an integer' if kind is int else 'a number'} "
+                                        f"(as {flag})") from None
+            origin[f.name] = env_name
         if value is not None:
             values[f.name] = value
     settings = ServerSettings(**values)
-    for name, low in (("workers", 1), ("threads", 0), ("max_batch", 1), ("max_queue", 1), ("max_message_mb", 1)):
-        if getattr(settings, name) < low:
-            raise SystemExit(f"nextpara serve: --{name.replace('_', '-')} must be at least {low}, "
-                             f"got {getattr(settings, name)}")
+
+    def name(field_name: str) -> str:
+        return origin.get(field_name, f"--{field_name.replace('_', '-')}")
+
+    for field_name, low in (("workers", 1), ("threads", 0), ("max_batch", 1), ("max_queue", 1), ("max_message_mb", 1),
+                            ("max_wait_ms", 0), ("grace_seconds", 0)):
+        if getattr(settings, field_name) < low:
+            raise InvalidInputError(f"{name(field_name)} must be at least {low}, got {getattr(settings, field_name)}")
+    if not settings.snapshot_seconds > 0:
+        raise InvalidInputError(f"{name('snapshot_seconds')} must be above 0, got {settings.snapshot_seconds}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
-        raise SystemExit("nextpara serve: --tls-cert and --tls-key go together")
+        raise InvalidInputError("--tls-cert and --tls-key go together (or NEXTPARA_TLS_CERT and NEXTPARA_TLS_KEY)")
     return settings

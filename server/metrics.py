@@ -37,6 +37,10 @@ class Metrics:
 
     def serve(self, address: str) -> int:
         host, _, port = address.rpartition(":")
-        server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        try:
+            server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        except OSError as e:  # another server on this host has the port, say: name the flag that moves it
+            raise OSError(e.errno, f"cannot serve metrics on {address} ({e.strerror}): give this server its own "
+                                   "--metrics-address, or '' for none") from e
         self.http_port = server.server_port
         return self.http_port

@@ -111,8 +111,32 @@ def test_threads_are_divided_among_the_workers(monkeypatch):
 
 
 def test_serve_refuses_impossible_sizes():
+    """A usage error (exit 2) that names the flag, or the environment variable the value came from."""
     for flag in ("--workers", "--max-batch", "--max-queue"):
         r = run_cli("serve", flag, "0", timeout=60)
-        assert r.returncode != 0 and f"{flag} must be at least 1, got 0" in r.stderr
+        assert r.returncode == 2 and f"{flag} must be at least 1, got 0" in r.stderr, r.stderr
     r = run_cli("serve", "--threads", "-1", timeout=60)
-    assert r.returncode != 0 and "--threads must be at least 0" in r.stderr
+    assert r.returncode == 2 and "--threads must be at least 0" in r.stderr
+    r = run_cli("serve", "--snapshot-seconds", "0", timeout=60)  # would spin the snapshot loop
+    assert r.returncode == 2 and "--snapshot-seconds must be above 0, got 0.0" in r.stderr
+    r = run_cli("serve", timeout=60, env={"NEXTPARA_WORKERS": "two"})
+    assert r.returncode == 2 and "NEXTPARA_WORKERS='two': expected an integer (as --workers)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    r = run_cli("serve", timeout=60, env={"NEXTPARA_MAX_QUEUE": "0"})
+    assert r.returncode == 2 and "NEXTPARA_MAX_QUEUE must be at least 1, got 0" in r.stderr
+
+
+def test_a_metrics_port_in_use_is_named_with_the_flag_that_moves_it(server_store):
+    """A second server on one host with the default --metrics-address (replicas of one data dir, say): one line, exit
+    2, naming the flag, not a bare "Address already in use"."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run_cli("serve", "--data-dir", str(server_store), "--read-only", "--address", "127.0.0.1:0",
+                    "--metrics-address", f"127.0.0.1:{port}", timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert (f"cannot serve metrics on 127.0.0.1:{port} (Address already in use): give this server its own "
+            "--metrics-address, or '' for none") in r.stderr and "Traceback" not in r.stderr
