@@ -194,12 +194,21 @@ class Runtime:
         return self.versions()
 
     def _reload(self) -> ParagraphStore:
-        """A replica re-reads the snapshot another process wrote, a writer the model; returns the store before."""
+        """A replica re-reads the snapshot another process wrote, a writer the model; returns the store before. A
+        reload refused (a model that cannot serve the new store, say) leaves the store, model and generations that
+        served before: every call keeps reading one consistent pair."""
         old = self.store
-        if self.settings.read_only:
-            self.load()
-        else:
+        if not self.settings.read_only:
             self._load_model()
+            return old
+        kept = (self.store, self.embedder, self._snapshot_generation, self._generation)
+        try:
+            self.load()
+        except BaseException:
+            if self.store is not old:
+                self.store.close()
+            self.store, self.embedder, self._snapshot_generation, self._generation = kept
+            raise
         return old
 
     def versions(self) -> tuple[str, int]:

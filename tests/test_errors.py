@@ -229,6 +229,7 @@ def _metadata(path) -> dict:
 # ---- a read-only replica: READ_ONLY_REPLICA, and NO_WORD_INDEX on a reload --------------------------------------------
 
 def test_read_only_replica_refusals(server_store, tmp_path):
+    from nextpara.store.ingest import build
     from safetensors.torch import load_file, save_file
 
     store = tmp_path / "store"
@@ -250,6 +251,17 @@ def test_read_only_replica_refusals(server_store, tmp_path):
             e = refusal(c.reload)
             assert e.reason == "NO_WORD_INDEX" and "word index" in e.details
             assert len(c.predict_next([1], top_k=1).predictions) == 1  # the model in use stays
+
+            before = c.info()
+            (tmp_path / "more.jsonl").write_text(json.dumps({"doc_id": "written-meanwhile", "paragraphs": ["One more."]})
+                                                 + "\n")
+            build(str(tmp_path / "more.jsonl"), store, quiet=True)  # the writer, meanwhile: a newer snapshot
+            model.write_bytes(b"not a checkpoint at all")
+            assert refusal(c.reload).reason == "MODEL_UNREADABLE"
+            after = c.info()  # the model in use stays, and so does the store it searches: a refused reload swaps nothing
+            assert (after.documents, after.index_version, after.model_version) == (
+                before.documents, before.index_version, before.model_version)
+            assert len(c.predict_next([1], top_k=1).predictions) == 1
     finally:
         s.stop()
 
