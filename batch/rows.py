@@ -65,14 +65,20 @@ def count_rows(path: str | Path) -> int | None:
     """Rows in the input (non-blank lines, or Parquet rows) for the progress bar; None if unknown."""
     path = Path(path)
     if is_parquet(path):
-        import pyarrow.parquet as pq
-
+        try:
+            import pyarrow.parquet as pq
+        except ModuleNotFoundError as e:
+            raise needs_pyarrow(path) from e
         return pq.ParquetFile(path).metadata.num_rows
     n = 0
     with open(path, "rb") as f:
         for line in f:
             n += bool(line.strip())
     return n
+
+
+def needs_pyarrow(path: Path) -> RowError:
+    return RowError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), or give JSON Lines")
 
 
 def is_parquet(path: Path) -> bool:
@@ -88,7 +94,7 @@ def read_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
         try:
             from .parquet_rows import read_parquet
         except ModuleNotFoundError as e:
-            raise RowError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), or give JSON Lines") from e
+            raise needs_pyarrow(path) from e
         yield from read_parquet(path)
         return
     with open(path, "rb") as f:

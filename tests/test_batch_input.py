@@ -4,6 +4,7 @@ rank like the same rows in JSON Lines."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -237,3 +238,18 @@ def test_vector_rows_made_arrays_score_as_the_rows_as_given(trained_store, engin
     assert "vector has a NaN or infinite value" in by_id["nan"]["error"]
     assert "vector of dimension" in by_id["short"]["error"]
     assert len(by_id["predict"]["results"]) == 3
+
+
+def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
+    """pyarrow comes with nextpara[ray]: a [server] install given Parquet is told what is missing, when the job counts
+    its rows (the first thing it does) and when it reads them, never with a traceback."""
+    from nextpara.batch.rows import RowError, count_rows
+
+    path = tmp_path / "in.parquet"
+    path.write_bytes(b"PAR1")
+    for name in ("pyarrow", "pyarrow.parquet", "nextpara.batch.parquet_rows"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: import raises
+    with pytest.raises(RowError, match=r"in.parquet: reading Parquet needs pyarrow \(pip install pyarrow\)"):
+        count_rows(path)
+    with pytest.raises(RowError, match="reading Parquet needs pyarrow"):
+        list(read_raw(path))
