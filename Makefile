@@ -1,5 +1,5 @@
 # Two commands on a fresh machine with only python3:
-#   make run   - create .venv; build the built-in corpus into the default store (first run only) and
+#   make run   - create .venv; build the built-in corpus into the default store (unless it holds your own) and
 #                serve it with the general model on 127.0.0.1:50051 until Ctrl-C
 #   make test  - create .venv and run the test suite
 PYTHON ?= python3
