@@ -31,6 +31,8 @@ MIN_WORDS, MIN_CHARS = 5, 30
 # Parts of the standard library that are tests, tooling or vendored code, not documentation.
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "__pycache__",
              "ensurepip", "turtledemo", "pydoc_data", "config-3", "tkinter"}
+TOPIC, MODULE = "topic:", "module:"  # the doc_id prefixes of the two kinds of built-in document
+BUILTIN_PREFIXES = (TOPIC, MODULE)
 
 
 def keep_paragraph(text: str) -> bool:
@@ -72,7 +74,7 @@ def topic_documents() -> Iterator[Document]:
     for name in sorted(topics):
         paragraphs = _clean(topics[name])
         if len(paragraphs) >= 2:
-            yield Document(doc_id=f"topic:{name}", title=name, paragraphs=paragraphs, source=f"pydoc_data.topics[{name!r}]")
+            yield Document(doc_id=f"{TOPIC}{name}", title=name, paragraphs=paragraphs, source=f"pydoc_data.topics[{name!r}]")
 
 
 def _docstrings(tree: ast.Module) -> Iterator[str]:
@@ -117,7 +119,7 @@ def module_documents() -> Iterator[Document]:
             continue
         paragraphs = [p for doc in _docstrings(tree) for p in _clean(inspect.cleandoc(doc))]
         if len(paragraphs) >= 2:
-            yield Document(doc_id=f"module:{name}", title=name, paragraphs=paragraphs, source=path)
+            yield Document(doc_id=f"{MODULE}{name}", title=name, paragraphs=paragraphs, source=path)
 
 
 def builtin_documents() -> Iterator[Document]:

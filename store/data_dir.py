@@ -31,6 +31,7 @@ import os
 import shutil
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from nextpara.errors import FailedPreconditionError, StoreLockedError, StoreMismatchError
@@ -197,6 +198,38 @@ class DataDir(os.PathLike):
             check_format(int(meta.get("format_version", 0)), str(self.path / DB_FILE))
         return meta
 
+    def read_store_meta(self) -> dict[str, str]:
+        """The store's ``meta`` (embedder, embedder_spec, dim, ...) read without opening the store (no lock, no vectors,
+        no index): {} where there is no store yet."""
+        if not self.has_store:
+            return {}
+        db = self.connect(readonly=True)
+        try:
+            return self.read_meta(db)
+        finally:
+            db.close()
+
+    def facts(self) -> "StoreFacts":
+        """What the store is (its embedder and dimension) without opening it; FailedPreconditionError if there is none."""
+        meta = self.read_store_meta()
+        if "embedder" not in meta:
+            raise self.no_store_error()
+        return StoreFacts(self, meta["embedder"], meta.get("embedder_spec", meta["embedder"]), int(meta["dim"]))
+
+    def first_doc_id_outside(self, prefixes: tuple[str, ...]) -> str | None:
+        """The first stored doc_id (in doc_id order) that starts with none of ``prefixes``, None if there is none; one
+        indexed query on a read-only connection, whatever the store's size."""
+        if not self.read_store_meta():
+            return None
+        db = self.connect(readonly=True)
+        try:
+            where = " AND ".join("substr(doc_id, 1, ?) != ?" for _ in prefixes) or "1"
+            row = db.execute(f"SELECT doc_id FROM documents WHERE {where} ORDER BY doc_id LIMIT 1",
+                             [v for p in prefixes for v in (len(p), p)]).fetchone()
+            return row[0] if row else None
+        finally:
+            db.close()
+
     def create_schema(self, db: sqlite3.Connection, embedder_name: str, embedder_spec: str, dim: int, index: str) -> None:
         """Tables and metadata of a new store, in one transaction."""
         db.execute("BEGIN IMMEDIATE")
@@ -206,6 +239,17 @@ class DataDir(os.PathLike):
             ("format_version", str(FORMAT_VERSION)), ("embedder", embedder_name), ("embedder_spec", embedder_spec),
             ("dim", str(dim)), ("index", index), ("generation", "0"), ("created_at", str(time.time()))])
         db.execute("COMMIT")
+
+
+@dataclass(frozen=True)
+class StoreFacts:
+    """A store's identity read from its meta table alone (DataDir.facts): enough to say which model can serve it
+    (general.describe_served) without loading its vectors and index."""
+
+    data_dir: DataDir
+    embedder_name: str
+    embedder_spec: str
+    dim: int
 
 
 def disk_full(e: BaseException, path: Path) -> bool:

@@ -1,12 +1,14 @@
 """What `nextpara serve` builds before it serves the default data dir: the built-in corpus into a store that holds
-nothing else, never into a store of the user's own, never from a read-only server."""
+nothing else (with the store's own embedder), never into a store with other documents, never from a read-only server,
+never into another data dir."""
 
 import functools
 import json
 import logging
 
 import pytest
-from nextpara.attention_core.bootstrap import ensure_default_store, first_foreign_document
+from conftest import run_cli
+from nextpara.attention_core.bootstrap import builtin_embedder, ensure_default_store
 from nextpara.store.builtin_corpus import builtin_documents
 from nextpara.store.data_dir import DataDir
 from nextpara.store.ingest import build
@@ -25,30 +27,32 @@ def write_corpus(path, docs) -> str:
 
 
 @functools.cache
-def builtin_sample(n: int) -> list[dict]:
-    return [{"doc_id": d.doc_id, "paragraphs": d.paragraphs[:3]} for _, d in zip(range(n), builtin_documents())]
+def builtin_sample(n: int) -> tuple[dict, ...]:
+    return tuple({"doc_id": d.doc_id, "paragraphs": d.paragraphs[:3]} for _, d in zip(range(n), builtin_documents()))
 
 
-def test_a_default_store_of_the_users_own_is_served_as_it_is(default_dir, tmp_path, caplog):
+def test_a_default_store_with_other_documents_is_served_as_it_is(default_dir, tmp_path, caplog):
     mine = {"doc_id": "my-notes", "paragraphs": ["A paragraph of my own.", "And the one after it."]}
     build(write_corpus(tmp_path / "mine.jsonl", [*builtin_sample(2), mine]), default_dir, quiet=True)
-    assert first_foreign_document(default_dir) == "my-notes"
     with caplog.at_level(logging.INFO, logger="nextpara.attention_core.bootstrap"):
+        assert builtin_embedder(default_dir) is None
         ensure_default_store(default_dir, quiet=True)
     with open_store(default_dir, readonly=True) as store:
         assert [d.doc_id for d in store.list_documents(limit=10)] == sorted(
             [*(d["doc_id"] for d in builtin_sample(2)), "my-notes"])  # nothing added, nothing changed
-    assert "holds documents of its own (my-notes among them): served as it is" in caplog.text
+    assert "holds documents not from the built-in corpus (my-notes among them): served as it is" in caplog.text
 
 
-def test_a_store_of_built_in_documents_alone_is_the_corpus_to_complete(default_dir, tmp_path):
-    build(write_corpus(tmp_path / "part.jsonl", builtin_sample(3)), default_dir, quiet=True)  # as a stopped first run
-    assert first_foreign_document(default_dir) is None  # so serve's build would complete it
+def test_a_store_of_built_in_documents_alone_is_completed_with_its_own_embedder(default_dir, tmp_path):
+    assert builtin_embedder(default_dir) == "minilm"  # empty: the first run builds
+    build(write_corpus(tmp_path / "part.jsonl", builtin_sample(3)), default_dir, embedder="minilm-int8", quiet=True)
+    assert builtin_embedder(default_dir) == "minilm-int8"  # as a first run stopped halfway: the next completes it
+    assert builtin_embedder(default_dir, read_only=True) is None  # but never from a replica
+    assert builtin_embedder(DataDir(tmp_path / "elsewhere")) is None  # and never into another data dir
 
 
-def test_a_read_only_server_and_another_data_dir_build_nothing(default_dir, tmp_path):
-    ensure_default_store(default_dir, quiet=True, read_only=True)
-    assert not default_dir.path.exists()
-    other = DataDir(tmp_path / "other")
-    ensure_default_store(other, quiet=True)
-    assert not other.path.exists()
+def test_serve_read_only_on_an_empty_default_dir_builds_nothing(default_dir):
+    r = run_cli("serve", "--read-only", "--address", "127.0.0.1:0", "--metrics-address", "", timeout=120,
+                env={"NEXTPARA_DATA_DIR": str(default_dir)})
+    assert r.returncode == 2 and "no nextpara store" in r.stderr.lower(), r.stderr
+    assert not (default_dir / "paragraphs.sqlite").exists()
