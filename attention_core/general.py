@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
+from nextpara.store.data_dir import StoreFacts
 from nextpara.store.store import ParagraphStore
 
 from . import lexical
@@ -117,7 +118,7 @@ def fit_store_lexicon(model: NextParagraphModel, store: ParagraphStore) -> None:
         model.lexicon_idf.copy_(torch.from_numpy(lexical.Lexicon.fit(texts).idf))
 
 
-def fits(meta: dict, store: ParagraphStore) -> str:
+def fits(meta: dict, store: ParagraphStore | StoreFacts) -> str:
     """Empty if a checkpoint's embedder is the store's, else why not (the general model's message)."""
     emb = meta.get("embedder", {})
     if (emb.get("name"), emb.get("dim")) == (store.embedder_name, store.dim):
@@ -164,8 +165,9 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
     return model, meta
 
 
-def describe_served(store: ParagraphStore) -> dict:
-    """Which model serves ``store`` and its validation figures beside B1's, without loading any weights:
+def describe_served(store: ParagraphStore | StoreFacts) -> dict:
+    """Which model serves ``store`` (an open store, or only its facts: data_dir, embedder_name and dim are all it reads)
+    and its validation figures beside B1's, without loading any weights:
     ``source`` "trained", COSINE (with ``reason``: the guard's line), "general" or "none" (with ``reason``),
     ``model_version``, ``scorer`` (model.SCORERS' name of its configuration, COSINE, or "custom"), and ``validation``
     ({"model": ..., "B1": ...}, summarize() dicts) when a guard (`nextpara train`'s, or for the general model

@@ -122,11 +122,11 @@ class RayEngine:
         import ray
         from nextpara.attention_core.general import describe_served
         from nextpara.errors import FailedPreconditionError, Reason
-        from nextpara.store.store import open_store
+        from nextpara.store.data_dir import DataDir
 
         self.data_dir = str(Path(data_dir).resolve())
-        with open_store(self.data_dir, readonly=True) as store:  # fail before starting Ray, not in every actor
-            served = describe_served(store)  # its own model, else the general model, as the other engines serve
+        # fail before starting Ray, not in every actor; from the store's meta alone (a large store's vectors stay put)
+        served = describe_served(DataDir(self.data_dir).facts())  # its own model, else the general model, as elsewhere
         if served["source"] == "none":
             raise FailedPreconditionError(f"nothing can serve {self.data_dir}: {served['reason']} (with --ray the path "
                                           "must hold the store on every node)", reason=Reason.NO_MODEL)
