@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from nextpara.errors import NextparaError
 from nextpara.v1 import nextpara_pb2
 
 from .auth import TokenAuthInterceptor
@@ -113,7 +114,10 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
                 w.cancel()
             if reload_requested.is_set():
                 reload_requested.clear()
-                log.info("reloaded: model %s, index generation %d", *(await runtime.reload()))
+                try:
+                    log.info("reloaded: model %s, index generation %d", *(await runtime.reload()))
+                except NextparaError as e:  # as a refused Reload call: what served goes on serving
+                    log.error("reload (SIGHUP) refused, still serving what was loaded before: %s", e)
             await runtime.snapshot_if_changed()
     finally:
         log.info("shutting down: NOT_SERVING, %.0fs for in-flight calls", settings.grace_seconds)

@@ -105,46 +105,64 @@ class Runtime:
 
     # ---- lifecycle --------------------------------------------------------------------
     def load(self) -> None:
-        """Open the store and (if trained) the model; blocking, call in the executor."""
-        self.store = open_store(self.data_dir, readonly=self.settings.read_only)
-        self.embedder = embedder_for_store(self.store.embedder_spec, self.store.embedder_name, self.store.dim)
-        self._snapshot_generation = self.store.snapshot_generation
-        self._generation = self.store.index_generation
-        self._load_model()
+        """Open the store and the model that serves it; blocking, call in the executor. Nothing of the server changes
+        until both are ready: a replica's refused reload (a model that cannot serve the new snapshot, say) leaves the
+        store, model and generations that served before, and a read waiting for the new generation waits for its model."""
+        store = open_store(self.data_dir, readonly=self.settings.read_only)
+        try:
+            embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+            prepared = self._prepare_model(store, embedder)
+        except BaseException:
+            store.close()
+            raise
+        self.store, self.embedder = store, embedder
+        self._snapshot_generation = store.snapshot_generation
+        self._generation = store.index_generation
+        self._install_model(*prepared)
 
     def _load_model(self) -> None:
+        """The writer's reload: the model again, over the store it has."""
+        self._install_model(*self._prepare_model(self.store, self.embedder))
+
+    def _prepare_model(self, store: ParagraphStore, embedder) -> tuple:
+        """(predictor or None, why none, what serves, paragraphs): everything that may fail, before anything changes."""
+        predictor, why = None, None
         try:  # the store's own model, else the general model that ships with the package
-            predictor = Predictor.from_store(self.store, embedder=self.embedder)
+            predictor = Predictor.from_store(store, embedder=embedder)
         except FailedPreconditionError as e:
-            if (self.data_dir / CHECKPOINT).exists():  # the store's own model file is unusable: say so (start-up
+            if (store.data_dir / CHECKPOINT).exists():  # the store's own model file is unusable: say so (start-up
                 raise  # fails, a Reload is refused with the reason) rather than serve something else
-            self._stop_warming()
-            self._no_model = e
+            why = e
+        return predictor, why, describe_served(store), store.count_paragraphs()
+
+    def _install_model(self, predictor: Predictor | None, why: Exception | None, info: dict, paragraphs: int) -> None:
+        self._stop_warming()
+        if predictor is None:
+            self.predictor, self._no_model = None, why
             log.warning("no model serves %s: PredictNext and Rerank answer FAILED_PRECONDITION until `nextpara "
-                        "train` and a reload (%s)", self.data_dir, e)
+                        "train` and a reload (%s)", self.data_dir, why)
         else:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
-            self._stop_warming()
             self._warming = threading.Event()
-            self._warm_thread = threading.Thread(target=self._warm, args=(predictor, self._warming),
+            self._warm_thread = threading.Thread(target=self._warm, args=(predictor, self.embedder, self._warming),
                                                  name="nextpara-warm-up", daemon=True)
             self._warm_thread.start()  # so that the first query by text waits for no model, and no query reads texts
             self.predictor, self._no_model = predictor, None
-        self._model_info = describe_served(self.store)  # what was just loaded (or why nothing was)
-        self.metrics.paragraphs.set(self.store.count_paragraphs())
+        self._model_info = info  # what was just loaded (or why nothing was)
+        self.metrics.paragraphs.set(paragraphs)
 
     def _stop_warming(self) -> None:
         """Stop the word rows' warm-up of the model that served until now (a refused reload keeps it going)."""
         if self._warming is not None:
             self._warming.set()
 
-    def _warm(self, predictor: Predictor, stop: threading.Event) -> None:
+    def _warm(self, predictor: Predictor, embedder, stop: threading.Event) -> None:
         """Load the local text model (seconds of imports and weights, else paid by the first query by text), then
         keep every stored paragraph's word row; WORD_ROWS_READY is logged when both are done."""
-        if isinstance(self.embedder, SentenceTransformerEmbedder) and not stop.is_set():
+        if isinstance(embedder, SentenceTransformerEmbedder) and not stop.is_set():
             started = time.perf_counter()
             try:
-                self.embedder.model  # noqa: B018 - the property loads it
+                embedder.model  # noqa: B018 - the property loads it
             except Exception as e:  # noqa: BLE001 - not fatal: the first query by text loads it, or says why not
                 log.warning("text model not loaded ahead: %s", e)
             else:
@@ -194,21 +212,13 @@ class Runtime:
         return self.versions()
 
     def _reload(self) -> ParagraphStore:
-        """A replica re-reads the snapshot another process wrote, a writer the model; returns the store before. A
-        reload refused (a model that cannot serve the new store, say) leaves the store, model and generations that
-        served before: every call keeps reading one consistent pair."""
+        """A replica re-reads the snapshot another process wrote, a writer the model; returns the store before (a
+        refused reload changes nothing: load)."""
         old = self.store
-        if not self.settings.read_only:
-            self._load_model()
-            return old
-        kept = (self.store, self.embedder, self._snapshot_generation, self._generation)
-        try:
+        if self.settings.read_only:
             self.load()
-        except BaseException:
-            if self.store is not old:
-                self.store.close()
-            self.store, self.embedder, self._snapshot_generation, self._generation = kept
-            raise
+        else:
+            self._load_model()
         return old
 
     def versions(self) -> tuple[str, int]:

@@ -308,7 +308,8 @@ class NextParagraphServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reload(self, request, context):
-        """Reload the model checkpoint and the index snapshot from the data directory (admin; write role).
+        """Reload from the data directory (admin; write role): the writer reloads the model checkpoint; a --read-only
+        replica re-reads the newest index snapshot and the model. A refused reload leaves what served before.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
