@@ -223,10 +223,15 @@ class NextParagraphModel(nn.Module):
         for block in self.encoder:
             x, _ = block(x, mask=attend)
         x = self.ln_enc(x)
+        query = self.query_base(context, context_mask) + self.query_out(x[:, -1])  # (B, D)
+        return F.normalize(query, dim=-1), x
+
+    def query_base(self, context: torch.Tensor, context_mask: torch.Tensor) -> torch.Tensor:
+        """(B,D) what the query starts from, before the encoder's correction: the learned mix of the last context
+        paragraph and the context's mean."""
         n = context_mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
         mean = (context * context_mask[..., None]).sum(1) / n  # (B, D)
-        query = self.mix[0] * context[:, -1] + self.mix[1] * mean + self.query_out(x[:, -1])  # (B, D)
-        return F.normalize(query, dim=-1), x
+        return self.mix[0] * context[:, -1] + self.mix[1] * mean
 
     def features(self, context, context_mask, candidates, candidate_mask, query):
         """Similarity features per candidate (B,K,L+5; L+8 with pool_neighbours), computed in embedding space."""

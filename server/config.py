@@ -70,31 +70,27 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
     InvalidInputError (exit status 2) naming the flag, or the variable it came from."""
     from nextpara.errors import InvalidInputError
 
-    values, origin = {}, {}
+    values, source = {}, {}  # a field's value, and where it came from: its flag or its environment variable
     for f in fields(ServerSettings):
-        flag, env_name = f"--{f.name.replace('_', '-')}", f"NEXTPARA_{f.name.upper()}"
+        source[f.name] = f"--{f.name.replace('_', '-')}"
         value = getattr(args, f.name, None)
-        if value is None and (env := os.environ.get(env_name)) is not None:
+        if value is None and (env := os.environ.get(env_name := f"NEXTPARA_{f.name.upper()}")) is not None:
             kind = {"int": int, "float": float}.get(str(f.type))
             try:
                 value = env.lower() in ("1", "true", "yes") if str(f.type) == "bool" else kind(env) if kind else env
             except ValueError:
                 raise InvalidInputError(f"{env_name}={env!r}: expected {'an integer' if kind is int else 'a number'} "
-                                        f"(as {flag})") from None
-            origin[f.name] = env_name
+                                        f"(as {source[f.name]})") from None
+            source[f.name] = env_name
         if value is not None:
             values[f.name] = value
     settings = ServerSettings(**values)
-
-    def name(field_name: str) -> str:
-        return origin.get(field_name, f"--{field_name.replace('_', '-')}")
-
-    for field_name, low in (("workers", 1), ("threads", 0), ("max_batch", 1), ("max_queue", 1), ("max_message_mb", 1),
-                            ("max_wait_ms", 0), ("grace_seconds", 0)):
-        if getattr(settings, field_name) < low:
-            raise InvalidInputError(f"{name(field_name)} must be at least {low}, got {getattr(settings, field_name)}")
+    for name, low in (("workers", 1), ("threads", 0), ("max_batch", 1), ("max_queue", 1), ("max_message_mb", 1),
+                      ("max_wait_ms", 0), ("grace_seconds", 0)):
+        if getattr(settings, name) < low:
+            raise InvalidInputError(f"{source[name]} must be at least {low}, got {getattr(settings, name)}")
     if not settings.snapshot_seconds > 0:
-        raise InvalidInputError(f"{name('snapshot_seconds')} must be above 0, got {settings.snapshot_seconds}")
+        raise InvalidInputError(f"{source['snapshot_seconds']} must be above 0, got {settings.snapshot_seconds}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise InvalidInputError("--tls-cert and --tls-key go together (or NEXTPARA_TLS_CERT and NEXTPARA_TLS_KEY)")
     return settings

@@ -198,37 +198,42 @@ class DataDir(os.PathLike):
             check_format(int(meta.get("format_version", 0)), str(self.path / DB_FILE))
         return meta
 
+    @contextlib.contextmanager
+    def _read_only_db(self):
+        """A read-only connection to the store's SQLite and its ``meta`` ({} for no store yet), closed after use;
+        None for the connection where there is no store file."""
+        if not self.has_store:
+            yield None, {}
+            return
+        db = self.connect(readonly=True)
+        try:
+            yield db, self.read_meta(db)
+        finally:
+            db.close()
+
     def read_store_meta(self) -> dict[str, str]:
         """The store's ``meta`` (embedder, embedder_spec, dim, ...) read without opening the store (no lock, no vectors,
         no index): {} where there is no store yet."""
-        if not self.has_store:
-            return {}
-        db = self.connect(readonly=True)
-        try:
-            return self.read_meta(db)
-        finally:
-            db.close()
+        with self._read_only_db() as (_, meta):
+            return meta
 
     def facts(self) -> "StoreFacts":
         """What the store is (its embedder and dimension) without opening it; FailedPreconditionError if there is none."""
         meta = self.read_store_meta()
         if "embedder" not in meta:
             raise self.no_store_error()
-        return StoreFacts(self, meta["embedder"], meta.get("embedder_spec", meta["embedder"]), int(meta["dim"]))
+        return StoreFacts(self, meta["embedder"], int(meta["dim"]))
 
     def first_doc_id_outside(self, prefixes: tuple[str, ...]) -> str | None:
-        """The first stored doc_id (in doc_id order) that starts with none of ``prefixes``, None if there is none; one
-        indexed query on a read-only connection, whatever the store's size."""
-        if not self.read_store_meta():
-            return None
-        db = self.connect(readonly=True)
-        try:
-            where = " AND ".join("substr(doc_id, 1, ?) != ?" for _ in prefixes) or "1"
+        """The first stored doc_id (in doc_id order) that starts with none of ``prefixes``, None if there is none: one
+        query on a read-only connection, walking the doc_id index only until it finds one."""
+        with self._read_only_db() as (db, meta):
+            if "embedder" not in meta:  # no store, or one whose first transaction never committed
+                return None
+            where = " AND ".join("substr(doc_id, 1, ?) != ?" for _ in prefixes)
             row = db.execute(f"SELECT doc_id FROM documents WHERE {where} ORDER BY doc_id LIMIT 1",
                              [v for p in prefixes for v in (len(p), p)]).fetchone()
             return row[0] if row else None
-        finally:
-            db.close()
 
     def create_schema(self, db: sqlite3.Connection, embedder_name: str, embedder_spec: str, dim: int, index: str) -> None:
         """Tables and metadata of a new store, in one transaction."""
@@ -248,7 +253,6 @@ class StoreFacts:
 
     data_dir: DataDir
     embedder_name: str
-    embedder_spec: str
     dim: int
 
 

@@ -13,7 +13,9 @@ import time
 import numpy as np
 import pytest
 from conftest import LiveServer, run_cli
+from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.general import describe_served
+from nextpara.attention_core.guard import TRAIN_REPORT
 from nextpara.store.store import open_store
 
 
@@ -130,7 +132,7 @@ def test_ray_engine_matches_in_process_on_a_store_the_general_model_serves(train
     pytest.importorskip("ray", reason="Ray is the optional extra nextpara[ray]")
     path, _ = batch_input
     store = tmp_path / "store"
-    shutil.copytree(trained_store, store, ignore=shutil.ignore_patterns("model.safetensors", "train_report.json"))
+    shutil.copytree(trained_store, store, ignore=shutil.ignore_patterns(CHECKPOINT, TRAIN_REPORT))
     with open_store(store, readonly=True) as s:
         general = describe_served(s)
     assert general["source"] == "general"

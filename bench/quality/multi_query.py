@@ -52,8 +52,7 @@ def queries_of(model, extra, x, m) -> torch.Tensor:
     query, states = model.encode(x, m)
     if not len(extra):
         return query[:, None]
-    n = m.sum(1, keepdim=True).clamp(min=1)
-    base = model.mix[0] * x[:, -1] + model.mix[1] * (x * m[..., None]).sum(1) / n
+    base = model.query_base(x, m)
     more = [F.normalize(base + layer(states[:, -1]), dim=-1) for layer in extra]
     return torch.stack([query, *more], 1)
 
