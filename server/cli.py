@@ -17,15 +17,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .config import from_args
+
+    settings = from_args(args)  # a bad setting is said at once, before seconds of imports
     import asyncio
 
+    from nextpara.attention_core.bootstrap import ensure_default_store
     from nextpara.store.data_dir import DataDir
 
-    from .config import from_args
     from .main import run_server
-
-    settings = from_args(args)
-    from nextpara.attention_core.bootstrap import ensure_default_store
 
     data_dir = DataDir.resolve(settings.data_dir)
     ensure_default_store(data_dir, quiet=args.quiet, read_only=settings.read_only)  # builds only the default location

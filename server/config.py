@@ -87,10 +87,14 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
     settings = ServerSettings(**values)
     for name, low in (("workers", 1), ("threads", 0), ("max_batch", 1), ("max_queue", 1), ("max_message_mb", 1),
                       ("max_wait_ms", 0), ("grace_seconds", 0)):
-        if getattr(settings, name) < low:
+        if not getattr(settings, name) >= low:  # not `< low`: NaN is below nothing
             raise InvalidInputError(f"{source[name]} must be at least {low}, got {getattr(settings, name)}")
     if not settings.snapshot_seconds > 0:
         raise InvalidInputError(f"{source['snapshot_seconds']} must be above 0, got {settings.snapshot_seconds}")
+    host, colon, port = settings.metrics_address.rpartition(":")
+    if settings.metrics_address and not (colon and port.isdigit() and int(port) <= 65535):
+        raise InvalidInputError(f"{source['metrics_address']} must be host:port (port 0: any free port) or '' for "
+                                f"none, got {settings.metrics_address!r}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise InvalidInputError("--tls-cert and --tls-key go together (or NEXTPARA_TLS_CERT and NEXTPARA_TLS_KEY)")
     return settings

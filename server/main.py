@@ -80,6 +80,9 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
     server, port, health_servicer = create_server(settings, runtime)
     await set_health(health_servicer, False)
     runtime.on_reload = lambda: set_health(health_servicer, runtime.serving)
+    if settings.metrics_address:  # before the load, so that a taken port is said at once, not after minutes
+        log.info("metrics on http://%s:%d/metrics", settings.metrics_address.rpartition(":")[0],
+                 metrics.serve(settings.metrics_address))
     await server.start()
     host = settings.address.rpartition(":")[0]
     log.info("listening on %s:%d (NOT_SERVING while loading)", host, port)
@@ -95,9 +98,6 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
         pass
     try:
         await runtime.run(runtime.load)
-        if settings.metrics_address:
-            log.info("metrics on http://%s:%d/metrics", settings.metrics_address.rpartition(":")[0],
-                     metrics.serve(settings.metrics_address))
         await set_health(health_servicer, runtime.serving)
         model_version, index_version = runtime.versions()
         log.info("%s on %s:%d: model %s, index generation %d, %d paragraphs",

@@ -124,11 +124,16 @@ def test_serve_refuses_impossible_sizes():
     assert "Traceback" not in r.stderr
     r = run_cli("serve", timeout=60, env={"NEXTPARA_MAX_QUEUE": "0"})
     assert r.returncode == 2 and "NEXTPARA_MAX_QUEUE must be at least 1, got 0" in r.stderr
+    r = run_cli("serve", "--grace-seconds", "nan", timeout=60)  # NaN is not below 0, and not at least 0 either
+    assert r.returncode == 2 and "--grace-seconds must be at least 0, got nan" in r.stderr, r.stderr
+    r = run_cli("serve", "--metrics-address", "localhost", timeout=60)  # no port: was a traceback at start
+    assert r.returncode == 2 and "--metrics-address must be host:port (port 0: any free port) or '' for none, got " \
+        "'localhost'" in r.stderr, r.stderr
 
 
 def test_a_metrics_port_in_use_is_named_with_the_flag_that_moves_it(server_store):
     """A second server on one host with the default --metrics-address (replicas of one data dir, say): one line, exit
-    2, naming the flag, not a bare "Address already in use"."""
+    2, naming the flag, not a bare "Address already in use", and before the store loads."""
     import socket
 
     with socket.socket() as taken:
@@ -140,3 +145,4 @@ def test_a_metrics_port_in_use_is_named_with_the_flag_that_moves_it(server_store
     assert r.returncode == 2, r.stderr
     assert (f"cannot serve metrics on 127.0.0.1:{port} (Address already in use): give this server its own "
             "--metrics-address, or '' for none") in r.stderr and "Traceback" not in r.stderr
+    assert "listening on" not in r.stderr  # said before the gRPC port opens and the store loads, not minutes later
