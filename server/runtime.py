@@ -11,27 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.predictor import Predictor
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
-from nextpara.store.backup import BackupReport, backup
-from nextpara.store.embedders import SentenceTransformerEmbedder, embedder_for_store
+from nextpara.store.backup import BackupReport
+from nextpara.store.embedders import embedder_for_store
 from nextpara.store.filters import RetrievalFilter
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
 
+from .backups import Backups
 from .batching import Coalescer
 from .config import ServerSettings
 from .index_gate import IndexGate
 from .metrics import Metrics
+from .warm_up import WarmUp
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,6 @@ def size_threads(workers: int, threads: int = 0) -> int:
     return n
 
 
-TEXT_MODEL_READY = "text model ready"  # logged once the store's local text model is loaded
-WORD_ROWS_READY = "word rows ready"  # logged once every stored paragraph's word row is kept (benchmarks wait for it)
-
-
 class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
@@ -89,8 +86,7 @@ class Runtime:
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
         self._no_model: FailedPreconditionError | None = None  # why no model serves, when none does
-        self._warming: threading.Event | None = None  # set to stop the word rows' warm-up of the model that served
-        self._warm_thread: threading.Thread | None = None
+        self._warm_up: WarmUp | None = None  # of the model that serves
         self._model_info: dict = {"source": "none", "reason": "not loaded yet"}
         self.embedder = None
         self._write_lock = asyncio.Lock()
@@ -99,7 +95,7 @@ class Runtime:
         self._generation = -1  # the generation the index holds, kept by load, catch-up and each write (error_facts)
         self.index_gate = IndexGate(lambda: self._generation, self._catch_up if settings.read_only else None,
                                     settings.read_only)  # reads that ask for min_index_version
-        self._backup_lock = asyncio.Lock()  # one Backup at a time
+        self.backups = Backups(data_dir, settings.backup_dir)
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
                                    settings.max_queue, on_batch=metrics.batch.observe, slots=settings.workers)
 
@@ -136,49 +132,18 @@ class Runtime:
         return predictor, why, describe_served(store), store.count_paragraphs()
 
     def _install_model(self, predictor: Predictor | None, why: Exception | None, info: dict, paragraphs: int) -> None:
-        self._stop_warming()
+        if self._warm_up is not None:
+            self._warm_up.stop()
         if predictor is None:
             self.predictor, self._no_model = None, why
             log.warning("no model serves %s: PredictNext and Rerank answer FAILED_PRECONDITION until `nextpara "
                         "train` and a reload (%s)", self.data_dir, why)
         else:
             predictor.observe = lambda stage, seconds: self.metrics.stage.labels(stage).observe(seconds)
-            self._warming = threading.Event()
-            self._warm_thread = threading.Thread(target=self._warm, args=(predictor, self.embedder, self._warming),
-                                                 name="nextpara-warm-up", daemon=True)
-            self._warm_thread.start()  # so that the first query by text waits for no model, and no query reads texts
+            self._warm_up = WarmUp(predictor, self.embedder)  # text model and word rows ahead of the first queries
             self.predictor, self._no_model = predictor, None
         self._model_info = info  # what was just loaded (or why nothing was)
         self.metrics.paragraphs.set(paragraphs)
-
-    def _stop_warming(self) -> None:
-        """Stop the word rows' warm-up of the model that served until now (a refused reload keeps it going)."""
-        if self._warming is not None:
-            self._warming.set()
-
-    def _warm(self, predictor: Predictor, embedder, stop: threading.Event) -> None:
-        """Load the local text model (seconds of imports and weights, else paid by the first query by text), then
-        keep every stored paragraph's word row; WORD_ROWS_READY is logged when both are done."""
-        if isinstance(embedder, SentenceTransformerEmbedder) and not stop.is_set():
-            started = time.perf_counter()
-            try:
-                embedder.model  # noqa: B018 - the property loads it
-            except Exception as e:  # noqa: BLE001 - not fatal: the first query by text loads it, or says why not
-                log.warning("text model not loaded ahead: %s", e)
-            else:
-                log.info("%s: text model loaded ahead in %.1f s", TEXT_MODEL_READY, time.perf_counter() - started)
-        self._warm_word_rows(predictor, stop)
-
-    @staticmethod
-    def _warm_word_rows(predictor: Predictor, stop: threading.Event) -> None:
-        started = time.perf_counter()
-        try:
-            n = predictor.pipeline.warm_word_rows(stop=stop)
-        except Exception as e:  # noqa: BLE001 - not fatal: each query computes the rows it lacks, as before
-            log.warning("word rows not computed ahead: %s", e)
-            return
-        if not stop.is_set():
-            log.info("%s: word rows of %d paragraphs kept in %.1f s", WORD_ROWS_READY, n, time.perf_counter() - started)
 
     @property
     def serving(self) -> bool:
@@ -261,9 +226,9 @@ class Runtime:
         await self.snapshot_if_changed()
         self.executor.shutdown(wait=True)
         self.write_executor.shutdown(wait=True)
-        if self._warming is not None:  # it reads the store: stopped (within a chunk) before the store closes
-            self._stop_warming()
-            await asyncio.get_running_loop().run_in_executor(None, self._warm_thread.join)
+        if self._warm_up is not None:  # it reads the store: stopped (within a chunk) before the store closes
+            self._warm_up.stop()
+            await asyncio.get_running_loop().run_in_executor(None, self._warm_up.join)
         if self.store:
             self.store.close()
 
@@ -391,54 +356,6 @@ class Runtime:
 
     # ---- backup -----------------------------------------------------------------------
     async def backup(self, destination: str) -> BackupReport:
-        """Copy the store to ``destination`` inside --backup-dir while serving and writing go on (store/backup.py), on
-        a thread of its own: the workers keep serving. One backup at a time: a caller that goes away (its deadline
-        passed) cannot stop the copy, so the next Backup waits until it has really finished (it may be to the same
-        destination, which it then finds there)."""
+        """Copy the store to ``destination`` inside --backup-dir while serving and writing go on (server/backups.py)."""
         self._check_writable()
-        name = backup_name(destination, self._generation)
-        if not self.settings.backup_dir:
-            raise FailedPreconditionError("this server was started without --backup-dir, so it writes no backups: "
-                                          "restart it with --backup-dir DIR, or run `nextpara backup` on its machine")
-        dest = Path(self.settings.backup_dir).expanduser().resolve() / name
-        if self._backup_lock.locked():
-            log.info("backup to %s: waits for the backup in progress", dest)
-        async with self._backup_lock:
-            if not destination:  # a name of the server's choosing is never one taken already
-                dest = unused(dest)
-            log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, self._generation)
-            copy = asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
-            try:
-                report = await asyncio.shield(copy)
-            except asyncio.CancelledError:
-                await asyncio.wait([copy])  # the lock is held until the copy thread has finished
-                if copy.exception() is not None:
-                    log.error("backup to %s, whose caller went away, failed: %s", dest, copy.exception())
-                else:
-                    log.info("backup whose caller went away: %s", copy.result().line())
-                raise
-        log.info("%s", report.line())
-        return report
-
-
-def unused(dest: Path) -> Path:
-    """``dest``, or if it exists ``dest-2``, ``dest-3``, ... the first that does not."""
-    n, path = 1, dest
-    while path.exists() or path.is_symlink():
-        n += 1
-        path = dest.with_name(f"{dest.name}-{n}")
-    return path
-
-
-def backup_name(name: str, generation: int) -> PurePosixPath:
-    """A Backup's destination as a path inside --backup-dir; "" picks nextpara-g<generation>-<UTC time, to the
-    millisecond> (made unique under the backup lock if taken: :func:`unused`). A path that would leave it is
-    INVALID_DESTINATION (one that exists too, refused by the store's backup)."""
-    if not name:
-        now = time.time()
-        name = f"nextpara-g{generation}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d}Z"
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts or "\x00" in name or not path.parts:
-        raise InvalidInputError(f"destination {name!r:.200} is not a relative path inside the backup directory",
-                                reason=Reason.INVALID_DESTINATION, field="destination", metadata={"destination": name})
-    return path
+        return await self.backups.take(destination, self._generation)

@@ -348,7 +348,7 @@ def test_a_server_loads_its_text_model_and_every_word_row_once_it_has_loaded(ser
     background (its first query by text then waits for no model, its queries read no candidate's text), and says so
     in its log, in that order."""
     from nextpara.server.process import ServerProcess
-    from nextpara.server.runtime import TEXT_MODEL_READY, WORD_ROWS_READY
+    from nextpara.server.warm_up import TEXT_MODEL_READY, WORD_ROWS_READY
     from nextpara.store.store import open_store
 
     with open_store(server_store, readonly=True) as store:

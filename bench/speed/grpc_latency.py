@@ -181,7 +181,7 @@ def main() -> int:
     parser.add_argument("--output", default="grpc_latency", help="results name under bench/results/")
     args = parser.parse_args()
     from nextpara.server.process import ServerProcess
-    from nextpara.server.runtime import WORD_ROWS_READY
+    from nextpara.server.warm_up import WORD_ROWS_READY
 
     ids, texts, growing = contexts_from(args.data_dir, 20000)
     per = {"ids": len(ids) // 5, "texts": len(texts) // 5}  # a fresh fifth of the contexts per measurement

@@ -102,7 +102,7 @@ def main() -> int:
     if not args.no_grpc:
         from nextpara.client import Client
         from nextpara.server.process import ServerProcess
-        from nextpara.server.runtime import WORD_ROWS_READY
+        from nextpara.server.warm_up import WORD_ROWS_READY
 
         with ServerProcess.local(args.data_dir, "--read-only") as server, Client(server.address) as client:
             if not server.wait_for(WORD_ROWS_READY, 120):
