@@ -28,27 +28,31 @@ import numpy as np
 from bench.record import argument_parser, save, stamp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-_embedder = None
+_embedder, _ready = None, 0.0  # a pool process's model, and when it was loaded (time.time())
 
 
 def _start_worker() -> None:
-    global _embedder
+    global _embedder, _ready
     import torch
     from nextpara.store.embedders import make_embedder
 
     torch.set_num_threads(1)
     _embedder = make_embedder("minilm")
     _embedder.embed(["warm"])  # loads the model
+    _ready = time.time()
 
 
-def _embed(texts: list[str]) -> np.ndarray:
-    return _embedder.embed(texts)
+def _embed(texts: list[str]) -> tuple[np.ndarray, int, float]:
+    return _embedder.embed(texts), os.getpid(), _ready
 
 
-def in_pool(texts: list[str], processes: int, chunk: int) -> np.ndarray:
+def in_pool(texts: list[str], processes: int, chunk: int) -> tuple[np.ndarray, float]:
+    """The vectors, and the seconds until the last process had its model loaded (its start-up)."""
+    started = time.time()
     with ProcessPoolExecutor(processes, mp_context=get_context("spawn"), initializer=_start_worker) as pool:
-        parts = pool.map(_embed, [texts[s:s + chunk] for s in range(0, len(texts), chunk)])
-        return np.concatenate(list(parts))
+        parts = list(pool.map(_embed, [texts[s:s + chunk] for s in range(0, len(texts), chunk)]))
+    ready = {pid: at for _, pid, at in parts}
+    return np.concatenate([v for v, _, _ in parts]), round(max(ready.values()) - started, 1)
 
 
 def main() -> int:
@@ -67,11 +71,15 @@ def main() -> int:
     embedder = make_embedder("minilm")
     embedder.embed(texts[:8])  # loads the model
     seconds: dict[str, list[float]] = {"one process": [], f"{processes} processes": []}
-    vectors = {}
+    vectors, start_up = {}, []
     for r in range(args.rounds):
         for mode in seconds:
             t0 = time.perf_counter()
-            vectors[mode] = embedder.embed(texts) if mode == "one process" else in_pool(texts, processes, args.chunk)
+            if mode == "one process":
+                vectors[mode] = embedder.embed(texts)
+            else:
+                vectors[mode], ready = in_pool(texts, processes, args.chunk)
+                start_up.append(ready)
             seconds[mode].append(round(time.perf_counter() - t0, 1))
             print(f"round {r + 1}, {mode}: {seconds[mode][-1]} s, {len(texts) / seconds[mode][-1]:.1f} paragraphs/s",
                   flush=True)
@@ -79,19 +87,21 @@ def main() -> int:
     a, b = vectors.values()
     record = {**stamp(__file__), "texts": len(texts), "torch_threads_one_process": torch.get_num_threads(),
               "processes": processes, "chunk": args.chunk, "seconds": seconds,
+              "pool_start_up_seconds": start_up,
               "paragraphs_per_second": {m: [round(len(texts) / x, 1) for x in s] for m, s in seconds.items()},
               "speedup_of_medians": round(one / pool, 3), "max_abs_difference": float(np.abs(a - b).max()),
               "min_cosine": float((a * b).sum(1).min())}
     lines = [f"# Embedding the built-in corpus in one process or {processes}", "",
              f"`{record['command']}` on {record['date']}, {record['machine']}: {len(texts):,} distinct paragraphs of "
-             f"the built-in corpus (every {args.every}th), the bundled MiniLM. One process runs torch on "
+             f"the built-in corpus (one in {args.every}), the bundled MiniLM. One process runs torch on "
              f"{record['torch_threads_one_process']} threads with the model loaded; the pool's time includes starting "
              f"its {processes} processes (1 torch thread each) and loading the model in each. Rounds alternate.", "",
              "| round | " + " | ".join(f"{m}: s (paragraphs/s)" for m in seconds) + " |",
              "| --- | " + " | ".join("---" for _ in seconds) + " |"]
     lines += [f"| {r + 1} | " + " | ".join(f"{s[r]} ({len(texts) / s[r]:.1f})" for s in seconds.values()) + " |"
               for r in range(args.rounds)]
-    lines += ["", f"The pool takes {pool / one:.2f}x the time of one process (medians; speedup "
+    lines += ["", f"The pool's processes had their models loaded {', '.join(map(str, start_up))} s after it "
+              f"started (by round). The pool takes {pool / one:.2f}x the time of one process (medians; speedup "
               f"{record['speedup_of_medians']}x). Largest difference of any vector between the two: "
               f"{record['max_abs_difference']:.1e} (smallest cosine {record['min_cosine']:.6f})."]
     save(args.output, record, "\n".join(lines) + "\n")
