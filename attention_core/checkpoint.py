@@ -115,13 +115,9 @@ def read_checkpoint_meta(path: str | os.PathLike) -> dict:
     return json.loads(raw)
 
 
-def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
-                    expect_dim: int | None = None) -> tuple[NextParagraphModel, dict]:
-    """Rebuild the model from the checkpoint's own config; refuse one trained for another embedder."""
-    path = Path(path)
-    if not path.exists():
-        raise FailedPreconditionError(f"no trained model at {path}: run `nextpara train`", reason=Reason.NO_MODEL)
-    meta = read_checkpoint_meta(path)
+def check_embedder(meta: dict, path: str | os.PathLike, expect_embedder: str | None = None,
+                   expect_dim: int | None = None) -> None:
+    """StoreMismatchError if the checkpoint at ``path`` (its ``meta``) was trained for another embedder or dimension."""
     emb = meta.get("embedder", {})
     if expect_embedder is not None and emb.get("name") != expect_embedder:
         raise StoreMismatchError(f"{path} was trained on embedder {emb.get('name')!r}, the store uses {expect_embedder!r}",
@@ -130,6 +126,16 @@ def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
     if expect_dim is not None and emb.get("dim") != expect_dim:
         raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}",
                                  reason=Reason.EMBEDDER_MISMATCH, metadata={"modelDim": emb.get("dim"), "storeDim": expect_dim})
+
+
+def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,
+                    expect_dim: int | None = None) -> tuple[NextParagraphModel, dict]:
+    """Rebuild the model from the checkpoint's own config; refuse one trained for another embedder."""
+    path = Path(path)
+    if not path.exists():
+        raise FailedPreconditionError(f"no trained model at {path}: run `nextpara train`", reason=Reason.NO_MODEL)
+    meta = read_checkpoint_meta(path)
+    check_embedder(meta, path, expect_embedder, expect_dim)
     known = {f.name for f in fields(RerankerConfig)}
     unknown = sorted(set(meta["model_config"]) - known)
     if unknown:

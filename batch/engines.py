@@ -120,13 +120,18 @@ class RayEngine:
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
                  chunk_rows: int = 100_000):
         import ray
+        from nextpara.attention_core.checkpoint import CHECKPOINT, check_embedder, read_checkpoint_meta
         from nextpara.attention_core.general import describe_served
         from nextpara.errors import FailedPreconditionError, Reason
         from nextpara.store.data_dir import DataDir
 
         self.data_dir = str(Path(data_dir).resolve())
         # fail before starting Ray, not in every actor; from the store's meta alone (a large store's vectors stay put)
-        served = describe_served(DataDir(self.data_dir).facts())  # its own model, else the general model, as elsewhere
+        facts = DataDir(self.data_dir).facts()
+        own = Path(self.data_dir) / CHECKPOINT
+        if own.exists():  # the store's own model, refused as serving refuses it if trained for another embedder
+            check_embedder(read_checkpoint_meta(own), own, facts.embedder_name, facts.dim)
+        served = describe_served(facts)  # its own model, else the general model, as elsewhere
         if served["source"] == "none":
             raise FailedPreconditionError(f"nothing can serve {self.data_dir}: {served['reason']} (with --ray the path "
                                           "must hold the store on every node)", reason=Reason.NO_MODEL)

@@ -12,10 +12,11 @@ import time
 
 import numpy as np
 import pytest
-from conftest import LiveServer, run_cli
+from conftest import LiveServer, run_cli, unit_vectors, vector_store
 from nextpara.attention_core.checkpoint import CHECKPOINT
 from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.guard import TRAIN_REPORT
+from nextpara.store.embedders import MINILM_NAME
 from nextpara.store.store import open_store
 
 
@@ -242,3 +243,10 @@ def test_cli_refuses_bad_setups(trained_store, batch_input, tmp_path):
     assert r.returncode == 2 and "not a row this job wrote" in r.stderr
     assert (tmp_path / "foreign.jsonl").read_text() == "not json\n"  # left as it was
     assert not os.path.exists(tmp_path / "o.jsonl")
+    # a store whose own model was trained for another embedder: the Ray driver says so before starting Ray
+    (tmp_path / "other").mkdir()
+    other = vector_store(tmp_path / "other", "rand8", [("d1", ["a", "b"], unit_vectors(2, 8))])
+    shutil.copy(trained_store / CHECKPOINT, other / CHECKPOINT)
+    r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(other), "--ray")
+    assert r.returncode != 0 and f"was trained on embedder {MINILM_NAME!r}, the store uses 'rand8'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "Ray:" not in r.stderr  # one line, and no Ray was started
