@@ -204,7 +204,7 @@ class RerankPipeline:
     def warm_word_rows(self, chunk: int = 1000, stop: threading.Event | None = None) -> int:
         """Read and weigh the word rows of the stored paragraphs not kept yet, ``chunk`` at a time: every paragraph of
         a store the lexicon can keep whole (lexical.ID_CACHE_SIZE), else the newest half of that many. What a server
-        does in the background once it has loaded (server/runtime.py, which logs how long it took), so that its queries
+        does in the background once it has loaded (server/warm_up.py, which logs how long it took), so that its queries
         find every candidate's row kept and read no text; a query that meets a row first computes it itself, as
         before. Stops early when ``stop`` is set; returns the rows kept."""
         if self.lexicon is None:

@@ -119,7 +119,6 @@ class RayEngine:
     def __init__(self, data_dir: str | Path, with_text: bool = True, address: str = "local",
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
                  chunk_rows: int = 100_000):
-        import ray
         from nextpara.attention_core.checkpoint import CHECKPOINT, check_embedder, read_checkpoint_meta
         from nextpara.attention_core.general import describe_served
         from nextpara.errors import FailedPreconditionError, Reason
@@ -136,6 +135,8 @@ class RayEngine:
             raise FailedPreconditionError(f"nothing can serve {self.data_dir}: {served['reason']} (with --ray the path "
                                           "must hold the store on every node)", reason=Reason.NO_MODEL)
         self.model_version = served["model_version"]
+        import ray
+
         self._started = not ray.is_initialized()
         if self._started:
             # "local" starts a Ray here; else join the cluster at address (the data dir must be readable there)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason
@@ -22,10 +23,11 @@ class Backups:
         self.data_dir, self.backup_dir = data_dir, backup_dir
         self._lock = asyncio.Lock()
 
-    async def take(self, destination: str, generation: int) -> BackupReport:
+    async def take(self, destination: str, generation: Callable[[], int]) -> BackupReport:
         """Copy the store to ``destination`` (relative, inside --backup-dir; "" picks a name) on a thread of its own:
-        the workers keep serving. ``generation`` is the index generation it starts at (for the name and the log)."""
-        name = backup_name(destination, generation)
+        the workers keep serving. ``generation`` reads the index generation: a name picked here takes it at the call,
+        the log line as the copy starts (after any backup it waited for)."""
+        name = backup_name(destination, generation())
         if not self.backup_dir:
             raise FailedPreconditionError("this server was started without --backup-dir, so it writes no backups: "
                                           "restart it with --backup-dir DIR, or run `nextpara backup` on its machine")
@@ -35,7 +37,7 @@ class Backups:
         async with self._lock:
             if not destination:  # a name of the server's choosing is never one taken already
                 dest = unused(dest)
-            log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, generation)
+            log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, generation())
             copy = asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
             try:
                 report = await asyncio.shield(copy)

@@ -25,9 +25,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from nextpara.attention_core.bootstrap import ensure_default_store
     from nextpara.store.data_dir import DataDir
 
-    from .main import run_server
+    from .main import run_server, start_metrics
 
+    metrics = start_metrics(settings)  # before a build of the default store: a taken port is said at once
     data_dir = DataDir.resolve(settings.data_dir)
     ensure_default_store(data_dir, quiet=args.quiet, read_only=settings.read_only)  # builds only the default location
-    asyncio.run(run_server(settings, data_dir))
+    asyncio.run(run_server(settings, data_dir, metrics=metrics))
     return 0

@@ -6,6 +6,7 @@ Precedence: flag, then ``NEXTPARA_<NAME>``, then the default shown by ``--help``
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, field, fields
 
@@ -34,7 +35,9 @@ class ServerSettings:
     tls_key: str | None = field(default=None, metadata={"help": "PEM private key for --tls-cert"})
     read_tokens: str | None = field(default=None, metadata={"help": "comma-separated bearer tokens for predict/rerank/get/info"})
     write_tokens: str | None = field(default=None, metadata={"help": "comma-separated bearer tokens that may also add/delete/reload/backup"})
-    metrics_address: str = field(default="127.0.0.1:9464", metadata={"help": "Prometheus metrics host:port ('' to disable)"})
+    metrics_address: str = field(default="127.0.0.1:9464", metadata={"help": "Prometheus metrics host:port, [v6]:port "
+                                                                         "for IPv6 (host empty: 127.0.0.1; port 0: any "
+                                                                         "free port; '' to disable)"})
     read_only: bool = field(default=False, metadata={"help": "serve a snapshot without the write lock (replicas); no add/delete"})
     snapshot_seconds: float = field(default=30.0, metadata={"help": "write an index snapshot this often after writes"})
     backup_dir: str | None = field(default=None, metadata={"help": "directory the Backup RPC writes backups into "
@@ -51,6 +54,19 @@ class ServerSettings:
     def tokens(self, role: str) -> list[str]:
         raw = self.read_tokens if role == "read" else self.write_tokens
         return [t.strip() for t in (raw or "").split(",") if t.strip()]
+
+
+def split_host_port(address: str) -> tuple[str, int] | None:
+    """("host", port) of "host:port" or "[v6 address]:port" (the brackets dropped; an empty host is 127.0.0.1), or
+    None if it is neither: no port, a port of other than ASCII digits or above 65535, or an IPv6 host without brackets."""
+    host, colon, port = address.rpartition(":")
+    if not (colon and port.isascii() and port.isdigit() and int(port) <= 65535):
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host or "[" in host or "]" in host:
+        return None
+    return host or "127.0.0.1", int(port)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,10 +107,12 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
             raise InvalidInputError(f"{source[name]} must be at least {low}, got {getattr(settings, name)}")
     if not settings.snapshot_seconds > 0:
         raise InvalidInputError(f"{source['snapshot_seconds']} must be above 0, got {settings.snapshot_seconds}")
-    host, colon, port = settings.metrics_address.rpartition(":")
-    if settings.metrics_address and not (colon and port.isdigit() and int(port) <= 65535):
-        raise InvalidInputError(f"{source['metrics_address']} must be host:port (port 0: any free port) or '' for "
-                                f"none, got {settings.metrics_address!r}")
+    for name in ("max_wait_ms", "grace_seconds", "snapshot_seconds"):  # inf: a batch that waits for ever, say
+        if not math.isfinite(getattr(settings, name)):
+            raise InvalidInputError(f"{source[name]} must be a finite number, got {getattr(settings, name)}")
+    if settings.metrics_address and split_host_port(settings.metrics_address) is None:
+        raise InvalidInputError(f"{source['metrics_address']} must be host:port or [v6]:port (port 0: any free port) "
+                                f"or '' for none, got {settings.metrics_address!r}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise InvalidInputError("--tls-cert and --tls-key go together (or NEXTPARA_TLS_CERT and NEXTPARA_TLS_KEY)")
     return settings

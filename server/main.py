@@ -72,17 +72,32 @@ async def set_health(health_servicer, serving: bool) -> None:
         await health_servicer.set(name, status)
 
 
-async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Event | None = None,
-                     stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT when running as the main program)."""
+def start_metrics(settings: ServerSettings) -> Metrics:
+    """The server's metrics, served on --metrics-address unless it is ''. `nextpara serve` starts them before it
+    builds or checks the default store and before the store loads, so that a taken port is said at once."""
     metrics = Metrics()
+    if settings.metrics_address:
+        metrics.serve(settings.metrics_address)
+    return metrics
+
+
+async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Event | None = None,
+                     stop: asyncio.Event | None = None, metrics: Metrics | None = None) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when running as the main program). ``metrics``: already started
+    (:func:`start_metrics`), else started here; stopped on the way out either way."""
+    metrics = metrics or start_metrics(settings)
+    try:
+        await _serve(settings, data_dir, ready, stop, metrics)
+    finally:
+        metrics.close()
+
+
+async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event | None, stop: asyncio.Event | None,
+                 metrics: Metrics) -> None:
     runtime = Runtime(settings, data_dir, metrics)
     server, port, health_servicer = create_server(settings, runtime)
     await set_health(health_servicer, False)
     runtime.on_reload = lambda: set_health(health_servicer, runtime.serving)
-    if settings.metrics_address:  # before the load, so that a taken port is said at once, not after minutes
-        log.info("metrics on http://%s:%d/metrics", settings.metrics_address.rpartition(":")[0],
-                 metrics.serve(settings.metrics_address))
     await server.start()
     host = settings.address.rpartition(":")[0]
     log.info("listening on %s:%d (NOT_SERVING while loading)", host, port)

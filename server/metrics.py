@@ -11,7 +11,15 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import socket
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from .config import split_host_port
+
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10)
 
@@ -34,13 +42,28 @@ class Metrics:
         self.catch_ups = Counter("nextpara_catch_ups", "A replica's catch-ups with what its writer committed, run for "
                                  "reads that wait for a generation (wait_for_index)", registry=self.registry)
         self.http_port: int | None = None
+        self._http = None
 
     def serve(self, address: str) -> int:
-        host, _, port = address.rpartition(":")
+        """Serve /metrics on ``address`` (host:port or [v6]:port, checked by ServerSettings) from a thread of its own;
+        the port bound. Started before the store loads: until then the store's gauges read 0."""
+        host, port = split_host_port(address)
         try:
-            server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+            self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except socket.gaierror as e:
+            raise OSError(errno.EADDRNOTAVAIL, f"cannot serve metrics on {address}: no such host {host!r} ({e})") from e
         except OSError as e:  # another server on this host has the port, say: name the flag that moves it
-            raise OSError(e.errno, f"cannot serve metrics on {address} ({e.strerror}): give this server its own "
-                                   "--metrics-address, or '' for none") from e
-        self.http_port = server.server_port
+            hint = (": give this server its own --metrics-address, or '' for none" if e.errno == errno.EADDRINUSE
+                    else "")
+            raise OSError(e.errno, f"cannot serve metrics on {address} ({e.strerror}){hint}") from e
+        self.http_port = self._http.server_port
+        shown = f"[{host}]" if ":" in host else host
+        log.info("metrics on http://%s:%d/metrics", shown, self.http_port)
         return self.http_port
+
+    def close(self) -> None:
+        """Stop serving /metrics (a server run in-process gives its port back when it stops)."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None

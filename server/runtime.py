@@ -358,4 +358,4 @@ class Runtime:
     async def backup(self, destination: str) -> BackupReport:
         """Copy the store to ``destination`` inside --backup-dir while serving and writing go on (server/backups.py)."""
         self._check_writable()
-        return await self.backups.take(destination, self._generation)
+        return await self.backups.take(destination, lambda: self._generation)

@@ -126,23 +126,56 @@ def test_serve_refuses_impossible_sizes():
     assert r.returncode == 2 and "NEXTPARA_MAX_QUEUE must be at least 1, got 0" in r.stderr
     r = run_cli("serve", "--grace-seconds", "nan", timeout=60)  # NaN is not below 0, and not at least 0 either
     assert r.returncode == 2 and "--grace-seconds must be at least 0, got nan" in r.stderr, r.stderr
+    r = run_cli("serve", "--max-wait-ms", "inf", timeout=60)  # a batch would wait for ever
+    assert r.returncode == 2 and "--max-wait-ms must be a finite number, got inf" in r.stderr, r.stderr
     r = run_cli("serve", "--metrics-address", "localhost", timeout=60)  # no port: was a traceback at start
-    assert r.returncode == 2 and "--metrics-address must be host:port (port 0: any free port) or '' for none, got " \
-        "'localhost'" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--metrics-address must be host:port or [v6]:port (port 0: any free port) or '' " \
+        "for none, got 'localhost'" in r.stderr, r.stderr
 
 
-def test_a_metrics_port_in_use_is_named_with_the_flag_that_moves_it(server_store):
+def test_a_metrics_port_in_use_is_named_with_the_flag_that_moves_it(tmp_path):
     """A second server on one host with the default --metrics-address (replicas of one data dir, say): one line, exit
-    2, naming the flag, not a bare "Address already in use", and before the store loads."""
+    2, naming the flag, not a bare "Address already in use"; and at once, before a first run builds the default store
+    (minutes) or a store loads."""
     import socket
 
+    env = {"NEXTPARA_DATA_DIR": str(tmp_path / "data"), "NEXTPARA_CACHE_DIR": str(tmp_path / "cache")}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        r = run_cli("serve", "--data-dir", str(server_store), "--read-only", "--address", "127.0.0.1:0",
-                    "--metrics-address", f"127.0.0.1:{port}", timeout=120)
+        r = run_cli("serve", "--address", "127.0.0.1:0", "--metrics-address", f"127.0.0.1:{port}", env=env,
+                    timeout=60)  # a build of the built-in corpus first would take longer
     assert r.returncode == 2, r.stderr
     assert (f"cannot serve metrics on 127.0.0.1:{port} (Address already in use): give this server its own "
             "--metrics-address, or '' for none") in r.stderr and "Traceback" not in r.stderr
-    assert "listening on" not in r.stderr  # said before the gRPC port opens and the store loads, not minutes later
+    assert "paragraphs written" not in r.stderr and "listening on" not in r.stderr
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())  # nothing built
+
+
+def test_metrics_addresses():
+    """host:port and [v6]:port, an empty host meaning 127.0.0.1; anything else refused before the server starts."""
+    import socket
+
+    from nextpara.server.config import split_host_port
+    from nextpara.server.metrics import Metrics
+
+    assert split_host_port("0.0.0.0:9464") == ("0.0.0.0", 9464) and split_host_port(":0") == ("127.0.0.1", 0)
+    assert split_host_port("[::1]:9464") == ("::1", 9464) and split_host_port("localhost:1") == ("localhost", 1)
+    for bad in ("localhost", "::1", "::1:9464", "h:\u00b2", "h:\u0669", "h:65536", "h:-1", "[::1]", "h:"):
+        assert split_host_port(bad) is None, bad
+    metrics = Metrics()
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pass  # no IPv6 loopback on this machine: the parse above is what can be checked
+    else:
+        port = metrics.serve("[::1]:0")
+        try:
+            with socket.create_connection(("::1", port), timeout=5):
+                pass  # served on the IPv6 loopback, brackets dropped
+        finally:
+            metrics.close()
+    with pytest.raises(OSError, match="no such host 'no-such-host.invalid'"):
+        Metrics().serve("no-such-host.invalid:0")
