@@ -25,19 +25,20 @@ class Backups:
 
     async def take(self, destination: str, generation: Callable[[], int]) -> BackupReport:
         """Copy the store to ``destination`` (relative, inside --backup-dir; "" picks a name) on a thread of its own:
-        the workers keep serving. ``generation`` reads the index generation: a name picked here takes it at the call,
-        the log line as the copy starts (after any backup it waited for)."""
-        name = backup_name(destination, generation())
+        the workers keep serving. ``generation`` reads the index generation as the copy starts (after any backup it
+        waited for), for the log line and a name picked here."""
+        name = backup_name(destination, generation())  # a bad destination is refused before any wait
         if not self.backup_dir:
             raise FailedPreconditionError("this server was started without --backup-dir, so it writes no backups: "
                                           "restart it with --backup-dir DIR, or run `nextpara backup` on its machine")
-        dest = Path(self.backup_dir).expanduser().resolve() / name
+        root = Path(self.backup_dir).expanduser().resolve()
         if self._lock.locked():
-            log.info("backup to %s: waits for the backup in progress", dest)
+            log.info("backup to %s: waits for the backup in progress", root / name)
         async with self._lock:
-            if not destination:  # a name of the server's choosing is never one taken already
-                dest = unused(dest)
-            log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, generation())
+            started = generation()
+            # a name of the server's choosing: of the generation the copy starts at, and never one taken already
+            dest = root / name if destination else unused(root / backup_name("", started))
+            log.info("backup of %s to %s: started at index generation %d", self.data_dir, dest, started)
             copy = asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
             try:
                 report = await asyncio.shield(copy)

@@ -56,13 +56,17 @@ class ServerSettings:
         return [t.strip() for t in (raw or "").split(",") if t.strip()]
 
 
+ADDRESS_FORMS = ("must be host:port, or [address]:port for IPv6 (port 0: any free port), or '' for none; an IPv6 "
+                 "address goes in brackets: [::1]:9464")
+
+
 def split_host_port(address: str) -> tuple[str, int] | None:
     """("host", port) of "host:port" or "[v6 address]:port" (the brackets dropped; an empty host is 127.0.0.1), or
     None if it is neither: no port, a port of other than ASCII digits or above 65535, or an IPv6 host without brackets."""
     host, colon, port = address.rpartition(":")
-    if not (colon and port.isascii() and port.isdigit() and int(port) <= 65535):
+    if not (colon and port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):
         return None
-    if host.startswith("[") and host.endswith("]"):
+    if host.startswith("[") and host.endswith("]") and len(host) > 2:
         host = host[1:-1]
     elif ":" in host or "[" in host or "]" in host:
         return None
@@ -111,8 +115,7 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
         if not math.isfinite(getattr(settings, name)):
             raise InvalidInputError(f"{source[name]} must be a finite number, got {getattr(settings, name)}")
     if settings.metrics_address and split_host_port(settings.metrics_address) is None:
-        raise InvalidInputError(f"{source['metrics_address']} must be host:port or [v6]:port (port 0: any free port) "
-                                f"or '' for none, got {settings.metrics_address!r}")
+        raise InvalidInputError(f"{source['metrics_address']} {ADDRESS_FORMS}, got {settings.metrics_address!r}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise InvalidInputError("--tls-cert and --tls-key go together (or NEXTPARA_TLS_CERT and NEXTPARA_TLS_KEY)")
     return settings

@@ -85,11 +85,12 @@ async def run_server(settings: ServerSettings, data_dir: Path, ready: asyncio.Ev
                      stop: asyncio.Event | None = None, metrics: Metrics | None = None) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when running as the main program). ``metrics``: already started
     (:func:`start_metrics`), else started here; stopped on the way out either way."""
-    metrics = metrics or start_metrics(settings)
+    if metrics is None:
+        metrics = start_metrics(settings)
     try:
         await _serve(settings, data_dir, ready, stop, metrics)
     finally:
-        metrics.close()
+        await asyncio.get_running_loop().run_in_executor(None, metrics.close)  # waits up to 0.5 s for its thread
 
 
 async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event | None, stop: asyncio.Event | None,

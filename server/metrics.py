@@ -17,7 +17,7 @@ import socket
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from .config import split_host_port
+from .config import ADDRESS_FORMS, split_host_port
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +47,22 @@ class Metrics:
     def serve(self, address: str) -> int:
         """Serve /metrics on ``address`` (host:port or [v6]:port, checked by ServerSettings) from a thread of its own;
         the port bound. Started before the store loads: until then the store's gauges read 0."""
-        host, port = split_host_port(address)
+        parsed = split_host_port(address)
+        if parsed is None:  # ServerSettings.from_args refuses it first; a caller that builds settings itself, here
+            raise ValueError(f"metrics address {ADDRESS_FORMS}, got {address!r}")
+        host, port = parsed
         try:
             self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
         except socket.gaierror as e:
-            raise OSError(errno.EADDRNOTAVAIL, f"cannot serve metrics on {address}: no such host {host!r} ({e})") from e
+            raise OSError(errno.EADDRNOTAVAIL, f"cannot serve metrics on {address}: cannot resolve host {host!r} "
+                                               f"({e.strerror})") from e
         except OSError as e:  # another server on this host has the port, say: name the flag that moves it
             hint = (": give this server its own --metrics-address, or '' for none" if e.errno == errno.EADDRINUSE
                     else "")
             raise OSError(e.errno, f"cannot serve metrics on {address} ({e.strerror}){hint}") from e
         self.http_port = self._http.server_port
-        shown = f"[{host}]" if ":" in host else host
+        bound = str(self._http.server_address[0])
+        shown = f"[{bound}]" if ":" in bound else bound
         log.info("metrics on http://%s:%d/metrics", shown, self.http_port)
         return self.http_port
 

@@ -253,6 +253,7 @@ def test_ray_refuses_a_model_of_another_embedder_before_starting_ray(trained_sto
     (tmp_path / "other").mkdir()
     other = vector_store(tmp_path / "other", "rand8", [("d1", ["a", "b"], unit_vectors(2, 8))])
     shutil.copy(trained_store / CHECKPOINT, other / CHECKPOINT)
-    r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(other), "--ray")
+    # a cluster address where none listens: a check made after joining would say "cannot join the Ray cluster"
+    r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(other), "--ray", "127.0.0.1:1")
     assert r.returncode == 2 and f"was trained on embedder {MINILM_NAME!r}, the store uses 'rand8'" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in r.stderr and "cannot join" not in r.stderr

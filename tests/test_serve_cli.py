@@ -129,8 +129,10 @@ def test_serve_refuses_impossible_sizes():
     r = run_cli("serve", "--max-wait-ms", "inf", timeout=60)  # a batch would wait for ever
     assert r.returncode == 2 and "--max-wait-ms must be a finite number, got inf" in r.stderr, r.stderr
     r = run_cli("serve", "--metrics-address", "localhost", timeout=60)  # no port: was a traceback at start
-    assert r.returncode == 2 and "--metrics-address must be host:port or [v6]:port (port 0: any free port) or '' " \
-        "for none, got 'localhost'" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--metrics-address must be host:port, or [address]:port for IPv6 (port 0: any free " \
+        "port), or '' for none; an IPv6 address goes in brackets: [::1]:9464, got 'localhost'" in r.stderr, r.stderr
+    r = run_cli("serve", timeout=60, env={"NEXTPARA_GRACE_SECONDS": "inf"})
+    assert r.returncode == 2 and "NEXTPARA_GRACE_SECONDS must be a finite number, got inf" in r.stderr, r.stderr
 
 
 def test_a_metrics_port_in_use_is_named_with_the_flag_that_moves_it(tmp_path):
@@ -162,7 +164,8 @@ def test_metrics_addresses():
 
     assert split_host_port("0.0.0.0:9464") == ("0.0.0.0", 9464) and split_host_port(":0") == ("127.0.0.1", 0)
     assert split_host_port("[::1]:9464") == ("::1", 9464) and split_host_port("localhost:1") == ("localhost", 1)
-    for bad in ("localhost", "::1", "::1:9464", "h:\u00b2", "h:\u0669", "h:65536", "h:-1", "[::1]", "h:"):
+    for bad in ("localhost", "::1", "::1:9464", ":::9464", "h:\u00b2", "h:\u0669", "h:65536", "h:-1", "[::1]", "h:",
+                "[]:9464", "h:" + "0" * 5000):
         assert split_host_port(bad) is None, bad
     metrics = Metrics()
     try:
@@ -177,5 +180,5 @@ def test_metrics_addresses():
                 pass  # served on the IPv6 loopback, brackets dropped
         finally:
             metrics.close()
-    with pytest.raises(OSError, match="no such host 'no-such-host.invalid'"):
-        Metrics().serve("no-such-host.invalid:0")
+    with pytest.raises(ValueError, match="an IPv6 address goes in brackets"):  # settings built without from_args
+        Metrics().serve("::1:0")
