@@ -56,6 +56,10 @@ class ServerSettings:
         return [t.strip() for t in (raw or "").split(",") if t.strip()]
 
 
+# (setting, lowest value, whether it must be above it rather than at least it); every one finite too
+BOUNDS = (("workers", 1, False), ("threads", 0, False), ("max_batch", 1, False), ("max_queue", 1, False),
+          ("max_message_mb", 1, False), ("max_wait_ms", 0, False), ("grace_seconds", 0, False),
+          ("snapshot_seconds", 0, True))
 ADDRESS_FORMS = ("must be host:port, or [address]:port for IPv6 (port 0: any free port), or '' for none; an IPv6 "
                  "address goes in brackets: [::1]:9464")
 
@@ -105,15 +109,12 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
         if value is not None:
             values[f.name] = value
     settings = ServerSettings(**values)
-    for name, low in (("workers", 1), ("threads", 0), ("max_batch", 1), ("max_queue", 1), ("max_message_mb", 1),
-                      ("max_wait_ms", 0), ("grace_seconds", 0)):
-        if not getattr(settings, name) >= low:  # not `< low`: NaN is below nothing
-            raise InvalidInputError(f"{source[name]} must be at least {low}, got {getattr(settings, name)}")
-    if not settings.snapshot_seconds > 0:
-        raise InvalidInputError(f"{source['snapshot_seconds']} must be above 0, got {settings.snapshot_seconds}")
-    for name in ("max_wait_ms", "grace_seconds", "snapshot_seconds"):  # inf: a batch that waits for ever, say
-        if not math.isfinite(getattr(settings, name)):
-            raise InvalidInputError(f"{source[name]} must be a finite number, got {getattr(settings, name)}")
+    for name, low, above in BOUNDS:
+        value = getattr(settings, name)
+        if not (value > low if above else value >= low):  # not `value < low`: NaN is below nothing
+            raise InvalidInputError(f"{source[name]} must be {'above' if above else 'at least'} {low}, got {value}")
+        if not math.isfinite(value):  # inf: a batch that waits for ever, say
+            raise InvalidInputError(f"{source[name]} must be a finite number, got {value}")
     if settings.metrics_address and split_host_port(settings.metrics_address) is None:
         raise InvalidInputError(f"{source['metrics_address']} {ADDRESS_FORMS}, got {settings.metrics_address!r}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
