@@ -16,7 +16,7 @@ from nextpara.store.data_dir import DataDir
 from nextpara.store.embedders import DEFAULT_EMBEDDER
 from nextpara.store.ingest import build
 
-from .checkpoint import CHECKPOINT
+from .served import CHECKPOINT
 
 log = logging.getLogger(__name__)
 

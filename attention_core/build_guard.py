@@ -40,20 +40,20 @@ from nextpara.store.snapshot import fsync_dir
 from nextpara.store.store import open_store
 from safetensors import SafetensorError
 
-from .checkpoint import CHECKPOINT, read_checkpoint_meta
-from .general import (
+from .general import general_for_store, load_general, save_cosine
+from .guard import judge_served, validation_figures, write_report
+from .sequences import ParagraphSequences
+from .served import (
+    CHECKPOINT,
     COSINE,
     COSINE_NAME,
     GENERAL_CHECKPOINT,
     GENERAL_VERSION,
     fits,
-    general_for_store,
     general_name,
-    load_general,
-    save_cosine,
+    read_checkpoint_meta,
+    read_report,
 )
-from .guard import judge_served, read_report, validation_figures, write_report
-from .sequences import ParagraphSequences
 
 log = logging.getLogger(__name__)
 

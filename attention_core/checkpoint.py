@@ -19,16 +19,15 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
-from nextpara.errors import FailedPreconditionError, Reason, StorageFullError, StoreMismatchError
+from nextpara.errors import FailedPreconditionError, Reason, StorageFullError
 from nextpara.store.data_dir import disk_full
 from nextpara.store.snapshot import fsync_dir
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .model import LATER_FIELDS, NextParagraphModel, RerankerConfig, saved_config
-
-CHECKPOINT = "model.safetensors"
-META_KEY = "nextpara"
+from .model import NextParagraphModel
+from .model_config import LATER_FIELDS, RerankerConfig, saved_config
+from .served import META_KEY, check_embedder, read_checkpoint_meta
 
 
 def code_version() -> str:
@@ -97,35 +96,6 @@ def process_umask() -> int:
         umask = os.umask(0o022)
         os.umask(umask)
         return umask
-
-
-def read_checkpoint_meta(path: str | os.PathLike) -> dict:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            raw = (f.metadata() or {}).get(META_KEY)
-    except (SafetensorError, OSError, ValueError) as e:
-        raise FailedPreconditionError(f"{path} is not a nextpara safetensors checkpoint ({e}); "
-                                      "pickled checkpoints are refused, they could run code when loaded",
-                                      reason=Reason.MODEL_UNREADABLE) from e
-    if raw is None:
-        raise FailedPreconditionError(f"{path} has no nextpara metadata: not a nextpara checkpoint",
-                                      reason=Reason.MODEL_UNREADABLE)
-    return json.loads(raw)
-
-
-def check_embedder(meta: dict, path: str | os.PathLike, expect_embedder: str | None = None,
-                   expect_dim: int | None = None) -> None:
-    """StoreMismatchError if the checkpoint at ``path`` (its ``meta``) was trained for another embedder or dimension."""
-    emb = meta.get("embedder", {})
-    if expect_embedder is not None and emb.get("name") != expect_embedder:
-        raise StoreMismatchError(f"{path} was trained on embedder {emb.get('name')!r}, the store uses {expect_embedder!r}",
-                                 reason=Reason.EMBEDDER_MISMATCH,
-                                 metadata={"modelEmbedder": emb.get("name"), "storeEmbedder": expect_embedder})
-    if expect_dim is not None and emb.get("dim") != expect_dim:
-        raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}",
-                                 reason=Reason.EMBEDDER_MISMATCH, metadata={"modelDim": emb.get("dim"), "storeDim": expect_dim})
 
 
 def load_checkpoint(path: str | os.PathLike, expect_embedder: str | None = None,

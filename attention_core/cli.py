@@ -120,7 +120,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     except ValueError as e:
         raise InvalidInputError(f"training settings: {e}") from e
-    from .model import SCORERS
+    from .model_config import SCORERS
 
     model_cfg = {**SCORERS[args.scorer], **{k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
                                                               "word_candidates": args.word_candidates}.items()
@@ -175,8 +175,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     from nextpara.store.store import open_store
 
-    from .general import describe_served
-    from .guard import fmt
+    from .served import describe_served, fmt
 
     with open_store(args.data_dir, readonly=True) as store:
         info = {**store.info(), "model": describe_served(store)}

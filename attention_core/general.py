@@ -1,4 +1,5 @@
-"""Which model serves a store: its own checkpoint, or the general model that ships with the package.
+"""Loading the model that serves a store: its own checkpoint, or the general model that ships with the package
+(which one serves, read without loading it, is served.py).
 
 The general model (``general.safetensors`` beside this file) is a reranker trained on a mixture of
 genres (PEPs, 16 novels, the built-in Python docs; bench/quality/train_general.py makes it and its card
@@ -17,13 +18,13 @@ and a fine-tuned model must share its start's configuration. Measured in bench/q
 Where plain cosine to the last paragraph (B1) scored at least as well on a store's validation split as every
 model ``nextpara train`` judged there, or above the general model after ``nextpara build`` (build_guard.py), the
 store's checkpoint is :func:`cosine_model`, a model that ranks exactly as B1 does (guard.py decides; its metadata's
-``kind`` is :data:`COSINE`), so a store is never served by a model that its own validation queries found worse than
+``kind`` is served.COSINE), so a store is never served by a model that its own validation queries found worse than
 cosine (for the general model, which a build judges unasked: clearly worse, beyond the intervals).
 
 Whatever the model needs from a corpus comes from the store it serves, never from the corpora it was
 trained on: the word weights (IDF) of its word-overlap features are fitted on the store's texts when
 it is loaded (about 1 s for 44K paragraphs). Each file's weights are checked against the hash recorded
-here (:data:`GENERAL_VERSION`, :data:`START_VERSION`) before it is used, and safetensors never unpickles
+in served.py (``GENERAL_VERSION``, ``START_VERSION``) before it is used, and safetensors never unpickles
 anything.
 """
 
@@ -34,22 +35,15 @@ from pathlib import Path
 
 import torch
 from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
-from nextpara.store.data_dir import StoreFacts
 from nextpara.store.store import ParagraphStore
 
 from . import lexical
-from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version
-from .model import NextParagraphModel, RerankerConfig, scorer_name
+from .checkpoint import load_checkpoint, save_checkpoint, weights_version
+from .model import NextParagraphModel
+from .model_config import RerankerConfig
+from .served import CHECKPOINT, COSINE, COSINE_NAME, GENERAL_CHECKPOINT, SHIPPED, START_CHECKPOINT, fits
 
 log = logging.getLogger(__name__)
-
-GENERAL_CHECKPOINT = Path(__file__).with_name("general.safetensors")  # serves a store without a model of its own
-GENERAL_VERSION = "6130304dcaf5"  # weights_version of general.safetensors; written by bench/quality/train_general.py
-START_CHECKPOINT = Path(__file__).with_name("general_start.safetensors")  # where `nextpara train` starts
-START_VERSION = "8ce44321e534"  # weights_version of general_start.safetensors; written by the same script
-SHIPPED = {GENERAL_CHECKPOINT: GENERAL_VERSION, START_CHECKPOINT: START_VERSION}
-COSINE = "cosine"  # a checkpoint's meta["kind"] (and describe_served's source and scorer) for cosine_model()
-COSINE_NAME = "plain cosine (B1)"  # how the guard names it when it serves
 
 
 def cosine_model(embed_dim: int) -> NextParagraphModel:
@@ -78,12 +72,6 @@ def save_cosine(store: ParagraphStore, line: str, figures: dict, generation: int
     save_checkpoint(store.data_dir / CHECKPOINT, cosine_model(store.dim),
                     {"kind": COSINE, **marks, "line": line, "embedder": {"name": store.embedder_name, "dim": store.dim},
                      "index_generation": generation, "metrics": {"guard": figures}})
-
-
-def general_name(version: str) -> str:
-    """How the guard (training's, or a build's: build_guard.py) names the general model it judged (train_report.json's
-    ``replaced``), which describe_served matches to show those figures beside the version that serves."""
-    return f"the general model {version}"
 
 
 def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = None) -> tuple[NextParagraphModel, dict]:
@@ -116,15 +104,6 @@ def fit_store_lexicon(model: NextParagraphModel, store: ParagraphStore) -> None:
     texts = [p.text for p in store.get_paragraphs([int(i) for i in ids])] if len(ids) else []
     with torch.no_grad():
         model.lexicon_idf.copy_(torch.from_numpy(lexical.Lexicon.fit(texts).idf))
-
-
-def fits(meta: dict, store: ParagraphStore | StoreFacts) -> str:
-    """Empty if a checkpoint's embedder is the store's, else why not (the general model's message)."""
-    emb = meta.get("embedder", {})
-    if (emb.get("name"), emb.get("dim")) == (store.embedder_name, store.dim):
-        return ""
-    return (f"the general model is for {emb.get('name')} ({emb.get('dim')}-d), the store uses {store.embedder_name} "
-            f"({store.dim}-d)")
 
 
 def general_for_store(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
@@ -163,45 +142,3 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
         raise FailedPreconditionError(str(e), reason=Reason.NO_MODEL) from e
     log.info("no trained model in %s: serving the general model %s", store.data_dir, meta["model_version"])
     return model, meta
-
-
-def describe_served(store: ParagraphStore | StoreFacts) -> dict:
-    """Which model serves ``store`` (an open store, or only its facts: data_dir, embedder_name and dim are all it reads)
-    and its validation figures beside B1's, without loading any weights:
-    ``source`` "trained", COSINE (with ``reason``: the guard's line), "general" or "none" (with ``reason``),
-    ``model_version``, ``scorer`` (model.SCORERS' name of its configuration, COSINE, or "custom"), and ``validation``
-    ({"model": ..., "B1": ...}, summarize() dicts) when a guard (`nextpara train`'s, or for the general model
-    `nextpara build`'s) measured them on this store."""
-    from .checkpoint import read_checkpoint_meta
-    from .guard import read_report
-
-    own = store.data_dir / CHECKPOINT
-    if own.exists():
-        meta = read_checkpoint_meta(own)
-        guard = meta.get("metrics", {}).get("guard", {})
-        if meta.get("kind") == COSINE:  # the figures and line of the last `nextpara train` that judged it, if that kept it
-            report = read_report(store.data_dir)  # (a report older than the checkpoint is of another training)
-            if (report and report.get("replaced") == COSINE_NAME and not report.get("serve_new")
-                    and report.get("date", "") >= meta.get("saved_at", "")):
-                figures, line = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}, report["line"]
-            else:
-                figures, line = {"model": guard["B1"], "B1": guard["B1"]} if guard else None, meta.get("line", "")
-            return {"source": COSINE, "model_version": meta["model_version"], "scorer": COSINE, "reason": line,
-                    **({"validation": figures} if figures else {})}
-        out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
-               "scorer": scorer_name(meta.get("model_config", {}))}
-        if guard:
-            out["validation"] = {"model": guard["new"], "B1": guard["B1"]}
-        return out
-    try:
-        meta = read_checkpoint_meta(GENERAL_CHECKPOINT)
-    except FailedPreconditionError as e:
-        return {"source": "none", "reason": str(e)}
-    mismatch = fits(meta, store)
-    if mismatch:
-        return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
-    out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
-    report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
-    if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):
-        out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}
-    return out

@@ -29,15 +29,13 @@ from pathlib import Path
 from nextpara.store.snapshot import replace_file_atomically
 
 from .evaluation import Evaluation
-from .general import COSINE_NAME
 from .metrics import summarize
 from .model import NextParagraphModel
 from .pipeline import RerankPipeline
+from .served import COSINE_NAME, METRIC, TRAIN_REPORT, fmt
 
 GUARD_QUERIES = 2000
 GUARD_CONTEXT = 4  # L of the protocol's main table
-TRAIN_REPORT = "train_report.json"
-METRIC = "mrr@10"
 
 
 @dataclass
@@ -46,7 +44,7 @@ class Verdict:
     line: str  # the one plain line training (or the build) prints
     figures: dict[str, dict] = field(default_factory=dict)  # "new", "replaced" (if any), "B1": summarize() + name
     replaced: str = ""  # what the new model would replace: "the previous model <version>", "the general model <version>"
-    #                     (general.describe_served matches it exactly), COSINE_NAME, or ""
+    #                     (served.describe_served matches it exactly), COSINE_NAME, or ""
     serve_cosine: bool = False  # plain cosine (B1) serves from now on: at least the new model's figure and above the
     #                             replaced model's
 
@@ -62,12 +60,6 @@ def validation_figures(store, seq, models: dict[str, NextParagraphModel], n_quer
         ranked, _ = ev.run("full", ev.targets, ev.L, ev.L)
         out[name] = {**summarize(ev.ranks(ranked)), "queries": len(ev.targets)}
     return out
-
-
-def fmt(f: dict, metric: str = METRIC) -> str:
-    """A figure with its 95% interval: ``0.158 [0.144, 0.172]``."""
-    lo, hi = f[f"{metric}_ci"]
-    return f"{f[metric]:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
@@ -135,11 +127,3 @@ def write_report(data_dir: Path, verdict: Verdict, model_version: str, extra: di
     report = {**asdict(verdict), "new_model_version": model_version,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
     replace_file_atomically(Path(data_dir) / TRAIN_REPORT, (json.dumps(report, indent=2) + "\n").encode())
-
-
-def read_report(data_dir: Path) -> dict | None:
-    path = Path(data_dir) / TRAIN_REPORT
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

@@ -23,20 +23,13 @@ from pathlib import Path
 from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, StoreMismatchError
 from nextpara.store.store import open_store
 
-from .checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint, weights_version, writing_in
-from .general import (
-    COSINE,
-    COSINE_NAME,
-    START_CHECKPOINT,
-    fits,
-    general_for_store,
-    general_name,
-    load_general,
-    save_cosine,
-)
+from .checkpoint import load_checkpoint, save_checkpoint, weights_version, writing_in
+from .general import general_for_store, load_general, save_cosine
 from .guard import decide, validation_figures, write_report
-from .model import NextParagraphModel, RerankerConfig
+from .model import NextParagraphModel
+from .model_config import RerankerConfig
 from .sequences import ParagraphSequences
+from .served import CHECKPOINT, COSINE, COSINE_NAME, START_CHECKPOINT, fits, general_name
 from .train_config import TrainConfig
 from .training import TooLittleData, Trainer
 

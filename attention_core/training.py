@@ -37,7 +37,8 @@ from nextpara.store.store import ParagraphStore
 from . import lexical
 from .candidates import word_sources
 from .metrics import hit_rank, per_query, summarize
-from .model import NextParagraphModel, RerankerConfig
+from .model import NextParagraphModel
+from .model_config import RerankerConfig
 from .pipeline import RerankPipeline, pad_candidates, pad_contexts
 from .sequences import ParagraphSequences, Query
 from .train_config import TrainConfig

@@ -119,8 +119,7 @@ class RayEngine:
     def __init__(self, data_dir: str | Path, with_text: bool = True, address: str = "local",
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
                  chunk_rows: int = 100_000):
-        from nextpara.attention_core.checkpoint import CHECKPOINT, check_embedder, read_checkpoint_meta
-        from nextpara.attention_core.general import describe_served
+        from nextpara.attention_core.served import CHECKPOINT, check_embedder, describe_served, read_checkpoint_meta
         from nextpara.errors import FailedPreconditionError, Reason
         from nextpara.store.data_dir import DataDir
 

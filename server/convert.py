@@ -193,7 +193,7 @@ def validation_figures(f: dict | None) -> pb.ValidationFigures | None:
 
 
 def model_info(m: dict) -> pb.ModelInfo:
-    """general.describe_served()'s dict as the message."""
+    """served.describe_served()'s dict as the message."""
     v = m.get("validation", {})
     return pb.ModelInfo(source=m["source"], version=m.get("model_version", ""), started_from=m.get("started_from", ""),
                         reason=m.get("reason", ""), validation=validation_figures(v.get("model")),

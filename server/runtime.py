@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from nextpara.attention_core.checkpoint import CHECKPOINT
-from nextpara.attention_core.general import describe_served
 from nextpara.attention_core.predictor import Predictor
+from nextpara.attention_core.served import CHECKPOINT, describe_served
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.backup import BackupReport
 from nextpara.store.embedders import embedder_for_store
@@ -44,7 +43,7 @@ class ServiceInfo:
     index_version: int
     max_context: int  # 0 without a trained model
     max_message_bytes: int
-    model: dict  # general.describe_served(): which model serves and its validation figures beside B1's
+    model: dict  # served.describe_served(): which model serves and its validation figures beside B1's
 
 
 @dataclass

@@ -249,7 +249,7 @@ class DataDir(os.PathLike):
 @dataclass(frozen=True)
 class StoreFacts:
     """A store's identity read from its meta table alone (DataDir.facts): enough to say which model can serve it
-    (general.describe_served) without loading its vectors and index."""
+    (served.describe_served) without loading its vectors and index."""
 
     data_dir: DataDir
     embedder_name: str

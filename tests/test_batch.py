@@ -13,9 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import LiveServer, run_cli, unit_vectors, vector_store
-from nextpara.attention_core.checkpoint import CHECKPOINT
-from nextpara.attention_core.general import describe_served
-from nextpara.attention_core.guard import TRAIN_REPORT
+from nextpara.attention_core.served import CHECKPOINT, TRAIN_REPORT, describe_served
 from nextpara.store.embedders import MINILM_NAME
 from nextpara.store.store import open_store
 

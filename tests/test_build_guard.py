@@ -8,10 +8,17 @@ import numpy as np
 import pytest
 from conftest import run_cli, vector_store
 from nextpara.attention_core.build_guard import BUILD, describes_what_serves, guard_general
-from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta, save_checkpoint
-from nextpara.attention_core.general import GENERAL_VERSION, cosine_model, describe_served, served_model
-from nextpara.attention_core.guard import TRAIN_REPORT, judge_served
+from nextpara.attention_core.checkpoint import save_checkpoint
+from nextpara.attention_core.general import cosine_model, served_model
+from nextpara.attention_core.guard import judge_served
 from nextpara.attention_core.sequences import split_of
+from nextpara.attention_core.served import (
+    CHECKPOINT,
+    GENERAL_VERSION,
+    TRAIN_REPORT,
+    describe_served,
+    read_checkpoint_meta,
+)
 from nextpara.attention_core.train_config import TrainConfig
 from nextpara.attention_core.train_flow import train
 from nextpara.store.corpus import CorpusReader

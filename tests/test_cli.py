@@ -26,6 +26,12 @@ def test_build_info_search_text_corpus(tmp_path):
     assert info["embedder"] == "sentence-transformers/all-MiniLM-L6-v2" and info["index"]["factory"] == "IDMap2,Flat"
     r = run_cli("info", "--data-dir", str(data))
     assert "paragraphs    5" in r.stdout
+    # which model serves is read from file headers: info imports no torch (it answers in a fraction of a second)
+    code = ("import sys; from nextpara.__main__ import main; rc = main(['info', '--data-dir', sys.argv[1]]); "
+            "print('imported torch' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, str(data)], capture_output=True, text=True)
+    assert r.returncode == 0 and "model         general " in r.stdout, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "no torch", r.stdout
     r = run_cli("search", "how long should I knead bread dough", "--data-dir", str(data), "-k", "2")
     assert r.returncode == 0, r.stderr
     assert "cooking.md[1]" in r.stdout.splitlines()[0]

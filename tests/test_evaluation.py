@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from conftest import vector_store
 from nextpara.attention_core.evaluation import Evaluation
-from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
+from nextpara.attention_core.model import NextParagraphModel
+from nextpara.attention_core.model_config import RerankerConfig
 from nextpara.attention_core.pipeline import RerankPipeline
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.store.store import open_store

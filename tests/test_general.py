@@ -9,17 +9,18 @@ import numpy as np
 import pytest
 import torch
 from conftest import LiveServer, vector_store
-from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
-from nextpara.attention_core.general import (
+from nextpara.attention_core.general import load_general
+from nextpara.attention_core.model_config import RerankerConfig
+from nextpara.attention_core.sequences import ParagraphSequences, split_of
+from nextpara.attention_core.served import (
+    CHECKPOINT,
     GENERAL_CHECKPOINT,
     GENERAL_VERSION,
     START_CHECKPOINT,
     START_VERSION,
-    load_general,
+    TRAIN_REPORT,
+    read_checkpoint_meta,
 )
-from nextpara.attention_core.guard import TRAIN_REPORT
-from nextpara.attention_core.model import RerankerConfig
-from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.attention_core.train_config import TrainConfig
 from nextpara.attention_core.train_flow import starting_point, train
 from nextpara.attention_core.training import Trainer, clearly_more
@@ -184,7 +185,7 @@ def test_training_that_cannot_beat_cosine_serves_cosine(tmp_path):
     assert report["figures"]["replaced"]["mrr@10"] == pytest.approx(report["figures"]["B1"]["mrr@10"])
     assert report["line"].startswith("kept plain cosine (B1)") and "scores at least as well" not in report["line"]
     with open_store(store, readonly=True) as s:  # info shows the training that judged it last
-        from nextpara.attention_core.general import describe_served
+        from nextpara.attention_core.served import describe_served
 
         kept = describe_served(s)
     assert (kept["source"], kept["reason"], kept["validation"]) == (
@@ -391,8 +392,8 @@ def test_training_without_a_usable_fine_tuning_start_says_so_and_starts_from_scr
 def test_info_shows_the_general_models_figures_only_from_a_training_that_judged_that_model(untrained_store, tmp_path):
     """A `nextpara train` that kept the general model left its validation figures in train_report.json; `nextpara
     info` shows them beside the general model only if that run judged the version that serves now."""
-    from nextpara.attention_core.general import describe_served
     from nextpara.attention_core.guard import Verdict, write_report
+    from nextpara.attention_core.served import describe_served
 
     store, _ = untrained_store
     copy = tmp_path / "store"

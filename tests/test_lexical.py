@@ -10,7 +10,8 @@ import torch
 from conftest import count_word_searches, vector_store
 from nextpara.attention_core import lexical
 from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
-from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
+from nextpara.attention_core.model import NextParagraphModel
+from nextpara.attention_core.model_config import RerankerConfig
 from nextpara.attention_core.predictor import Predictor
 from nextpara.attention_core.sequences import ParagraphSequences
 from nextpara.attention_core.train_config import TrainConfig

@@ -6,15 +6,8 @@ import pickle
 import pytest
 import torch
 from nextpara.attention_core.checkpoint import LATER_FIELDS, load_checkpoint, save_checkpoint
-from nextpara.attention_core.model import (
-    POOL_TOP,
-    SCORERS,
-    MultiHeadAttention,
-    NextParagraphModel,
-    RerankerConfig,
-    list_z,
-    scorer_name,
-)
+from nextpara.attention_core.model import POOL_TOP, MultiHeadAttention, NextParagraphModel, list_z
+from nextpara.attention_core.model_config import SCORERS, RerankerConfig, scorer_name
 from nextpara.errors import FailedPreconditionError, StoreMismatchError
 
 
@@ -228,7 +221,7 @@ def test_a_checkpoint_from_a_newer_version_is_refused_by_name(tmp_path):
     """A model setting this version does not know (a newer nextpara saved it) is a clear refusal, not a TypeError."""
     import json
 
-    from nextpara.attention_core.checkpoint import META_KEY, read_checkpoint_meta
+    from nextpara.attention_core.served import META_KEY, read_checkpoint_meta
     from safetensors.torch import load_file, save_file
 
     model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2))
@@ -277,7 +270,8 @@ from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of killing us
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 from nextpara.attention_core.checkpoint import save_checkpoint, writing_in
-from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
+from nextpara.attention_core.model import NextParagraphModel
+from nextpara.attention_core.model_config import RerankerConfig
 from nextpara.errors import StorageFullError
 data_dir = Path({str(tmp_path)!r})
 try:

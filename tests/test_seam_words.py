@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import count_word_searches
 from nextpara.attention_core import lexical
-from nextpara.attention_core.model import NextParagraphModel, RerankerConfig
+from nextpara.attention_core.model import NextParagraphModel
+from nextpara.attention_core.model_config import RerankerConfig
 
 
 def test_sentences_end_at_a_stop_and_white_space():
@@ -145,7 +146,8 @@ def test_a_context_by_stored_ids_gets_the_seam_its_texts_give(seam_store):
 
 
 def test_a_checkpoint_keeps_the_seam_settings_and_older_ones_load_without_them(tmp_path):
-    from nextpara.attention_core.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
+    from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
+    from nextpara.attention_core.served import read_checkpoint_meta
 
     for seam in (False, True):
         model = NextParagraphModel(RerankerConfig(embed_dim=16, d_model=16, n_heads=2, seam_feature=seam,

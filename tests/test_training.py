@@ -8,7 +8,7 @@ import torch
 from conftest import peps_slice, vector_store
 from nextpara.attention_core.evaluation import Evaluation
 from nextpara.attention_core.metrics import NO_HIT, summarize
-from nextpara.attention_core.model import RerankerConfig
+from nextpara.attention_core.model_config import RerankerConfig
 from nextpara.attention_core.pipeline import RerankPipeline
 from nextpara.attention_core.sequences import ParagraphSequences, Query, split_of
 from nextpara.attention_core.train_flow import train

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --store NAME=DIR (or --write-walk FILE)")
     pairs = stores(parser, args)
     from nextpara.attention_core.build_guard import guard_general
-    from nextpara.attention_core.guard import fmt, read_report
+    from nextpara.attention_core.served import fmt, read_report
 
     rows = []
     for name, path in pairs:

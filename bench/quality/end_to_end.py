@@ -38,8 +38,8 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("nextpara").setLevel(logging.INFO)
-    from nextpara.attention_core.checkpoint import CHECKPOINT, read_checkpoint_meta
     from nextpara.attention_core.eval_report import markdown_table, run_evaluation
+    from nextpara.attention_core.served import CHECKPOINT, read_checkpoint_meta
     from nextpara.attention_core.train_flow import train
     from nextpara.store.ingest import build
 

@@ -54,13 +54,13 @@ def main() -> int:
     args = parser.parse_args()
     from pathlib import Path
 
-    from nextpara.attention_core.checkpoint import CHECKPOINT
     from nextpara.attention_core.evaluation import Evaluation
-    from nextpara.attention_core.general import START_CHECKPOINT, checkpoint_for_store, load_general
+    from nextpara.attention_core.general import checkpoint_for_store, load_general
     from nextpara.attention_core.guard import GUARD_CONTEXT
     from nextpara.attention_core.metrics import NO_HIT, paired_gain, summarize
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.attention_core.served import CHECKPOINT, START_CHECKPOINT
     from nextpara.store.store import open_store
 
     alphas = sorted({float(a) for a in args.alphas.split(",")} | {1.0})

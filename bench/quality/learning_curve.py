@@ -89,7 +89,7 @@ def train_slice(store: Path, key: str, start_model: Path | None = None) -> tuple
     ``key``: "scratch", "finetuned" (from the shipped fine-tuning start, as `nextpara train`) or "finetuned_new" (from
     ``start_model``)."""
     from nextpara.attention_core.checkpoint import save_checkpoint
-    from nextpara.attention_core.model import RerankerConfig
+    from nextpara.attention_core.model_config import RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.attention_core.train_flow import starting_point
@@ -177,7 +177,7 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("nextpara").setLevel(logging.INFO)
-    from nextpara.attention_core.checkpoint import read_checkpoint_meta
+    from nextpara.attention_core.served import read_checkpoint_meta
     from nextpara.errors import FailedPreconditionError
 
     def pairs(option: str, items: list[str]) -> dict[str, str]:

@@ -30,10 +30,11 @@ def main() -> int:
     parser.add_argument("--output", default="lexical_probe", help="results name under bench/results/")
     args = parser.parse_args()
 
-    from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
+    from nextpara.attention_core.checkpoint import load_checkpoint
     from nextpara.attention_core.metrics import hit_rank, summarize
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.attention_core.served import CHECKPOINT
     from nextpara.store.store import open_store
     from sklearn.feature_extraction.text import TfidfVectorizer
 

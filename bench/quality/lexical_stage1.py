@@ -27,10 +27,11 @@ def main() -> int:
     parser = record.store_parser(__doc__, __file__)
     args = parser.parse_args()
 
-    from nextpara.attention_core.checkpoint import CHECKPOINT, load_checkpoint
+    from nextpara.attention_core.checkpoint import load_checkpoint
     from nextpara.attention_core.lexical import Lexicon
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.attention_core.served import CHECKPOINT
     from nextpara.store.store import open_store
 
     store = open_store(args.data_dir, readonly=True)

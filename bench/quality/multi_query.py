@@ -132,7 +132,7 @@ def recall(seq, model, extra, val_q, L: int) -> dict:
 
 def main() -> None:
     from nextpara.attention_core.metrics import bootstrap
-    from nextpara.attention_core.model import RerankerConfig
+    from nextpara.attention_core.model_config import RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.store.store import open_store

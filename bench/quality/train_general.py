@@ -16,7 +16,7 @@ serves supplies them, attention_core/general.py).
 ``--leave-out NAME`` trains without that corpus and, with ``--eval``, runs the evaluation protocol on
 the left-out corpus's own store with it (``nextpara eval --model``): the zero-shot figure. Without
 ``--leave-out``, ``--eval`` runs it on every corpus's store. ``--install`` writes the checkpoint to
-attention_core/general.safetensors and its weights hash to general.py (GENERAL_VERSION: the model that serves a
+attention_core/general.safetensors and its weights hash to served.py (GENERAL_VERSION: the model that serves a
 store without its own); ``--install start`` to general_start.safetensors (START_VERSION: where ``nextpara train``
 starts). The two shipped today are this script's ``--option list_norm`` and default recipes (general.py says why;
 both checkpoints were put in place by hand, which ``--install`` and ``--install start`` do).
@@ -38,7 +38,7 @@ from bench.record import RESULTS, argument_parser, save, stamp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 NAME = "general_model"
-GENERAL_PY = Path(__file__).resolve().parents[2] / "attention_core" / "general.py"
+SERVED_PY = Path(__file__).resolve().parents[2] / "attention_core" / "served.py"  # where the shipped hashes are
 
 
 def document_spans(src) -> tuple[np.ndarray, dict[str, tuple[int, int]]]:
@@ -89,7 +89,7 @@ def mixture_store(work: Path, stores: dict[str, Path]):
 
 def train_mixture(work: Path, corpus_of: dict[str, str], per_corpus: int, scorer: str = "full", seed: int = 0,
                   options: dict[str, bool] | None = None):
-    from nextpara.attention_core.model import SCORERS, RerankerConfig
+    from nextpara.attention_core.model_config import SCORERS, RerankerConfig
     from nextpara.attention_core.sequences import ParagraphSequences
     from nextpara.attention_core.train_config import TrainConfig
     from nextpara.attention_core.training import Trainer
@@ -121,7 +121,7 @@ def model_options(specs: list[str], scorer: str) -> tuple[dict[str, bool], str]:
     name. Each must be a boolean RerankerConfig field the scorer does not set, moved away from its default."""
     from dataclasses import fields
 
-    from nextpara.attention_core.model import SCORERS, RerankerConfig
+    from nextpara.attention_core.model_config import SCORERS, RerankerConfig
 
     switches = {f.name: f.default for f in fields(RerankerConfig)
                 if isinstance(f.default, bool) and f.name not in SCORERS[scorer]}
@@ -147,15 +147,15 @@ INSTALL = {"serve": ("GENERAL_CHECKPOINT", "GENERAL_VERSION"), "start": ("START_
 
 def install(path: Path, version: str, slot: str = "serve") -> Path:
     """Ship the checkpoint at ``path`` as the general model that serves (``slot`` "serve") or as the fine-tuning
-    start ("start"): the file general.py names, beside it in this repository, and its weights hash in general.py's
+    start ("start"): the file served.py names, beside it in this repository, and its weights hash in served.py's
     constant."""
-    from nextpara.attention_core import general
+    from nextpara.attention_core import served
 
     checkpoint, constant = INSTALL[slot]
-    target = GENERAL_PY.with_name(getattr(general, checkpoint).name)
+    target = SERVED_PY.with_name(getattr(served, checkpoint).name)
     target.write_bytes(path.read_bytes())
-    text = GENERAL_PY.read_text()
-    GENERAL_PY.write_text(re.sub(rf'^{constant} = "[0-9a-f]*"', f'{constant} = "{version}"', text, flags=re.M))
+    text = SERVED_PY.read_text()
+    SERVED_PY.write_text(re.sub(rf'^{constant} = "[0-9a-f]*"', f'{constant} = "{version}"', text, flags=re.M))
     return target
 
 
@@ -250,7 +250,7 @@ def main() -> int:
     entry = {**started, "corpora": counts, "seconds": round(time.perf_counter() - t0, 1),
              "validation": result["validation"], "model_version": meta["model_version"], "eval": {}}
     if args.install:
-        entry["installed"] = str(install(checkpoint, meta["model_version"], args.install).relative_to(GENERAL_PY.parents[1]))
+        entry["installed"] = str(install(checkpoint, meta["model_version"], args.install).relative_to(SERVED_PY.parents[1]))
     if args.eval:
         for name in [args.leave_out] if args.leave_out else list(stores):
             ev = run_evaluation(stores[name], model=str(checkpoint), latency_queries=20,

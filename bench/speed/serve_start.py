@@ -37,7 +37,7 @@ def main() -> int:
         return first_run(ServerProcess)
     if not args.data_dir:
         parser.error("--data-dir is required (or --first-run)")
-    from nextpara.attention_core.general import describe_served
+    from nextpara.attention_core.served import describe_served
     from nextpara.store.store import open_store
 
     with tempfile.TemporaryDirectory(prefix="nextpara-start-") as work:

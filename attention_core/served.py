@@ -1,0 +1,132 @@
+"""Which model serves a store, read from file headers alone: no weights, no torch.
+
+A store is served by its own checkpoint (``model.safetensors`` in its data dir: a trained model, or the guard's
+plain cosine), else by the general model that ships with the package (general.py says what it is and loads it).
+What ``nextpara info``, GetInfo and a batch job's checks say about that model comes from here: the checkpoint's
+metadata (a safetensors header, read without its tensors), its scorer's name (model_config.py), and the report of
+the last guard that judged it (guard.py writes ``train_report.json``). So ``nextpara info`` answers without
+importing torch, and the server's answer is the same as the CLI's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
+from nextpara.store.data_dir import StoreFacts
+from nextpara.store.store import ParagraphStore
+from safetensors import SafetensorError, safe_open
+
+from .model_config import scorer_name
+
+CHECKPOINT = "model.safetensors"
+META_KEY = "nextpara"
+GENERAL_CHECKPOINT = Path(__file__).with_name("general.safetensors")  # serves a store without a model of its own
+GENERAL_VERSION = "6130304dcaf5"  # weights_version of general.safetensors; written by bench/quality/train_general.py
+START_CHECKPOINT = Path(__file__).with_name("general_start.safetensors")  # where `nextpara train` starts
+START_VERSION = "8ce44321e534"  # weights_version of general_start.safetensors; written by the same script
+SHIPPED = {GENERAL_CHECKPOINT: GENERAL_VERSION, START_CHECKPOINT: START_VERSION}
+COSINE = "cosine"  # a checkpoint's meta["kind"] (and describe_served's source and scorer) for general.cosine_model()
+COSINE_NAME = "plain cosine (B1)"  # how the guard names it when it serves
+TRAIN_REPORT = "train_report.json"  # the last guard's comparison (guard.py), in the data dir
+METRIC = "mrr@10"  # what the guard judges by, and info shows first
+
+
+def general_name(version: str) -> str:
+    """How the guard (training's, or a build's: build_guard.py) names the general model it judged (train_report.json's
+    ``replaced``), which describe_served matches to show those figures beside the version that serves."""
+    return f"the general model {version}"
+
+
+def fits(meta: dict, store: ParagraphStore | StoreFacts) -> str:
+    """Empty if a checkpoint's embedder is the store's, else why not (the general model's message)."""
+    emb = meta.get("embedder", {})
+    if (emb.get("name"), emb.get("dim")) == (store.embedder_name, store.dim):
+        return ""
+    return (f"the general model is for {emb.get('name')} ({emb.get('dim')}-d), the store uses {store.embedder_name} "
+            f"({store.dim}-d)")
+
+
+def read_checkpoint_meta(path: str | os.PathLike) -> dict:
+    """A checkpoint's nextpara metadata (its safetensors header; no tensor is read). FailedPreconditionError for a
+    file that is not a nextpara safetensors checkpoint."""
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            raw = (f.metadata() or {}).get(META_KEY)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise FailedPreconditionError(f"{path} is not a nextpara safetensors checkpoint ({e}); "
+                                      "pickled checkpoints are refused, they could run code when loaded",
+                                      reason=Reason.MODEL_UNREADABLE) from e
+    if raw is None:
+        raise FailedPreconditionError(f"{path} has no nextpara metadata: not a nextpara checkpoint",
+                                      reason=Reason.MODEL_UNREADABLE)
+    return json.loads(raw)
+
+
+def check_embedder(meta: dict, path: str | os.PathLike, expect_embedder: str | None = None,
+                   expect_dim: int | None = None) -> None:
+    """StoreMismatchError if the checkpoint at ``path`` (its ``meta``) was trained for another embedder or dimension."""
+    emb = meta.get("embedder", {})
+    if expect_embedder is not None and emb.get("name") != expect_embedder:
+        raise StoreMismatchError(f"{path} was trained on embedder {emb.get('name')!r}, the store uses {expect_embedder!r}",
+                                 reason=Reason.EMBEDDER_MISMATCH,
+                                 metadata={"modelEmbedder": emb.get("name"), "storeEmbedder": expect_embedder})
+    if expect_dim is not None and emb.get("dim") != expect_dim:
+        raise StoreMismatchError(f"{path} was trained on dimension {emb.get('dim')}, the store has {expect_dim}",
+                                 reason=Reason.EMBEDDER_MISMATCH, metadata={"modelDim": emb.get("dim"), "storeDim": expect_dim})
+
+
+def read_report(data_dir: Path) -> dict | None:
+    """The last guard's report in ``data_dir`` (guard.write_report), or None where there is none or it is unreadable."""
+    path = Path(data_dir) / TRAIN_REPORT
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def fmt(f: dict, metric: str = METRIC) -> str:
+    """A figure with its 95% interval: ``0.158 [0.144, 0.172]``."""
+    lo, hi = f[f"{metric}_ci"]
+    return f"{f[metric]:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def describe_served(store: ParagraphStore | StoreFacts) -> dict:
+    """Which model serves ``store`` (an open store, or only its facts: data_dir, embedder_name and dim are all it reads)
+    and its validation figures beside B1's, without loading any weights:
+    ``source`` "trained", COSINE (with ``reason``: the guard's line), "general" or "none" (with ``reason``),
+    ``model_version``, ``scorer`` (model_config.SCORERS' name of its configuration, COSINE, or "custom"), and ``validation``
+    ({"model": ..., "B1": ...}, summarize() dicts) when a guard (`nextpara train`'s, or for the general model
+    `nextpara build`'s) measured them on this store."""
+    own = store.data_dir / CHECKPOINT
+    if own.exists():
+        meta = read_checkpoint_meta(own)
+        guard = meta.get("metrics", {}).get("guard", {})
+        if meta.get("kind") == COSINE:  # the figures and line of the last `nextpara train` that judged it, if that kept it
+            report = read_report(store.data_dir)  # (a report older than the checkpoint is of another training)
+            if (report and report.get("replaced") == COSINE_NAME and not report.get("serve_new")
+                    and report.get("date", "") >= meta.get("saved_at", "")):
+                figures, line = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}, report["line"]
+            else:
+                figures, line = {"model": guard["B1"], "B1": guard["B1"]} if guard else None, meta.get("line", "")
+            return {"source": COSINE, "model_version": meta["model_version"], "scorer": COSINE, "reason": line,
+                    **({"validation": figures} if figures else {})}
+        out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
+               "scorer": scorer_name(meta.get("model_config", {}))}
+        if guard:
+            out["validation"] = {"model": guard["new"], "B1": guard["B1"]}
+        return out
+    try:
+        meta = read_checkpoint_meta(GENERAL_CHECKPOINT)
+    except FailedPreconditionError as e:
+        return {"source": "none", "reason": str(e)}
+    mismatch = fits(meta, store)
+    if mismatch:
+        return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
+    out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
+    report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
+    if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):
+        out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}
+    return out
