@@ -112,16 +112,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
     from nextpara.errors import InvalidInputError
+    from nextpara.store.data_dir import DataDir
 
+    from .model_config import SCORERS, store_model_config
     from .train_config import TrainConfig
-    from .train_flow import train
 
     try:
         cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     except ValueError as e:
         raise InvalidInputError(f"training settings: {e}") from e
-    from .model_config import SCORERS
-
     model_cfg = {**SCORERS[args.scorer], **{k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
                                                               "word_candidates": args.word_candidates}.items()
                                             if v is not None}}
@@ -129,6 +128,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         model_cfg["lexical"] = False
     if args.seam is not None:
         model_cfg.update(seam_feature=True, seam_candidates=args.seam)
+    # no store, or settings no model can have: said before torch's imports (seconds), as training would say it
+    store_model_config(DataDir(DataDir.resolve(args.data_dir)).facts().dim, cfg.max_context, model_cfg)
+    from .train_flow import train
+
     outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)
     meta = outcome.meta
     if args.json:  # model: the new model's metadata (None when nothing could be trained); served: it now serves;

@@ -27,7 +27,7 @@ from .checkpoint import load_checkpoint, save_checkpoint, weights_version, writi
 from .general import general_for_store, load_general, save_cosine
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel
-from .model_config import RerankerConfig
+from .model_config import RerankerConfig, store_model_config
 from .sequences import ParagraphSequences
 from .served import CHECKPOINT, COSINE, COSINE_NAME, START_CHECKPOINT, fits, general_name
 from .train_config import TrainConfig
@@ -113,10 +113,7 @@ def train(data_dir, model_cfg: dict | None = None, cfg: TrainConfig | None = Non
     cfg = cfg or TrainConfig()
     with open_store(data_dir, readonly=True) as store:
         seq = ParagraphSequences(store)
-        try:
-            mcfg = RerankerConfig(**{"embed_dim": store.dim, "max_context": cfg.max_context, **(model_cfg or {})})
-        except ValueError as e:
-            raise InvalidInputError(f"model settings: {e}") from e
+        mcfg = store_model_config(store.dim, cfg.max_context, model_cfg)
         state, start = starting_point(store, mcfg, from_scratch, start_model)
         if cfg.init_shrink < 1.0:
             if state is None:

@@ -26,12 +26,8 @@ def test_build_info_search_text_corpus(tmp_path):
     assert info["embedder"] == "sentence-transformers/all-MiniLM-L6-v2" and info["index"]["factory"] == "IDMap2,Flat"
     r = run_cli("info", "--data-dir", str(data))
     assert "paragraphs    5" in r.stdout
-    # which model serves is read from file headers: info imports no torch (it answers in a fraction of a second)
-    code = ("import sys; from nextpara.__main__ import main; rc = main(['info', '--data-dir', sys.argv[1]]); "
-            "print('imported torch' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
-    r = subprocess.run([sys.executable, "-c", code, str(data)], capture_output=True, text=True)
+    r = run_without_torch("info", "--data-dir", str(data))  # which model serves is read from file headers
     assert r.returncode == 0 and "model         general " in r.stdout, r.stdout + r.stderr
-    assert r.stdout.splitlines()[-1] == "no torch", r.stdout
     r = run_cli("search", "how long should I knead bread dough", "--data-dir", str(data), "-k", "2")
     assert r.returncode == 0, r.stderr
     assert "cooking.md[1]" in r.stdout.splitlines()[0]
@@ -98,9 +94,31 @@ def test_bad_training_settings_are_usage_errors(tmp_path):
     assert "Traceback" not in r.stderr and not (data / "model.safetensors").exists()
 
 
+def run_without_torch(*args: str) -> subprocess.CompletedProcess:
+    """``nextpara ARGS`` in a process that fails the test if the command imported torch (seconds of imports that
+    a command which only reads a store, or refuses its input, should not make its user wait for)."""
+    code = ("import sys; from nextpara.__main__ import main; rc = main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert r.stdout.splitlines()[-1:] == ["no torch"], r.stdout + r.stderr
+    return r
+
+
 def test_info_on_missing_store_is_a_clear_error(tmp_path):
     r = run_cli("info", "--data-dir", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no nextpara store in" in r.stderr and "nextpara build" in r.stderr
+
+
+def test_train_refuses_a_missing_store_and_impossible_settings_before_loading_torch(tmp_path):
+    r = run_without_torch("train", "--data-dir", str(tmp_path / "nothing"))
+    assert r.returncode == 2 and f"no nextpara store in {tmp_path / 'nothing'}" in r.stderr, r.stderr
+    data = tmp_path / "store"
+    write_vector_corpus(tmp_path / "c.jsonl", 3, 2, 8)
+    assert run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data),
+                   "--embedder", "precomputed:rand8").returncode == 0
+    r = run_without_torch("train", "--data-dir", str(data), "--scorer", "fast", "--layers", "1", "--d-model", "30")
+    assert r.returncode == 2 and "model settings: d_model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
+    assert not (data / "model.safetensors").exists()
 
 
 def test_client_import_loads_no_heavy_library():
