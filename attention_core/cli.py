@@ -129,7 +129,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.seam is not None:
         model_cfg.update(seam_feature=True, seam_candidates=args.seam)
     # no store, or settings no model can have: said before torch's imports (seconds), as training would say it
-    store_model_config(DataDir(DataDir.resolve(args.data_dir)).facts().dim, cfg.max_context, model_cfg)
+    store_model_config(DataDir.resolve(args.data_dir).facts().dim, cfg.max_context, model_cfg)
     from .train_flow import train
 
     outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)

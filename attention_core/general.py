@@ -76,7 +76,7 @@ def save_cosine(store: ParagraphStore, line: str, figures: dict, generation: int
 
 def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = None) -> tuple[NextParagraphModel, dict]:
     """A packaged general model (default the one that serves), its weights checked against ``expect_version``
-    (default: the hash recorded here for a packaged file; for another file, or with "", against the file's own
+    (default: the hash served.py records for a packaged file, SHIPPED; for another file, or with "", against the file's own
     metadata only)."""
     if not path.exists():
         what, advice = (("the general model's fine-tuning start", "") if path == START_CHECKPOINT else

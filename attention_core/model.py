@@ -184,7 +184,7 @@ class NextParagraphModel(nn.Module):
         """Where each candidate stands in its own list, from the list's K x K cosines; padding and the candidate itself
         are -inf and left out, so a score never depends on what else is batched. Returns [density]: (B,K,1) the mean
         cosine to its POOL_TOP nearest others; with ``to_last`` (B,K), each candidate's cosine to the last context
-        paragraph, three more (B,K,1) (POOL_NEIGHBOURS): its largest cosine to another candidate, ``to_last`` minus that,
+        paragraph, three more (B,K,1) (model_config.POOL_NEIGHBOURS): its largest cosine to another candidate, ``to_last`` minus that,
         and log(1 + the number of candidates closer to it than the last context paragraph is). The paragraph after the
         context has the last context paragraph among its nearest; a far paragraph of the same document has its own
         neighbours closer (bench/quality/README.md, Direction)."""

@@ -82,17 +82,6 @@ class RerankerConfig:
         return lexical.n_features(self.max_context, self.novel_words, self.seam_feature)
 
 
-
-def store_model_config(dim: int, max_context: int, changes: dict | None = None) -> RerankerConfig:
-    """The settings of a model for a store of dimension ``dim`` reading ``max_context`` paragraphs, with ``changes``
-    (a scorer's, the command line's); InvalidInputError saying which setting is wrong."""
-    from nextpara.errors import InvalidInputError
-
-    try:
-        return RerankerConfig(**{"embed_dim": dim, "max_context": max_context, **(changes or {})})
-    except ValueError as e:
-        raise InvalidInputError(f"model settings: {e}") from e
-
 # model settings added since the first checkpoints, at the value every model had before each existed: a checkpoint that
 # lacks one is read with that value (saved_config), and one is written only when it differs from it (so older versions
 # read the rest). Not RerankerConfig's defaults, so a default can change without changing how an older checkpoint reads.
@@ -117,3 +106,14 @@ def scorer_name(config: dict) -> str:
         if have == {k: changes.get(k, getattr(default, k)) for k in SCORER_FIELDS}:
             return name
     return "custom"
+
+
+def store_model_config(dim: int, max_context: int, changes: dict | None = None) -> RerankerConfig:
+    """The settings of a model for a store of dimension ``dim`` reading ``max_context`` paragraphs, with ``changes``
+    (a scorer's, the command line's); InvalidInputError saying which setting is wrong."""
+    from nextpara.errors import InvalidInputError
+
+    try:
+        return RerankerConfig(**{"embed_dim": dim, "max_context": max_context, **(changes or {})})
+    except ValueError as e:
+        raise InvalidInputError(f"model settings: {e}") from e

@@ -99,7 +99,8 @@ def run_without_torch(*args: str) -> subprocess.CompletedProcess:
     a command which only reads a store, or refuses its input, should not make its user wait for)."""
     code = ("import sys; from nextpara.__main__ import main; rc = main(sys.argv[1:]); "
             "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600,
+                       stdin=subprocess.DEVNULL)
     assert r.stdout.splitlines()[-1:] == ["no torch"], r.stdout + r.stderr
     return r
 
@@ -115,7 +116,7 @@ def test_train_refuses_a_missing_store_and_impossible_settings_before_loading_to
     data = tmp_path / "store"
     write_vector_corpus(tmp_path / "c.jsonl", 3, 2, 8)
     assert run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data),
-                   "--embedder", "precomputed:rand8").returncode == 0
+                   "--embedder", "precomputed:rand8", "--no-guard").returncode == 0
     r = run_without_torch("train", "--data-dir", str(data), "--scorer", "fast", "--layers", "1", "--d-model", "30")
     assert r.returncode == 2 and "model settings: d_model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
     assert not (data / "model.safetensors").exists()

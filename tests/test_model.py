@@ -5,9 +5,9 @@ import pickle
 
 import pytest
 import torch
-from nextpara.attention_core.checkpoint import LATER_FIELDS, load_checkpoint, save_checkpoint
+from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
 from nextpara.attention_core.model import POOL_TOP, MultiHeadAttention, NextParagraphModel, list_z
-from nextpara.attention_core.model_config import SCORERS, RerankerConfig, scorer_name
+from nextpara.attention_core.model_config import LATER_FIELDS, SCORERS, RerankerConfig, scorer_name
 from nextpara.errors import FailedPreconditionError, StoreMismatchError
 
 

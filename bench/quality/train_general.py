@@ -194,7 +194,7 @@ def main() -> int:
     p.add_argument("--scorer", choices=("full", "fast"), default="full",
                    help="the scorer configuration (nextpara train --scorer); default full")
     p.add_argument("--option", action="append", default=[], metavar="NAME[=false]",
-                   help="a boolean model option (model.py RerankerConfig) away from its default: NAME turns one on, "
+                   help="a boolean model option (model_config.py RerankerConfig) away from its default: NAME turns one on, "
                         "NAME=false turns one off (e.g. bilinear_last, list_norm=false); repeatable")
     p.add_argument("--install", nargs="?", const="serve", choices=sorted(INSTALL), default=None,
                    help="ship the result: as attention_core/general.safetensors, the model that serves a store "
