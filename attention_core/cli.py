@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate baselines and the trained model on the test split (the protocol of docs/evaluation.md)")
     add_data_dir(p)
     p.add_argument("--queries", type=int, default=2000, help="test queries sampled (default 2000)")
-    p.add_argument("--context-length", type=int, default=4, help="L for the main table (default 4)")
+    p.add_argument("--context-length", type=int, default=4, help="L for the main table, 1 to 8 (default 4)")
     p.add_argument("--latency-queries", type=int, default=100, help="queries timed one at a time (default 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="write the results as JSON here")

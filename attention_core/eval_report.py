@@ -128,8 +128,9 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     checkpoint's path, or "general" for the packaged general model (its word weights fitted on this store)."""
     from nextpara.store.store import open_store
 
-    from .evaluation import Evaluation
+    from .evaluation import Evaluation, check_settings
 
+    check_settings(n_queries, context_length, latency_queries)  # before the store and the model load
     if output:
         writable_output(output)
     started = time.perf_counter()

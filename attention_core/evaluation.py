@@ -35,10 +35,25 @@ N_STAGE1 = 100  # depth of each single-source search; also the stage-1 recall de
 ABLATION_LENGTHS = (1, 2, 4, 8)
 
 
+def check_settings(n_queries: int, context_length: int, latency_queries: int = 1) -> None:
+    """InvalidInputError naming the setting the protocol cannot run with: no queries, a context length outside 1 to
+    max(ABLATION_LENGTHS) (a query holds at most that many context paragraphs), no query to time."""
+    from nextpara.errors import InvalidInputError
+
+    longest = max(ABLATION_LENGTHS)
+    for name, value, low, high in (("queries (--queries)", n_queries, 1, None),
+                                   ("the context length (--context-length)", context_length, 1, longest),
+                                   ("latency queries (--latency-queries)", latency_queries, 1, None)):
+        if value < low or (high is not None and value > high):
+            within = f"between {low} and {high} (the context paragraphs a query holds)" if high else f"at least {low}"
+            raise InvalidInputError(f"{name} must be {within}, got {value}")
+
+
 class Evaluation:
     def __init__(self, store, seq: ParagraphSequences, embedder, pipeline=None, n_queries: int = 2000,
                  context_length: int = 4, seed: int = 0, split: str = "test"):
         """``split`` "validation" is for training's own checks (guard.py); the protocol's figures are "test"."""
+        check_settings(n_queries, context_length)
         self.store, self.seq, self.embedder, self.pipeline = store, seq, embedder, pipeline
         self.L = context_length
         self.targets = seq.queries(split, max(ABLATION_LENGTHS), limit=n_queries, seed=seed)

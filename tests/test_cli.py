@@ -110,6 +110,20 @@ def test_info_on_missing_store_is_a_clear_error(tmp_path):
     assert r.returncode == 2 and "no nextpara store in" in r.stderr and "nextpara build" in r.stderr
 
 
+def test_eval_refuses_settings_the_protocol_cannot_run_with_before_loading_anything(tmp_path):
+    """No queries, a context length outside 1-8 (a context of 0 read the whole 8 before, one of 20 read 8 and said
+    20), nothing to time: refused first, even before the store is looked for."""
+    missing = str(tmp_path / "nothing")
+    for flags, says in ((["--queries", "0"], "queries (--queries) must be at least 1, got 0"),
+                        (["--context-length", "0"], "the context length (--context-length) must be between 1 and 8"),
+                        (["--context-length", "9"], "must be between 1 and 8 (the context paragraphs a query holds), got 9"),
+                        (["--latency-queries", "-1"], "latency queries (--latency-queries) must be at least 1, got -1")):
+        r = run_without_torch("eval", "--data-dir", missing, *flags)
+        assert r.returncode == 2 and says in r.stderr and r.stderr.startswith("nextpara eval: error: "), (flags, r.stderr)
+    r = run_without_torch("eval", "--data-dir", missing, "--context-length", "8")
+    assert r.returncode == 2 and "no nextpara store in" in r.stderr, r.stderr
+
+
 def test_train_refuses_a_missing_store_and_impossible_settings_before_loading_torch(tmp_path):
     r = run_without_torch("train", "--data-dir", str(tmp_path / "nothing"))
     assert r.returncode == 2 and f"no nextpara store in {tmp_path / 'nothing'}" in r.stderr, r.stderr
