@@ -45,7 +45,8 @@ def check_settings(n_queries: int, context_length: int, latency_queries: int = 1
                                    ("the context length (--context-length)", context_length, 1, longest),
                                    ("latency queries (--latency-queries)", latency_queries, 1, None)):
         if value < low or (high is not None and value > high):
-            within = f"between {low} and {high} (the context paragraphs a query holds)" if high else f"at least {low}"
+            within = (f"between {low} and {high} (the context paragraphs a query holds)" if high is not None
+                      else f"at least {low}")
             raise InvalidInputError(f"{name} must be {within}, got {value}")
 
 
@@ -167,6 +168,7 @@ class Evaluation:
         return {"latency_ms_mean": float(np.mean(times)), "latency_ms_p95": float(np.percentile(times, 95))}
 
     def evaluate(self, latency_queries: int = 100) -> dict:
+        check_settings(len(self.targets), self.L, latency_queries)
         methods = ["B1", "B2", "B3", "B4"] + (["head", "full"] if self.pipeline else [])
         results, curves = {}, {}
         for name in methods:

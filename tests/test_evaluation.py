@@ -10,6 +10,7 @@ from nextpara.attention_core.model import NextParagraphModel
 from nextpara.attention_core.model_config import RerankerConfig
 from nextpara.attention_core.pipeline import RerankPipeline
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
+from nextpara.errors import InvalidInputError
 from nextpara.store.store import open_store
 
 DIM = 16
@@ -101,3 +102,19 @@ def test_the_length_ablation_reports_each_step_paired(tmp_path):
     assert result["context_length"]["B1"]["8"]["change"]["recall@1_ci"] == [0.0, 0.0]  # B1 reads the last alone
     table = markdown_table(result)
     assert "| method | L=1 to 2 | L=2 to 4 | L=4 to 8 |" in table
+
+
+def test_settings_the_protocol_cannot_run_with_are_refused_by_every_caller(duplicates_store):
+    """A context length of 0 once read the whole context (``q.context[-0:]``), one above 8 read 8; no queries, or
+    none to time, failed inside numpy. The library refuses them as `nextpara eval` does (tests/test_cli.py)."""
+    path, _ = duplicates_store
+    with open_store(path, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        for settings, says in (({"context_length": 0}, "between 1 and 8"), ({"context_length": 9}, "got 9"),
+                               ({"n_queries": 0}, "queries (--queries) must be at least 1")):
+            with pytest.raises(InvalidInputError, match=says.replace("(", r"\(").replace(")", r"\)")):
+                Evaluation(store, seq, None, None, **settings)
+        ev = Evaluation(store, seq, None, None, context_length=8)
+        assert ev.L == 8 and ev.targets
+        with pytest.raises(InvalidInputError, match="latency queries"):
+            ev.evaluate(latency_queries=0)
