@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
-from nextpara.store.data_dir import StoreFacts
-from nextpara.store.store import ParagraphStore
 from safetensors import SafetensorError, safe_open
 
 from .model_config import scorer_name
+
+if TYPE_CHECKING:  # (the store's module loads faiss: reading headers needs neither)
+    from nextpara.store.data_dir import StoreFacts
+    from nextpara.store.store import ParagraphStore
 
 CHECKPOINT = "model.safetensors"
 META_KEY = "nextpara"
