@@ -25,9 +25,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from nextpara.attention_core.bootstrap import ensure_default_store
     from nextpara.store.data_dir import DataDir
 
-    from .main import run_server, start_metrics
+    from .main import cannot_listen, run_server, start_metrics
 
-    metrics = start_metrics(settings)  # before a build of the default store: a taken port is said at once
+    if (refused := cannot_listen(settings.address)) is not None:  # before a build of the default store: at once
+        raise refused
+    metrics = start_metrics(settings)  # ... and so is a taken metrics port
     data_dir = DataDir.resolve(settings.data_dir)
     ensure_default_store(data_dir, quiet=args.quiet, read_only=settings.read_only)  # builds only the default location
     asyncio.run(run_server(settings, data_dir, metrics=metrics))

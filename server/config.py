@@ -60,8 +60,8 @@ class ServerSettings:
 BOUNDS = (("workers", 1, False), ("threads", 0, False), ("max_batch", 1, False), ("max_queue", 1, False),
           ("max_message_mb", 1, False), ("max_wait_ms", 0, False), ("grace_seconds", 0, False),
           ("snapshot_seconds", 0, True))
-ADDRESS_FORMS = ("must be host:port, or [address]:port for IPv6 (port 0: any free port), or '' for none; an IPv6 "
-                 "address goes in brackets: [::1]:9464")
+LISTEN_FORMS = "must be host:port, or [address]:port for IPv6 (port 0: any free port)"
+ADDRESS_FORMS = f"{LISTEN_FORMS}, or '' for none; an IPv6 address goes in brackets: [::1]:9464"
 
 
 def split_host_port(address: str) -> tuple[str, int] | None:
@@ -75,6 +75,16 @@ def split_host_port(address: str) -> tuple[str, int] | None:
     elif ":" in host or "[" in host or "]" in host:
         return None
     return host or "127.0.0.1", int(port)
+
+
+def read_bool(text: str) -> bool:
+    """A yes-or-no environment variable; anything else is a ValueError (a typo must not turn a replica into a writer)."""
+    word = text.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,10 +111,11 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
         if value is None and (env := os.environ.get(env_name := f"NEXTPARA_{f.name.upper()}")) is not None:
             kind = {"int": int, "float": float}.get(str(f.type))
             try:
-                value = env.lower() in ("1", "true", "yes") if str(f.type) == "bool" else kind(env) if kind else env
+                value = read_bool(env) if str(f.type) == "bool" else kind(env) if kind else env
             except ValueError:
-                raise InvalidInputError(f"{env_name}={env!r}: expected {'an integer' if kind is int else 'a number'} "
-                                        f"(as {source[f.name]})") from None
+                expected = "1, true, yes, on or 0, false, no, off" if str(f.type) == "bool" else (
+                    "an integer" if kind is int else "a number")
+                raise InvalidInputError(f"{env_name}={env!r}: expected {expected} (as {source[f.name]})") from None
             source[f.name] = env_name
         if value is not None:
             values[f.name] = value
@@ -115,8 +126,13 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
             raise InvalidInputError(f"{source[name]} must be {'above' if above else 'at least'} {low}, got {value}")
         if not math.isfinite(value):  # inf: a batch that waits for ever, say
             raise InvalidInputError(f"{source[name]} must be a finite number, got {value}")
+    if split_host_port(settings.address) is None or settings.address.startswith(":"):  # grpc wants a host
+        raise InvalidInputError(f"{source['address']} {LISTEN_FORMS}; an IPv6 address goes in brackets: [::1]:50051, "
+                                f"got {settings.address!r}")
     if settings.metrics_address and split_host_port(settings.metrics_address) is None:
         raise InvalidInputError(f"{source['metrics_address']} {ADDRESS_FORMS}, got {settings.metrics_address!r}")
+    if settings.backup_dir and os.path.isfile(os.path.expanduser(settings.backup_dir)):
+        raise InvalidInputError(f"{source['backup_dir']}: {settings.backup_dir!r} is a file, not a directory")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise InvalidInputError("--tls-cert and --tls-key go together (or NEXTPARA_TLS_CERT and NEXTPARA_TLS_KEY)")
     return settings

@@ -9,8 +9,11 @@ model (and, on a read-only replica, the index snapshot).
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
 import logging
 import signal
+import socket
 from pathlib import Path
 
 import grpc
@@ -20,7 +23,7 @@ from nextpara.errors import NextparaError
 from nextpara.v1 import nextpara_pb2
 
 from .auth import TokenAuthInterceptor
-from .config import ServerSettings
+from .config import ServerSettings, split_host_port
 from .metrics import Metrics
 from .registration import TRANSPORT_FACTOR, add_servicer
 from .runtime import Runtime
@@ -44,7 +47,8 @@ def channel_options(settings: ServerSettings) -> list[tuple[str, int]]:
     return [("grpc.max_receive_message_length", TRANSPORT_FACTOR * settings.max_message_bytes),
             ("grpc.max_send_message_length", settings.max_message_bytes),
             ("grpc.max_concurrent_streams", max(100, 2 * settings.max_queue)),
-            ("grpc.http.overload_protection", 0)]
+            ("grpc.http.overload_protection", 0),
+            ("grpc.so_reuseport", 0)]  # grpc-core's default shares a port another server holds, splitting its calls
 
 
 def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
@@ -58,12 +62,34 @@ def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     if settings.tls_cert:
         credentials = grpc.ssl_server_credentials([(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())])
-        port = server.add_secure_port(settings.address, credentials)
+        add = functools.partial(server.add_secure_port, settings.address, credentials)
     else:
-        port = server.add_insecure_port(settings.address)
+        add = functools.partial(server.add_insecure_port, settings.address)
+    try:
+        port = add()
+    except RuntimeError:  # grpc says only "Failed to bind to address": why, below
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {settings.address}")
+        raise cannot_listen(settings.address) or OSError(f"cannot listen on {settings.address}")
     return server, port, health_servicer
+
+
+def cannot_listen(address: str) -> OSError | None:
+    """Why ``address`` (checked by ServerSettings) cannot be listened on, found by binding it here, or None if it
+    can: a port another server holds says so and names the flag that moves it. `nextpara serve` asks before it builds
+    a default store (minutes), and again when grpc could not bind, which says no more than that."""
+    host, port = split_host_port(address)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: a port in TIME_WAIT is free
+            probe.bind(infos[0][4])
+    except socket.gaierror as e:
+        return OSError(errno.EADDRNOTAVAIL, f"cannot listen on {address}: cannot resolve host {host!r} ({e.strerror})")
+    except OSError as e:
+        hint = ": another server has this port; give this one its own --address" if e.errno == errno.EADDRINUSE else ""
+        return OSError(e.errno, f"cannot listen on {address} ({e.strerror}){hint}")
+    return None
 
 
 async def set_health(health_servicer, serving: bool) -> None:

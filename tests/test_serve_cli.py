@@ -155,6 +155,67 @@ def test_a_metrics_port_in_use_is_named_with_the_flag_that_moves_it(tmp_path):
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())  # nothing built
 
 
+def test_a_taken_port_is_refused_before_anything_is_built(tmp_path):
+    """A port another server listens on (a real gRPC server, which shares its port by default) is one line, exit 2,
+    naming the flag, before a first run builds the default store; the server's own listening socket never shares."""
+    import socket
+    from concurrent import futures
+
+    import grpc
+    from nextpara.server.config import ServerSettings
+    from nextpara.server.main import channel_options
+
+    env = {"NEXTPARA_DATA_DIR": str(tmp_path / "data"), "NEXTPARA_CACHE_DIR": str(tmp_path / "cache")}
+    other = grpc.server(futures.ThreadPoolExecutor(1))
+    port = other.add_insecure_port("127.0.0.1:0")
+    other.start()
+    try:
+        r = run_cli("serve", "--address", f"127.0.0.1:{port}", "--metrics-address", "", env=env, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert (f"cannot listen on 127.0.0.1:{port} (Address already in use): another server has this port; give "
+                "this one its own --address") in r.stderr and "Traceback" not in r.stderr
+        assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())  # nothing built
+        ours = grpc.server(futures.ThreadPoolExecutor(1), options=channel_options(ServerSettings()))
+        try:  # grpc-core's default (SO_REUSEPORT) would bind it beside the other server and split the calls
+            bound = ours.add_insecure_port(f"127.0.0.1:{port}")
+        except RuntimeError:
+            bound = 0
+        assert bound == 0
+    finally:
+        other.stop(None)
+    with socket.socket() as s:  # and a free port is free: the check does not hold it
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    from nextpara.server.main import cannot_listen
+
+    assert cannot_listen(f"127.0.0.1:{free}") is None
+
+
+def test_listen_addresses_and_settings_read_from_the_environment(tmp_path, monkeypatch):
+    """Refused before the server starts, exit 2: an address grpc would bind elsewhere (a port out of range wrapped
+    round) or not at all, a yes-or-no variable that is neither (a typo made a replica a writer), a backup directory
+    that is a file (the Backup RPC failed as INTERNAL)."""
+    import argparse
+
+    from nextpara.server.config import add_arguments, from_args
+
+    for bad in ("127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:", "notanaddress", "127.0.0.1:abc", ":50051"):
+        r = run_cli("serve", "--address", bad, "--metrics-address", "", timeout=60)
+        assert r.returncode == 2 and f"--address must be host:port, or [address]:port for IPv6 (port 0: any free " \
+            f"port); an IPv6 address goes in brackets: [::1]:50051, got {bad!r}" in r.stderr, (bad, r.stderr)
+    r = run_cli("serve", "--metrics-address", "", timeout=60, env={"NEXTPARA_READ_ONLY": "maybe"})
+    assert r.returncode == 2 and "NEXTPARA_READ_ONLY='maybe': expected 1, true, yes, on or 0, false, no, off (as " \
+        "--read-only)" in r.stderr, r.stderr
+    (tmp_path / "file").write_text("")
+    r = run_cli("serve", "--metrics-address", "", "--backup-dir", str(tmp_path / "file"), timeout=60)
+    assert r.returncode == 2 and "--backup-dir: " in r.stderr and "is a file, not a directory" in r.stderr, r.stderr
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for word, value in (("on", True), ("Yes", True), ("1", True), ("off", False), ("0", False), ("", False)):
+        monkeypatch.setenv("NEXTPARA_READ_ONLY", word)
+        assert from_args(parser.parse_args([])).read_only is value, word
+
+
 def test_metrics_addresses():
     """host:port and [v6]:port, an empty host meaning 127.0.0.1; anything else refused before the server starts."""
     import socket
