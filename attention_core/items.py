@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence, Union
 
 import numpy as np
-from nextpara.errors import InvalidInputError, NextparaError, NotFoundError, Reason
+from nextpara.errors import InvalidInputError, NextparaError, NotFoundError, Reason, not_utf8
 from nextpara.store.store import ParagraphStore
 from nextpara.store.unit_vectors import is_vector, unit_rows
 
@@ -145,6 +145,9 @@ class ItemResolver:
             if isinstance(item, str):
                 if not item.strip():
                     raise InvalidInputError(f"{where}[{i + dropped}]: empty text", reason=Reason.INVALID_TEXT,
+                                            field=f"{where}[{i + dropped}].text")
+                if (why := not_utf8(item)) is not None:
+                    raise InvalidInputError(f"{where}[{i + dropped}]: the text {why}", reason=Reason.INVALID_TEXT,
                                             field=f"{where}[{i + dropped}].text")
                 p.texts[i] = item
             elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from nextpara.errors import InvalidInputError
+from nextpara.errors import InvalidInputError, not_utf8
 
 try:
     import orjson  # the parser of choice; tests set this to None to run the json path
@@ -180,6 +180,8 @@ def _check_items(value: Any, name: str, required: bool) -> list | None:
         if isinstance(item, str):
             if not item.strip():
                 raise RowError(f"{name}[{i}]: empty text")
+            if (why := not_utf8(item)) is not None:
+                raise RowError(f"{name}[{i}]: the text {why}")
         elif isinstance(item, bool) or item is None or isinstance(item, (float, dict)):
             raise RowError(f"{name}[{i}]: expected a text, a paragraph id or a vector, got {json.dumps(item)[:40]}")
         elif isinstance(item, list):

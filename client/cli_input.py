@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
+from nextpara.errors import not_utf8
+
 STDIN = "-"
 
 
@@ -25,6 +27,7 @@ def read_jsonl(path: str):
             raise InvalidInputError(f"cannot read {path}: {e.strerror}") from e
 
     def documents():
+        first: dict[str, int] = {}  # each doc_id's line: one file is one write, as `nextpara build` reads it
         with f:
             for lineno, raw in enumerate(f, 1):
                 try:
@@ -35,6 +38,8 @@ def read_jsonl(path: str):
                 except ValueError as e:
                     raise CorpusFormatError(name, lineno, str(e)) from e
                 if doc is not None:
+                    if (at := first.setdefault(doc["doc_id"], lineno)) != lineno:
+                        raise CorpusFormatError(name, lineno, f"duplicate doc_id {doc['doc_id']!r} (first at {name}:{at})")
                     yield doc
     return documents()
 
@@ -68,6 +73,11 @@ def parse_document(line: str) -> dict:
                 raise ValueError(f"document {doc_id!r}: vector {i} is not a list of numbers")
     if labels is not None and (not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values())):
         raise ValueError(f"document {doc_id!r}: labels must be an object of strings, got {json.dumps(labels)[:60]}")
+    texts = [("doc_id", doc_id), ("title", title), *((f"paragraph {i}", t) for i, t in enumerate(paragraphs)),
+             *((f"label {k!r:.60}", f"{k}{v}") for k, v in (labels or {}).items())]
+    for part, text in texts:
+        if (why := not_utf8(text)) is not None:
+            raise ValueError(f"document {doc_id!r:.80}: {part} {why}")
     return {"doc_id": doc_id, "title": title, "paragraphs": paragraphs, "vectors": vectors, "labels": labels or {}}
 
 

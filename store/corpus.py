@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from nextpara.errors import CorpusFormatError, InvalidInputError, Reason
+from nextpara.errors import CorpusFormatError, InvalidInputError, Reason, not_utf8
 
 from .labels import check_labels
 
@@ -64,8 +64,12 @@ def validate_document(doc: Document, where: str = "") -> None:
 
     if not isinstance(doc.doc_id, str) or not doc.doc_id.strip():
         raise bad(f"doc_id must be a non-empty string, got {doc.doc_id!r}", Reason.FIELD_REQUIRED, "doc_id")
+    if (why := not_utf8(doc.doc_id)) is not None:
+        raise bad(f"doc_id {doc.doc_id!r} {why}", Reason.INVALID_TEXT, "doc_id")
     if len(doc.doc_id) > MAX_DOC_ID_CHARS:
         raise bad(f"doc_id is {len(doc.doc_id)} characters, at most {MAX_DOC_ID_CHARS}", Reason.OUT_OF_RANGE, "doc_id")
+    if isinstance(doc.title, str) and (why := not_utf8(doc.title)) is not None:
+        raise bad(f"document {doc.doc_id!r} title {why}", Reason.INVALID_TEXT, "title")
     if not isinstance(doc.paragraphs, list) or not doc.paragraphs:
         raise bad(f"document {doc.doc_id!r} has no paragraphs", Reason.FIELD_REQUIRED, "paragraphs")
     for i, text in enumerate(doc.paragraphs):
@@ -77,6 +81,8 @@ def validate_document(doc: Document, where: str = "") -> None:
         if "\x00" in text:
             raise bad(f"document {doc.doc_id!r} paragraph {i} contains a NUL character", Reason.INVALID_TEXT,
                       f"paragraphs[{i}]")
+        if (why := not_utf8(text)) is not None:
+            raise bad(f"document {doc.doc_id!r} paragraph {i} {why}", Reason.INVALID_TEXT, f"paragraphs[{i}]")
     doc.labels = check_labels(doc.labels, f"{doc.request_path}.labels" if doc.request_path else None,
                  f"{where + ': ' if where else ''}document {doc.doc_id!r:.80}")
     if doc.vectors is not None:

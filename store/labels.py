@@ -15,7 +15,7 @@ import json
 import sqlite3
 from typing import Iterable, Mapping, Sequence
 
-from nextpara.errors import InvalidInputError, Reason
+from nextpara.errors import InvalidInputError, Reason, not_utf8
 
 TABLE = "document_labels"
 MAX_LABELS = 64  # per document, and per filter
@@ -78,6 +78,8 @@ def check_labels(labels: object, field: str | None, where: str = "") -> dict[str
                           Reason.OUT_OF_RANGE, path, min=1, max=limit)
             if "\x00" in text:
                 raise bad(f"label {key!r:.60}: its {part} contains a NUL character", Reason.INVALID_TEXT, path)
+            if (why := not_utf8(text)) is not None:
+                raise bad(f"label {key!r:.60}: its {part} {why}", Reason.INVALID_TEXT, path)
     return dict(labels)
 
 

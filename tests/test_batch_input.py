@@ -42,6 +42,16 @@ def test_orjson_and_json_read_every_line_alike(monkeypatch):
     assert "id=1180591620717411303424," in with_orjson[0] and "error=None" in with_orjson[0]
 
 
+def test_a_text_with_no_utf8_form_is_its_row_s_error():
+    """A lone surrogate (a JSON escape decodes to one) made the tokenizer or protobuf raise, ending the job on every
+    run; it is the row's error, and the rows around it are answered."""
+    line = b'{"id": "s", "context": ["fine", "lone \\ud800 surrogate"], "candidates": [1, "x\\udc00"]}'
+    row = parse_row(7, line, 10)
+    assert row.id == "s" and row.error == ("context[1]: the text holds a lone surrogate ('\\ud800' at character 5), "
+                                           "which is not text UTF-8 can carry")
+    assert parse_row(8, b'{"id": "t", "context": ["caf\xc3\xa9 \\u00e9"]}', 10).error is None  # escapes of real text
+
+
 def test_malformed_json_line_names_its_line_with_orjson(tmp_path):
     pytest.importorskip("orjson")
     assert rows_module.orjson is not None

@@ -211,6 +211,9 @@ def write_lines(path, n_good: int, bad: str):
     ('{"doc_id": "broken", "paragraphs": ', "not valid JSON"),
     ('{"doc_id": "empty", "paragraphs": []}', "document 'empty': paragraphs must be a non-empty list"),
     ('["a", "list"]', "not a document"),
+    ('{"doc_id": "cli-add-3", "paragraphs": ["again"]}', "duplicate doc_id 'cli-add-3' (first at "),  # one write,
+    # as `nextpara build` reads a file: it was refused whole or upserted, depending on which message each landed in
+    ('{"doc_id": "s", "paragraphs": ["a \\ud800"]}', "document 's': paragraph 0 holds a lone surrogate"),  # traceback
 ])
 def test_cli_add_with_a_bad_line_500_exits_at_once(server, client, tmp_path, bad, reason):
     """It used to hang until the 30 s deadline and report DEADLINE_EXCEEDED."""

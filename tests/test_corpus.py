@@ -32,6 +32,10 @@ def test_jsonl_keeps_order_and_fields(tmp_path):
     (json.dumps([1, 2]), "expected a JSON object"),
     (json.dumps({"doc_id": "x", "paragraphs": ["a", "b"], "vectors": [[1.0]]}), "2 paragraphs but 1 vectors"),
     ('{"doc_id": "x", "paragraphs": ["a"], "vectors": [[NaN]]}', "NaN or inf"),
+    ('{"doc_id": "x", "paragraphs": ["a", "b \\ud800"]}', "paragraph 1 holds a lone surrogate ('\\ud800' at character 2)"),
+    ('{"doc_id": "x\\udfff", "paragraphs": ["a"]}', "doc_id 'x\\udfff' holds a lone surrogate"),
+    ('{"doc_id": "x", "title": "\\ud800", "paragraphs": ["a"]}', "title holds a lone surrogate"),
+    ('{"doc_id": "x", "paragraphs": ["a"], "labels": {"k": "\\ud800"}}', "its value holds a lone surrogate"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path, line, reason):
     good = json.dumps({"doc_id": "good", "paragraphs": ["fine paragraph"]})

@@ -138,3 +138,14 @@ class OverloadedError(NextparaError):
 class AuthError(NextparaError):
     """A call without a valid token (TOKEN_MISSING, TOKEN_INVALID) or whose token's role may not make it
     (WRITE_ROLE_REQUIRED)."""
+
+
+def not_utf8(text: str) -> str | None:
+    """Why ``text`` cannot be stored, embedded or sent, or None if it can: a lone surrogate (a JSON ``"\\ud800"`` escape,
+    or a file name's undecodable byte, decodes to one) has no UTF-8 form, and SQLite, the tokenizer and protobuf each
+    fail on it in their own way. Checked wherever a text comes in, as the NUL character is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"holds a lone surrogate ({text[e.start]!r} at character {e.start}), which is not text UTF-8 can carry"
+    return None
