@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import operator
+from collections import deque
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from nextpara.errors import InvalidInputError
+from nextpara.errors import InvalidInputError, Reason, not_utf8
 from nextpara.v1 import nextpara_pb2 as pb
 
 from .errors import ServiceError, from_status
@@ -27,14 +29,56 @@ from .types import (
     ValidationFigures,
 )
 
+UINT32, INT64 = (0, 2**32 - 1), (-2**63, 2**63 - 1)  # the ranges of the messages' integer fields
+
+
+def whole(value, field: str, bounds: tuple[int, int] = UINT32) -> int:
+    """``value`` for an integer field of a message: a TypeError if it is no integer, an InvalidInputError naming the
+    field if it is outside ``bounds`` (protobuf itself says only "Value out of range")."""
+    if isinstance(value, bool):
+        raise TypeError(f"{field} must be an integer, got bool")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{field} must be an integer, got {type(value).__name__}") from None
+    if not bounds[0] <= number <= bounds[1]:
+        raise InvalidInputError(f"{field} must be {bounds[0]} to {bounds[1]}, got {number}", reason=Reason.OUT_OF_RANGE,
+                                field=field)
+    return number
+
+
+def text(value, field: str) -> str:
+    """``value`` for a string field: a TypeError if it is not one, an InvalidInputError if it has no UTF-8 form."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a string, got {type(value).__name__}")
+    if (why := not_utf8(value)) is not None:
+        raise InvalidInputError(f"{field} {why}", reason=Reason.INVALID_TEXT, field=field)
+    return value
+
+
+def listed(values, field: str, what: str) -> list:
+    """``values`` as a list; a single string, which list() would split into its characters, is a TypeError."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{field} must be a list of {what}, not a single string")
+    return list(values)
+
+
+def labels_map(labels: Mapping | None, field: str) -> dict[str, str]:
+    """Labels for a message: a mapping of strings to strings."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise TypeError(f"{field} must be a mapping of strings to strings, got {type(labels).__name__}")
+    return {text(k, f"{field} key"): text(v, f"{field}[{k!r}]") for k, v in labels.items()}
+
 
 def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
     if isinstance(item, str):
-        return pb.ContextParagraph(text=item)
+        return pb.ContextParagraph(text=text(item, where))
     if isinstance(item, bool):
         raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got bool")
     if isinstance(item, int) or type(item).__name__ in ("int64", "int32"):
-        return pb.ContextParagraph(paragraph_id=int(item))
+        return pb.ContextParagraph(paragraph_id=whole(item, where, INT64))
     try:
         values = [float(x) for x in (item.tolist() if hasattr(item, "tolist") else item)]
     except (TypeError, ValueError) as e:
@@ -43,9 +87,7 @@ def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
 
 
 def paragraphs(items: Sequence[ContextItem], field: str) -> list[pb.ContextParagraph]:
-    if isinstance(items, (str, bytes)):
-        raise TypeError(f"{field} must be a list of paragraphs, not a single string")
-    return [paragraph_message(item, f"{field}[{i}]") for i, item in enumerate(items)]
+    return [paragraph_message(item, f"{field}[{i}]") for i, item in enumerate(listed(items, field, "paragraphs"))]
 
 
 def filter_message(f: Filter | Mapping | None) -> pb.RetrievalFilter | None:
@@ -54,22 +96,26 @@ def filter_message(f: Filter | Mapping | None) -> pb.RetrievalFilter | None:
         return None
     if isinstance(f, Mapping):
         f = Filter(**f)
-    for name in ("doc_ids", "exclude_doc_ids"):
-        if isinstance(getattr(f, name), str):
-            raise TypeError(f"filter.{name} must be a list of doc_ids, not a single string")
-    return pb.RetrievalFilter(doc_ids=list(f.doc_ids), exclude_doc_ids=list(f.exclude_doc_ids), labels=dict(f.labels),
-                              min_score=f.min_score, max_per_document=f.max_per_document)
+    return pb.RetrievalFilter(doc_ids=doc_ids(f.doc_ids, "filter.doc_ids"),
+                              exclude_doc_ids=doc_ids(f.exclude_doc_ids, "filter.exclude_doc_ids"),
+                              labels=labels_map(f.labels, "filter.labels"), min_score=f.min_score,
+                              max_per_document=whole(f.max_per_document, "filter.max_per_document"))
+
+
+def doc_ids(values: Sequence[str], field: str) -> list[str]:
+    return [text(d, f"{field}[{i}]") for i, d in enumerate(listed(values, field, "doc_ids"))]
 
 
 def fresh(min_index_version: int, wait_for_index: bool) -> dict:
     """A read's read-your-writes fields (min_index_version, wait_for_index)."""
-    return {"min_index_version": int(min_index_version), "wait_for_index": bool(wait_for_index)}
+    return {"min_index_version": whole(min_index_version, "min_index_version", INT64), "wait_for_index": bool(wait_for_index)}
 
 
 def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter=None,
                     min_index_version: int = 0, wait_for_index: bool = False) -> pb.PredictNextRequest:
-    return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=top_k, include_attention=include_attention,
-                                 exclude_doc_ids=list(exclude_doc_ids), omit_text=omit_text, filter=filter_message(filter),
+    return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=whole(top_k, "top_k"),
+                                 include_attention=include_attention, omit_text=omit_text, filter=filter_message(filter),
+                                 exclude_doc_ids=doc_ids(exclude_doc_ids, "exclude_doc_ids"),
                                  **fresh(min_index_version, wait_for_index))
 
 
@@ -82,10 +128,12 @@ def predict_result(r: pb.PredictNextResponse) -> PredictResult:
 
 
 def rerank_request(context, candidates, top_k: int = 0, request_id: str = "", message=pb.RerankRequest,
-                   min_index_version: int = 0, wait_for_index: bool = False):
-    """A RerankRequest (or, as ``message``, a RerankStreamRequest: the same fields)."""
-    return message(request_id=request_id, context=paragraphs(context, "context"),
-                   candidates=paragraphs(candidates, "candidates"), top_k=top_k, **fresh(min_index_version, wait_for_index))
+                   min_index_version: int = 0, wait_for_index: bool = False, where: str = ""):
+    """A RerankRequest (or, as ``message``, a RerankStreamRequest: the same fields); ``where`` prefixes the fields
+    named in an error."""
+    return message(request_id=request_id, context=paragraphs(context, f"{where}context"),
+                   candidates=paragraphs(candidates, f"{where}candidates"), top_k=whole(top_k, f"{where}top_k"),
+                   **fresh(min_index_version, wait_for_index))
 
 
 def rerank_result(r: pb.RerankResponse) -> RerankResult:
@@ -94,11 +142,50 @@ def rerank_result(r: pb.RerankResponse) -> RerankResult:
 
 def rerank_item(item, index: int, min_index_version: int = 0, wait_for_index: bool = False) -> pb.RerankStreamRequest:
     """An item of rerank_many: a (context, candidates) pair or a mapping with context/candidates[/request_id/top_k]."""
+    where = f"items[{index}]."
     if isinstance(item, Mapping):
+        if "context" not in item or "candidates" not in item:
+            raise TypeError(f"items[{index}] must have a context and candidates, has {sorted(map(str, item))}")
         return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), str(item.get("request_id", index)),
-                              pb.RerankStreamRequest, min_index_version, wait_for_index)
-    context, candidates = item
-    return rerank_request(context, candidates, 0, str(index), pb.RerankStreamRequest, min_index_version, wait_for_index)
+                              pb.RerankStreamRequest, min_index_version, wait_for_index, where)
+    try:
+        context, candidates = item
+    except (TypeError, ValueError):
+        raise TypeError(f"items[{index}] must be a (context, candidates) pair or a mapping, got "
+                        f"{type(item).__name__}") from None
+    return rerank_request(context, candidates, 0, str(index), pb.RerankStreamRequest, min_index_version, wait_for_index,
+                          where)
+
+
+class StreamOrder:
+    """Which item each RerankStream answer belongs to, and the items this client could not send (a TypeError or an
+    InvalidInputError from their conversion) in their places: the requests are made on grpc's side of the stream, where
+    an exception would end the whole stream with no more than "Exception iterating requests!". deque's appends and
+    pops are atomic, so the two sides need no lock."""
+
+    def __init__(self):
+        self._order: deque[Exception | None] = deque()  # None: an item sent; else why it was not
+
+    def request(self, item, index: int, min_index_version: int, wait_for_index: bool) -> pb.RerankStreamRequest | None:
+        """The item's request, or None when it cannot be sent (its error waits in its place)."""
+        try:
+            request = rerank_item(item, index, min_index_version, wait_for_index)
+        except (TypeError, ValueError) as e:
+            self._order.append(e)
+            return None
+        self._order.append(None)
+        return request
+
+    def unsent_before_answer(self) -> list[Exception]:
+        """The errors of the items before the one the next answer is for (which is taken off too)."""
+        errors = []
+        while (head := self._order.popleft()) is not None:
+            errors.append(head)
+        return errors
+
+    def unsent_after_end(self) -> list[Exception]:
+        """The errors of the items after the last one answered."""
+        return [e for e in self._order if e is not None]
 
 
 def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> RerankResult | ServiceError:
@@ -111,13 +198,32 @@ def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> Rer
     return rerank_result(r.result)
 
 
-def document_message(doc: Document | Mapping) -> pb.Document:
+def document_message(doc: Document | Mapping, where: str = "document") -> pb.Document:
     if isinstance(doc, Mapping):
-        doc = Document(doc_id=doc["doc_id"], paragraphs=list(doc["paragraphs"]), title=doc.get("title", ""),
+        doc = Document(doc_id=doc["doc_id"], paragraphs=doc["paragraphs"], title=doc.get("title", ""),
                        vectors=doc.get("vectors"), labels=doc.get("labels") or {})
     vectors = [pb.Vector(values=[float(x) for x in v]) for v in (doc.vectors or [])]
-    return pb.Document(doc_id=doc.doc_id, title=doc.title, paragraphs=list(doc.paragraphs), vectors=vectors,
-                       labels=dict(doc.labels or {}))
+    texts = listed(doc.paragraphs, f"{where}.paragraphs", "texts")
+    return pb.Document(doc_id=text(doc.doc_id, f"{where}.doc_id"), title=text(doc.title, f"{where}.title"),
+                       paragraphs=[text(t, f"{where}.paragraphs[{i}]") for i, t in enumerate(texts)], vectors=vectors,
+                       labels=labels_map(doc.labels, f"{where}.labels"))
+
+
+def delete_request(ids: Sequence[str], allow_missing: bool) -> pb.DeleteDocumentsRequest:
+    return pb.DeleteDocumentsRequest(doc_ids=doc_ids(ids, "doc_ids"), allow_missing=allow_missing)
+
+
+def paragraphs_request(ids: Sequence[int], include_vectors: bool, min_index_version: int,
+                       wait_for_index: bool) -> pb.GetParagraphsRequest:
+    return pb.GetParagraphsRequest(paragraph_ids=[whole(i, f"ids[{n}]", INT64)
+                                                  for n, i in enumerate(listed(ids, "ids", "paragraph ids"))],
+                                   include_vectors=include_vectors, **fresh(min_index_version, wait_for_index))
+
+
+def page_request(page_size: int, page_token: str, labels: Mapping[str, str] | None, min_index_version: int,
+                 wait_for_index: bool) -> pb.ListDocumentsRequest:
+    return pb.ListDocumentsRequest(page_size=whole(page_size, "page_size"), page_token=text(page_token, "page_token"),
+                                   labels=labels_map(labels, "labels"), **fresh(min_index_version, wait_for_index))
 
 
 def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Iterator[pb.AddDocumentsRequest]:
@@ -126,7 +232,7 @@ def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Itera
     batch: list[pb.Document] = []
     size = 0
     for i, doc in enumerate(docs):
-        message = document_message(doc)
+        message = document_message(doc, f"documents[{i}]")
         n = message.ByteSize() + 8
         if n > max_bytes:
             raise InvalidInputError(f"document {i} ({message.doc_id!r}) is {n} bytes encoded, over the {max_bytes}-byte "

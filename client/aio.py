@@ -83,17 +83,30 @@ class AsyncClient:
         """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
         its error, or with ``return_errors`` is yielded in its place."""
         window = asyncio.Semaphore(max_in_flight)
+        order = _convert.StreamOrder()
 
         async def requests():
             for i, item in enumerate(items):
                 await window.acquire()
-                yield _convert.rerank_item(item, i, min_index_version, wait_for_index)
+                if (request := order.request(item, i, min_index_version, wait_for_index)) is None:
+                    window.release()  # not sent: its error waits in its place
+                else:
+                    yield request
+
+        def unsent(errors: list[Exception]) -> list[Exception]:
+            if errors and not return_errors:
+                raise errors[0]
+            return errors
 
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             async for response in call:
                 window.release()
+                for error in unsent(order.unsent_before_answer()):
+                    yield error
                 yield _convert.rerank_stream_result(response, return_errors)
+            for error in unsent(order.unsent_after_end()):
+                yield error
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
         finally:
@@ -110,21 +123,19 @@ class AsyncClient:
     async def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,
                                timeout: float | None = None) -> DeleteResult:
         """As Client.delete_documents: retried on UNAVAILABLE only with ``allow_missing``."""
-        request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
+        request = _convert.delete_request(doc_ids, allow_missing)
         return _convert.delete_result(await self._call("DeleteDocuments", request, timeout))
 
     async def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, min_index_version: int = 0,
                              wait_for_index: bool = False, timeout: float | None = None) -> list[Paragraph]:
-        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors,
-                                          **_convert.fresh(min_index_version, wait_for_index))
+        request = _convert.paragraphs_request(ids, include_vectors, min_index_version, wait_for_index)
         return _convert.paragraphs_result(await self._call("GetParagraphs", request, timeout))
 
     async def list_documents(self, page_size: int = 0, page_token: str = "", *, labels: Mapping[str, str] | None = None,
                              min_index_version: int = 0, wait_for_index: bool = False,
                              timeout: float | None = None) -> DocumentPage:
         """As Client.list_documents: one page in doc_id order; ``labels``: only documents carrying every one of them."""
-        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token, labels=dict(labels or {}),
-                                          **_convert.fresh(min_index_version, wait_for_index))
+        request = _convert.page_request(page_size, page_token, labels, min_index_version, wait_for_index)
         return _convert.page_result(await self._call("ListDocuments", request, timeout))
 
     async def get_document(self, doc_id: str, *, min_index_version: int = 0, wait_for_index: bool = False,

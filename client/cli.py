@@ -119,11 +119,18 @@ def _label(text: str) -> tuple[str, str]:
 
 def predict_filter(args):
     """The Filter of ``predict``'s filter flags; None when none is given."""
+    from nextpara.errors import InvalidInputError
+
     from .types import Filter
 
     if not (args.label or args.only_doc or args.exclude_doc or args.min_score is not None or args.max_per_document):
         return None
-    return Filter(doc_ids=args.only_doc, exclude_doc_ids=args.exclude_doc, labels=dict(args.label),
+    labels: dict[str, str] = {}
+    for key, value in args.label:
+        if labels.setdefault(key, value) != value:  # a dict would keep the last, silently dropping a filter
+            raise InvalidInputError(f"--label {key}={labels[key]} and --label {key}={value}: a document carries one "
+                                    f"value of {key!r}, so both cannot match")
+    return Filter(doc_ids=args.only_doc, exclude_doc_ids=args.exclude_doc, labels=labels,
                   min_score=args.min_score, max_per_document=args.max_per_document)
 
 

@@ -112,19 +112,30 @@ class Client:
         whole stream (default: none)."""
         window = threading.Semaphore(max_in_flight)
         done = threading.Event()
+        order = _convert.StreamOrder()
 
         def requests():  # read by grpc on its own thread
             for i, item in enumerate(items):
                 while not window.acquire(timeout=0.1):
                     if done.is_set():
                         return
-                yield _convert.rerank_item(item, i, min_index_version, wait_for_index)
+                if (request := order.request(item, i, min_index_version, wait_for_index)) is None:
+                    window.release()  # not sent: its error waits in its place
+                else:
+                    yield request
+
+        def unsent(errors: list[Exception]) -> list[Exception]:
+            if errors and not return_errors:
+                raise errors[0]
+            return errors
 
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             for response in call:
                 window.release()
+                yield from unsent(order.unsent_before_answer())
                 yield _convert.rerank_stream_result(response, return_errors)
+            yield from unsent(order.unsent_after_end())
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
         finally:
@@ -146,13 +157,12 @@ class Client:
         """Delete whole documents. An unknown doc_id is NotFound and nothing is deleted; this call is never retried
         (one that succeeded but lost its answer would be NotFound). With ``allow_missing``, unknown ids are listed in
         ``missing_doc_ids`` instead and the call is retried on UNAVAILABLE like a read."""
-        request = pb.DeleteDocumentsRequest(doc_ids=list(doc_ids), allow_missing=allow_missing)
+        request = _convert.delete_request(doc_ids, allow_missing)
         return _convert.delete_result(self._call("DeleteDocuments", request, timeout))
 
     def get_paragraphs(self, ids: Sequence[int], *, include_vectors: bool = False, min_index_version: int = 0,
                        wait_for_index: bool = False, timeout: float | None = None) -> list[Paragraph]:
-        request = pb.GetParagraphsRequest(paragraph_ids=[int(i) for i in ids], include_vectors=include_vectors,
-                                          **_convert.fresh(min_index_version, wait_for_index))
+        request = _convert.paragraphs_request(ids, include_vectors, min_index_version, wait_for_index)
         return _convert.paragraphs_result(self._call("GetParagraphs", request, timeout))
 
     def list_documents(self, page_size: int = 0, page_token: str = "", *, labels: Mapping[str, str] | None = None,
@@ -161,8 +171,7 @@ class Client:
         """One page of the stored documents in doc_id order (``page_size`` 0: the server's default of 100, at most
         1000); pass ``next_page_token`` back for the next page. Tokens stay valid while the store is written.
         ``labels``: only documents carrying every one of them (pass the same labels with each page's token)."""
-        request = pb.ListDocumentsRequest(page_size=page_size, page_token=page_token, labels=dict(labels or {}),
-                                          **_convert.fresh(min_index_version, wait_for_index))
+        request = _convert.page_request(page_size, page_token, labels, min_index_version, wait_for_index)
         return _convert.page_result(self._call("ListDocuments", request, timeout))
 
     def get_document(self, doc_id: str, *, min_index_version: int = 0, wait_for_index: bool = False,

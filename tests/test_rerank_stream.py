@@ -54,6 +54,67 @@ def test_without_return_errors_the_first_bad_request_is_raised(client):
     assert answered == [f"r{i}" for i in range(17)] and err.value.request_id == "r17"
 
 
+def test_an_item_the_client_cannot_send_is_its_error_in_its_place(server, client):
+    """Made into a request on grpc's side of the stream, such an item ended the whole stream with "Exception iterating
+    requests!" (the async client: a bare CancelledError), the answers before it lost; now it is a TypeError or
+    InvalidInputError in its place, raised there, or with return_errors yielded there and the stream goes on."""
+    from nextpara.errors import InvalidInputError
+
+    sent = [([1, 2], [3, 4, 5]), ("not a list", [3]), {"context": [1]}, ([1, 2], [5, 4, 3]), ([1], [2**70]), 5]
+    expected = [client.rerank([1, 2], [3, 4, 5]).order, client.rerank([1, 2], [5, 4, 3]).order]
+
+    def kinds(answers):
+        assert [a.order for a in answers if isinstance(a, RerankResult)] == expected
+        assert "items[1].context must be a list of paragraphs, not a single string" in str(answers[1])
+        assert "items[2] must have a context and candidates, has ['context']" in str(answers[2])
+        assert str(answers[4]).startswith("items[4].candidates[0] must be -9223372036854775808 to")
+        return [type(a) for a in answers]
+
+    want = [RerankResult, TypeError, TypeError, RerankResult, InvalidInputError, TypeError]
+    assert kinds(list(client.rerank_many(sent, return_errors=True))) == want
+
+    async def go():
+        async with AsyncClient(server.address, timeout=60) as c:
+            return [a async for a in c.rerank_many(sent, return_errors=True)]
+    assert kinds(asyncio.run(go())) == want
+    answered = []
+    with pytest.raises(TypeError, match=r"items\[1\]\.context"):
+        for r in client.rerank_many(sent):
+            answered.append(r.order)
+    assert answered == expected[:1]
+
+
+def test_arguments_are_checked_before_anything_is_sent(client):
+    """A single string where a list belongs was split into its characters (a document of three one-letter
+    paragraphs; a delete of documents 'n' and '1'); a number out of its field's range was protobuf's bare "Value out of
+    range"; a lone surrogate was UnicodeEncodeError."""
+    from nextpara.errors import InvalidInputError
+
+    before = client.info().index_version
+    calls = {
+        "documents[0].paragraphs must be a list of texts, not a single string":
+            lambda: client.add_documents([{"doc_id": "split", "paragraphs": "abc"}]),
+        "doc_ids must be a list of doc_ids, not a single string": lambda: client.delete_documents("n1"),
+        "exclude_doc_ids must be a list of doc_ids, not a single string":
+            lambda: client.predict_next([1], exclude_doc_ids="n1"),
+        "ids must be a list of paragraph ids, not a single string": lambda: client.get_paragraphs("12"),
+        "filter.labels['k'] must be a string, got int": lambda: client.predict_next([1], filter={"labels": {"k": 1}}),
+        "top_k must be 0 to 4294967295, got -1": lambda: client.predict_next([1], top_k=-1),
+        "page_size must be 0 to 4294967295, got -1": lambda: client.list_documents(-1),
+        "filter.max_per_document must be 0 to 4294967295, got -1":
+            lambda: client.predict_next([1], filter={"max_per_document": -1}),
+        "candidates[0] must be -9223372036854775808 to 9223372036854775807": lambda: client.rerank([1], [2**70]),
+        "documents[0].doc_id holds a lone surrogate ('\\ud800' at character 1)":
+            lambda: client.add_documents([{"doc_id": "s\ud800", "paragraphs": ["a"]}]),
+        "context[0] holds a lone surrogate": lambda: client.predict_next(["\udcff"]),
+    }
+    for message, call in calls.items():
+        with pytest.raises((TypeError, InvalidInputError)) as err:
+            call()
+        assert message in str(err.value), (message, str(err.value))
+    assert client.info().index_version == before  # nothing written
+
+
 def test_a_request_that_is_not_a_message_is_answered_and_the_stream_goes_on(server):
     good = pb.RerankStreamRequest(request_id="ok", context=[pb.ContextParagraph(paragraph_id=1)],
                                   candidates=[pb.ContextParagraph(paragraph_id=2), pb.ContextParagraph(paragraph_id=3)])
