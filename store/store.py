@@ -39,7 +39,7 @@ from .tables import (
     has_generation_column,
 )
 from .unit_vectors import unit_rows
-from .vector_index import choose_index
+from .vector_index import check_index
 from .vector_table import VectorTable
 from .word_index import WordIndex, add_word_index, has_word_index
 
@@ -68,7 +68,7 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
         if not exists:
             if not creating:
                 raise data_dir.no_store_error()
-            choose_index(index, 0)  # validate before creating anything
+            check_index(index, dim)  # before creating anything
             data_dir.create_schema(db, embedder_name, embedder_spec or embedder_name, dim, index)
             meta = data_dir.read_meta(db)
         elif embedder_name is not None and embedder_name != meta["embedder"]:

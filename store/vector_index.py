@@ -31,12 +31,15 @@ An IVF index with too few vectors to train answers by exact search until it can 
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
 from nextpara.errors import InvalidInputError
+
+log = logging.getLogger(__name__)
 
 AUTO_HNSW_FROM = 50_000
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 512
@@ -45,6 +48,7 @@ IVF_LISTS_PER_SQRT_N = 2
 IVF_MIN_POINTS_PER_LIST = 39  # FAISS warns below this many training points per list
 IVF_TRAIN_POINTS_PER_LIST = 64  # k-means sample; FAISS itself would take 256 per list
 TOMBSTONE_REBUILD_FRACTION = 0.2
+SEARCHABLE = (faiss.IndexFlat, faiss.IndexHNSW, faiss.IndexIVF)  # what FAISS searches with an IDSelector
 
 
 @dataclass
@@ -54,6 +58,14 @@ class IndexChoice:
     requested: str
     factory: str
     params: dict = field(default_factory=dict)
+
+
+def check_index(requested: str, dim: int | None) -> None:
+    """Refuse an index type FAISS cannot build, before a store is created for it (InvalidInputError): a store created
+    with one could never be opened."""
+    choice = choose_index(requested, 0)
+    if dim:
+        VectorIndex(choice, dim)
 
 
 def choose_index(requested: str, n: int) -> IndexChoice:
@@ -92,6 +104,12 @@ class VectorIndex:
         self._inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexIDMap) else outer
         if isinstance(self._inner, faiss.IndexHNSW) and index is None:
             self._inner.hnsw.efConstruction = choice.params.get("efConstruction", HNSW_EF_CONSTRUCTION)
+        if not isinstance(self._inner, SEARCHABLE):
+            raise InvalidInputError(f"index {choice.requested!r}: FAISS's {type(self._inner).__name__} cannot search "
+                                    "with the id filters every search here uses; use flat, hnsw, ivf, auto or a factory "
+                                    "string of the Flat, HNSW or IVF families")
+        if isinstance(self._inner, faiss.IndexIVF):  # a factory string's own lists (IVF4096,Flat): trained only once
+            choice.params.setdefault("nlist", int(self._inner.nlist))  # there are points enough for them, as ivf's
         self.tombstones: set[int] = set()
 
     @property
@@ -117,8 +135,14 @@ class VectorIndex:
         if not index.is_trained:
             if not index.can_train_on(len(ids)):
                 return index
-            sample = np.random.default_rng(0).permutation(len(ids))[: IVF_TRAIN_POINTS_PER_LIST * choice.params.get("nlist", 1)]
-            index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
+            cap = IVF_TRAIN_POINTS_PER_LIST * choice.params["nlist"] if "nlist" in choice.params else None  # others: FAISS
+            sample = np.random.default_rng(0).permutation(len(ids))[:cap]  # samples what it needs from all of them
+            try:
+                index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
+            except RuntimeError as e:  # a factory string that wants more points than there are (PQ16: 256 per code)
+                log.warning("FAISS cannot train index %r on %d vectors yet (%s): searched exactly until it can",
+                            choice.factory, len(sample), str(e).strip().splitlines()[0])
+                return cls(choice, dim)
         index.add(vectors, ids)
         return index
 

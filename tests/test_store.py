@@ -75,6 +75,19 @@ def test_search_matches_brute_force(tmp_path, index):
                 assert recall >= 0.9, f"{index} recall@10 {recall:.3f}"
 
 
+def test_a_factory_string_that_needs_more_vectors_to_train_is_searched_exactly_until_then(tmp_path):
+    """IVF4096 on 4,000 vectors: k-means failed inside the snapshot, and the store could not be opened again."""
+    docs, vecs = make_docs(200, 20, seed=1)
+    queries = unit_vectors(5, DIM, seed=2, clusters=20)
+    with new_store(tmp_path, index="IVF4096,Flat") as store:
+        store.add_documents(docs, vecs)
+        store.snapshot()
+    with open_store(tmp_path, readonly=True) as store:
+        assert store.info()["index"]["params"]["nlist"] == 4096
+        _, got = store.search(queries, 10, [set()] * len(queries))
+        np.testing.assert_array_equal(got, brute_force(np.concatenate(vecs), np.arange(1, 4001), queries, 10, set()))
+
+
 @pytest.mark.parametrize("index", INDEX_TYPES)
 def test_upsert_and_delete_visible_now_and_after_reload(tmp_path, index):
     docs, vecs = make_docs(100, 10, seed=3)
@@ -157,6 +170,10 @@ def test_refusals_name_expected_and_actual(tmp_path):
         open_store(tmp_path / "empty", readonly=True)
     with pytest.raises(InvalidInputError, match="FAISS cannot build index"):
         open_store(tmp_path / "bad-index", embedder_name="e", dim=DIM, index="NoSuchIndex")
+    with new_store(tmp_path / "bad-index") as store:  # the refused one created no store: another index may be built
+        assert store.info()["index"]["requested"] == "flat"
+    with pytest.raises(InvalidInputError, match="FAISS's IndexPQ cannot search with the id filters"):
+        open_store(tmp_path / "pq", embedder_name="e", dim=DIM, index="PQ8")  # a store no search could read
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     manifest["format_version"] = 99
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
