@@ -64,8 +64,14 @@ class ServiceEngine:
 
         self.client, self.with_text, self.chunk_rows = client, with_text, chunk_rows
         self.row_errors = (InvalidArgument, NotFound)  # the row's fault; anything else stops the job
+        # the service asked first, so that one that cannot be reached stops the job before its OUTPUT is opened (an
+        # --overwrite emptied it, then found no server)
+        try:
+            self.model_version = client.info().model_version
+        except BaseException:
+            client.close()
+            raise
         self.pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="rerank-batch")
-        self.model_version = ""
 
     def _one(self, row: Row) -> dict:
         if row.error is not None:

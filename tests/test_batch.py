@@ -241,6 +241,10 @@ def test_cli_refuses_bad_setups(trained_store, batch_input, tmp_path):
     assert r.returncode == 2 and "not a row this job wrote" in r.stderr
     assert (tmp_path / "foreign.jsonl").read_text() == "not json\n"  # left as it was
     assert not os.path.exists(tmp_path / "o.jsonl")
+    r = run_cli("rerank-batch", str(path), str(tmp_path / "foreign.jsonl"), "--overwrite", "--address", "127.0.0.1:9",
+                "--timeout", "2")  # no server there: it emptied the OUTPUT it was told to overwrite, then stopped
+    assert r.returncode == 1 and "UNAVAILABLE" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "foreign.jsonl").read_text() == "not json\n"
 
 
 def test_ray_refuses_a_model_of_another_embedder_before_starting_ray(trained_store, batch_input, tmp_path):
