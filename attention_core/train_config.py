@@ -43,6 +43,17 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for name, low in (("batch_size", 1), ("n_candidates", 1), ("val_queries", 1), ("phase2_epochs", 1),
+                          ("max_train_queries", 0), ("patience", 0)):
+            if getattr(self, name) < low:  # batch 0: range() raised; phase 2 gives the figures the guard and report read
+                raise ValueError(f"{name} must be at least {low}, got {getattr(self, name)}")
+        for name, low, high, open_low in (("lr", 0, 10, True), ("phase2_lr", 0, 10, False), ("weight_decay", 0, 10, False),
+                                          ("temperature", 0, 100, True), ("truncate_prob", 0, 1, False),
+                                          ("text_dropout", 0, 1, False), ("phase2_query_weight", 0, 100, False)):
+            value = getattr(self, name)
+            if not (low < value <= high if open_low else low <= value <= high):  # NaN fails both
+                raise ValueError(f"{name} must be {'above' if open_low else 'at least'} {low} and at most {high}, "
+                                 f"got {value}")
         if self.near_weight < 0 or self.near_window < 1:
             raise ValueError(f"near_weight ({self.near_weight}) must be 0 or more and near_window ({self.near_window}) "
                              "1 or more")

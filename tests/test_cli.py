@@ -133,6 +133,13 @@ def test_train_refuses_a_missing_store_and_impossible_settings_before_loading_to
                    "--embedder", "precomputed:rand8", "--no-guard").returncode == 0
     r = run_without_torch("train", "--data-dir", str(data), "--scorer", "fast", "--layers", "1", "--d-model", "30")
     assert r.returncode == 2 and "model settings: d_model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
+    for flags, says in ((["--batch-size", "0"], "batch_size must be at least 1, got 0"),  # range() traceback
+                        (["--lr", "-1"], "lr must be above 0 and at most 10, got -1.0"),  # torch's, after the data loaded
+                        (["--lr", "nan"], "lr must be above 0 and at most 10, got nan"),
+                        (["--phase2-epochs", "0"], "phase2_epochs must be at least 1, got 0"),  # a KeyError after the guard
+                        (["--val-queries", "0"], "val_queries must be at least 1, got 0")):  # "too little data"
+        r = run_without_torch("train", "--data-dir", str(data), *flags)
+        assert r.returncode == 2 and f"training settings: {says}" in r.stderr, (flags, r.stderr)
     assert not (data / "model.safetensors").exists()
 
 
