@@ -66,10 +66,14 @@ def count_rows(path: str | Path) -> int | None:
     path = Path(path)
     if is_parquet(path):
         try:
+            import pyarrow as pa
             import pyarrow.parquet as pq
         except ModuleNotFoundError as e:
             raise needs_pyarrow(path) from e
-        return pq.ParquetFile(path).metadata.num_rows
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except pa.ArrowException as e:  # the file is read here first: a damaged or empty one stops the job at once
+            raise RowError(f"{path}: not a Parquet file pyarrow can read ({str(e).strip().splitlines()[0]})") from e
     n = 0
     with open(path, "rb") as f:
         for line in f:

@@ -184,16 +184,32 @@ class DataDir(os.PathLike):
         """A connection in autocommit mode (transactions are explicit), WAL for the writer, synchronous=FULL."""
         uri = f"file:{self.path / DB_FILE}" + ("?mode=ro" if readonly else "")
         db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
-        if not readonly:
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
+        with self.unreadable():
+            if not readonly:
+                db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
         return db
+
+    @contextlib.contextmanager
+    def unreadable(self):
+        """SQLite's "file is not a database" or "database disk image is malformed" (a file damaged, or not one this
+        store wrote) as the FailedPreconditionError it is, naming the file and what to do; a locked or failing disk
+        (its subclass OperationalError) passes as it is."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            if type(e) is not sqlite3.DatabaseError:
+                raise
+            raise FailedPreconditionError(f"{self.path / DB_FILE} cannot be read as a nextpara store ({e}): restore "
+                                          "the store from a backup (`nextpara backup` makes them), or remove it and "
+                                          "build it again") from e
 
     def read_meta(self, db: sqlite3.Connection) -> dict[str, str]:
         """The ``meta`` table, or {} for a file whose first transaction never committed (a store not yet created)."""
-        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
-            return {}
-        meta = dict(db.execute("SELECT key, value FROM meta"))
+        with self.unreadable():
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+                return {}
+            meta = dict(db.execute("SELECT key, value FROM meta"))
         if "embedder" in meta:
             check_format(int(meta.get("format_version", 0)), str(self.path / DB_FILE))
         return meta

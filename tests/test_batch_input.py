@@ -250,6 +250,18 @@ def test_vector_rows_made_arrays_score_as_the_rows_as_given(trained_store, engin
     assert len(by_id["predict"]["results"]) == 3
 
 
+@pytest.mark.parametrize("content", [b"", b"x\n", b"PAR1 and then not Parquet at all PAR1"])
+def test_a_file_named_parquet_that_is_not_one_stops_the_job_at_once(tmp_path, content):
+    """pyarrow's ArrowInvalid was a traceback."""
+    pytest.importorskip("pyarrow")
+    from nextpara.batch.rows import RowError, count_rows
+
+    path = tmp_path / "in.parquet"
+    path.write_bytes(content)
+    with pytest.raises(RowError, match=r"in.parquet: not a Parquet file pyarrow can read \(.+\)"):
+        count_rows(path)
+
+
 def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
     """pyarrow comes with nextpara[ray]: a [server] install given Parquet is told what is missing, when the job counts
     its rows (the first thing it does) and when it reads them, never with a traceback."""

@@ -181,6 +181,19 @@ def test_refusals_name_expected_and_actual(tmp_path):
         open_store(tmp_path, readonly=True)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "not_sqlite"])
+def test_a_damaged_database_file_is_named_not_a_traceback(tmp_path, damage):
+    docs, vecs = make_docs(3, 2)
+    with new_store(tmp_path) as store:
+        store.add_documents(docs, vecs)
+    db = tmp_path / "paragraphs.sqlite"
+    db.write_bytes(db.read_bytes()[:1000] if damage == "truncated" else b"not a database at all\n" * 100)
+    for readonly in (True, False):
+        with pytest.raises(FailedPreconditionError, match=r"paragraphs.sqlite cannot be read as a nextpara store \("
+                                                          r"(database disk image is malformed|file is not a database)\)"):
+            open_store(tmp_path, readonly=readonly)
+
+
 def test_writes_after_snapshot_survive_without_one(tmp_path):
     """Acknowledged = committed to SQLite; a store closed without snapshot replays them on load."""
     docs, vecs = make_docs(10, 3)
