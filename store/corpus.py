@@ -193,7 +193,7 @@ class CorpusReader:
     def _read_text_files(self, root: Path, files: list[Path]) -> Iterator[Document]:
         for path in files:
             try:
-                text = path.read_text(encoding="utf-8")
+                text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no part of the first paragraph
             except UnicodeDecodeError as e:
                 self._bad(CorpusFormatError(str(path), 0, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
                 continue
@@ -202,7 +202,7 @@ class CorpusReader:
                 self._bad(CorpusFormatError(str(path), 0, "no paragraphs after dropping headings and code"))
                 continue
             doc_id = path.relative_to(root).as_posix()
-            yield Document(doc_id=doc_id, paragraphs=paragraphs, title=path.stem, source=f"{path}:0")
+            yield Document(doc_id=doc_id, paragraphs=paragraphs, title=path.stem, source=str(path))
 
 
 _HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")

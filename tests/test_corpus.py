@@ -72,12 +72,16 @@ def test_text_directory_drops_headings_and_code(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.md").write_text(
         "# Title\n\nFirst paragraph\ncontinues here.\n\n```python\nprint('code')\n\nmore code\n```\n\n## Section\nSecond paragraph.\n")
-    (tmp_path / "a.txt").write_text("One.\n\n\n\nTwo\n=====\n\nThree.\r\n")
+    (tmp_path / "a.txt").write_text("\ufeffOne.\n\n\n\nTwo\n=====\n\nThree.\r\n")  # a byte-order mark: kept as text
     (tmp_path / "ignored.csv").write_text("x")
     docs = list(CorpusReader(tmp_path))
     assert [d.doc_id for d in docs] == ["a.txt", "sub/b.md"]
     assert docs[0].paragraphs == ["One.", "Three."]  # reST-underlined heading dropped
     assert docs[1].paragraphs == ["First paragraph continues here.", "Second paragraph."]
+    (tmp_path / "empty.md").write_text("# Only a heading\n")
+    reader = CorpusReader(tmp_path, skip_bad=True)
+    assert len(list(reader)) == 2  # a whole file's problem names the file, not a line 0 of it
+    assert reader.skipped_reasons == [f"{tmp_path / 'empty.md'}: no paragraphs after dropping headings and code"]
 
 
 def test_split_paragraphs_plain_text_keeps_hash_lines():

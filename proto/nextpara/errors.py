@@ -115,7 +115,7 @@ class CorpusFormatError(InvalidInputError):
     """A corpus file that cannot be read; carries the file, the line and what is wrong with it (``problem``)."""
 
     def __init__(self, path: str, line: int, problem: str):
-        super().__init__(f"{path}:{line}: {problem}")
+        super().__init__(f"{path}:{line}: {problem}" if line else f"{path}: {problem}")  # 0: the whole file
         self.path, self.line, self.problem = path, line, problem
 
 
