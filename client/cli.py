@@ -78,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="never paragraphs of this document (repeatable)")
     f.add_argument("--min-score", type=float, default=None, metavar="S", help="only predictions scoring at least S")
     f.add_argument("--max-per-document", type=int, default=0, metavar="N",
-                   help="at most N predictions from one document, its best")
+                   help="at most N predictions from one document, its best (0: no limit)")
     add_json(p)
     add_connection(p)
     p.set_defaults(func=cmd_predict)
@@ -135,8 +135,12 @@ def predict_filter(args):
 
 
 def cmd_predict(args) -> int:
+    from nextpara.errors import InvalidInputError
+
     from .cli_input import read_context
 
+    if args.top_k < 1:  # the service refuses it too, as its error (exit 1): it is this command line's (exit 2)
+        raise InvalidInputError(f"-k must be at least 1, got {args.top_k}")
     context = read_context(getattr(args, "context", None) or [])
     with client_from(args) as c:
         r = c.predict_next(context, top_k=args.top_k, include_attention=args.explain, filter=predict_filter(args))

@@ -94,9 +94,13 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from nextpara.errors import InvalidInputError
+
     from .embedders import embedder_for_store
     from .store import open_store
 
+    if not args.text.strip():  # as predict refuses an empty paragraph: there is nothing to be near
+        raise InvalidInputError("the text to search for is empty")
     with open_store(args.data_dir, readonly=True) as store:
         embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
         scores, ids = store.search(embedder.embed([args.text]), args.k)

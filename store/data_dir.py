@@ -177,6 +177,8 @@ class DataDir(os.PathLike):
 
     # ---- SQLite -----------------------------------------------------------------------
     def no_store_error(self) -> FailedPreconditionError:
+        if self.path.is_file():  # a build there could not help
+            return FailedPreconditionError(f"{self.path} is a file, not a nextpara data directory")
         return FailedPreconditionError(f"no nextpara store in {self.path}: build one with "
                                        f"`nextpara build --data-dir {self.path}`")
 

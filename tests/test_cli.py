@@ -40,6 +40,10 @@ def test_build_info_search_text_corpus(tmp_path):
     report = json.loads(run_cli("build", "--corpus", str(corpus), "--data-dir", str(data), "--json").stdout)
     assert (report["documents_read"], report["documents_unchanged"], report["paragraphs_embedded"]) == (2, 2, 0)
     assert report["data_dir"] == str(data.resolve()) and report["skipped_reasons"] == []
+    r = run_cli("search", "   ", "--data-dir", str(data))  # predict refuses an empty text; search answered it
+    assert r.returncode == 2 and "the text to search for is empty" in r.stderr, r.stderr
+    r = run_without_torch("info", "--data-dir", str(corpus / "cooking.md"))  # not "build one with --data-dir FILE"
+    assert r.returncode == 2 and "cooking.md is a file, not a nextpara data directory" in r.stderr, r.stderr
 
 
 def test_malformed_corpus_line_and_skip_bad(tmp_path):
@@ -267,6 +271,7 @@ def test_exit_status_service_error_1_usage_error_2(server, tmp_path):
     for args, said in [(("predict", "text", "-k", "many"), "invalid int value"),  # a bad flag
                        (("predict", "--id", "seven"), "invalid int value"),
                        (("predict",), "no context"),  # nothing to ask
+                       (("predict", "text", "-k", "0"), "-k must be at least 1, got 0"),  # was the service's (1)
                        (("add", str(tmp_path / "absent.jsonl")), "cannot read"),  # a bad input file
                        (("status", "--timeout", "-1"), "not a positive number of seconds")]:
         r = cli(server, *args)
