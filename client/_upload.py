@@ -11,6 +11,7 @@ number of documents committed in it.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Iterator, Mapping
 
 from nextpara.v1 import nextpara_pb2 as pb
@@ -26,6 +27,7 @@ class DocumentStream:
     def __init__(self, documents: Iterable[Document | Mapping], max_bytes: int):
         self._chunks = chunk_documents(documents, max_bytes)
         self.error: BaseException | None = None
+        self.sizes: list[int] = []  # documents per message sent
 
     def __iter__(self) -> Iterator[pb.AddDocumentsRequest]:
         while True:
@@ -36,7 +38,16 @@ class DocumentStream:
             except BaseException as e:  # noqa: B036 (grpc would swallow it; raise_if_failed raises it on the caller's side)
                 self.error = e
                 return
+            self.sizes.append(len(message.documents))
             yield message
+
+    def locate(self, error: BaseException) -> None:
+        """Set ``error.document_index``, the place in the caller's documents of the one a refusal names (by its message,
+        metadata messageIndex, and its place there, the field ``documents[j]...``), when it names one."""
+        message = getattr(error, "metadata", {}).get("messageIndex", "")
+        place = re.match(r"documents\[(\d+)\]", getattr(error, "field", None) or "")
+        if message.isdigit() and place and int(message) < len(self.sizes):
+            error.document_index = sum(self.sizes[:int(message)]) + int(place.group(1))
 
     def raise_if_failed(self, result: AddResult) -> AddResult:
         """``result`` when every document was sent; otherwise raise the kept error, telling how many documents

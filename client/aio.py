@@ -116,8 +116,12 @@ class AsyncClient:
         """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the
         stream and is raised with ``documents_committed`` set on it."""
         stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
-        result = _convert.add_result(await self._call("AddDocuments", iter(stream), timeout,
-                                                     method=self._stub.AddDocuments))
+        try:
+            result = _convert.add_result(await self._call("AddDocuments", iter(stream), timeout,
+                                                         method=self._stub.AddDocuments))
+        except ServiceError as e:
+            stream.locate(e)
+            raise
         return stream.raise_if_failed(result)
 
     async def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 
 def add_connection(p: argparse.ArgumentParser, address: bool = True) -> None:
@@ -163,11 +164,20 @@ def cmd_predict(args) -> int:
 
 
 def cmd_add(args) -> int:
-    from .cli_input import read_jsonl
+    from .cli_input import read_jsonl, source_name
+    from .errors import ServiceError
 
-    documents = read_jsonl(args.corpus)
+    lines: list[int] = []
+    documents = read_jsonl(args.corpus, lines)
     with client_from(args) as c:
-        r = c.add_documents(documents)
+        try:
+            r = c.add_documents(documents)
+        except ServiceError as e:  # the service refused a document (a vector's dimension, say): where it is in the file
+            at = getattr(e, "document_index", None)
+            if at is None or at >= len(lines):
+                raise
+            print(f"nextpara add: error: {source_name(args.corpus)}:{lines[at]}: {e}", file=sys.stderr)
+            return 1
     if args.json:
         print_json(r)
         return 0

@@ -11,16 +11,21 @@ from nextpara.errors import not_utf8
 STDIN = "-"
 
 
-def read_jsonl(path: str):
+def source_name(path: str) -> str:
+    """How messages name an input file: ``<stdin>`` for ``-``."""
+    return "<stdin>" if path == STDIN else path
+
+
+def read_jsonl(path: str, lines: list[int] | None = None):
     """The documents of a JSON Lines file (``-``: stdin), read as they are asked for; a bad line raises
     CorpusFormatError (FILE:LINE: reason, FILE ``<stdin>`` for stdin). The file is opened here, before the stream
-    starts."""
+    starts. ``lines`` gets each document's line number as it is read."""
     from nextpara.errors import CorpusFormatError, InvalidInputError
 
+    name = source_name(path)
     if path == STDIN:
-        f, name = sys.stdin.buffer, "<stdin>"
+        f = sys.stdin.buffer
     else:
-        name = path
         try:
             f = open(path, "rb")
         except OSError as e:
@@ -40,6 +45,8 @@ def read_jsonl(path: str):
                 if doc is not None:
                     if (at := first.setdefault(doc["doc_id"], lineno)) != lineno:
                         raise CorpusFormatError(name, lineno, f"duplicate doc_id {doc['doc_id']!r} (first at {name}:{at})")
+                    if lines is not None:
+                        lines.append(lineno)
                     yield doc
     return documents()
 

@@ -146,10 +146,15 @@ class Client:
         """Upsert documents, streamed in messages under the message size limit as ``documents`` is read; each
         message commits whole. If reading or chunking a document fails (the iterable raises; a document over the
         message limit: InvalidInputError naming it), the stream ends before that document's message and that
-        exception is raised once the server has answered, with ``documents_committed`` set on it."""
+        exception is raised once the server has answered, with ``documents_committed`` set on it. A refusal that names
+        a document has ``document_index``, that document's place in ``documents``."""
         stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
-        result = _convert.add_result(self._call("AddDocuments", iter(stream), timeout,
-                                                     method=self._stub.AddDocuments))
+        try:
+            result = _convert.add_result(self._call("AddDocuments", iter(stream), timeout,
+                                                         method=self._stub.AddDocuments))
+        except ServiceError as e:
+            stream.locate(e)
+            raise
         return stream.raise_if_failed(result)
 
     def delete_documents(self, doc_ids: Sequence[str], *, allow_missing: bool = False,

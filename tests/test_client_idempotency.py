@@ -238,3 +238,20 @@ def test_cli_add_reports_the_documents_committed_before_a_bad_line(server, clien
     assert r.returncode == 2 and f"{corpus}:4: not valid JSON" in r.stderr, r.stderr
     assert "2 document(s) before it were committed" in r.stderr
     assert client.delete_documents([f"cli-big-{i}" for i in range(3)], allow_missing=True).documents_deleted == 2
+
+
+def test_a_document_the_service_refuses_is_named_by_its_line(server, client, tmp_path):
+    """The service's refusal names a document by its message and its place there ("message 1, documents[1]"); add
+    says the line of the file it came from, and the library the document's place in what it was given."""
+    big = "x" * 6_000_000  # the client's 16 MiB messages carry two such documents each
+    docs = [{"doc_id": f"cli-line-{i}", "paragraphs": [f"Document {i}: {big}"]} for i in range(3)]
+    docs.append({"doc_id": "cli-line-bad", "paragraphs": ["A short one."], "vectors": [[0.5, 0.5]]})  # not 384-d
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("\n".join(json.dumps(d) for d in docs[:2]) + "\n\n" + "\n".join(json.dumps(d) for d in docs[2:])
+                      + "\n")  # a blank line 3: the bad document is on line 5
+    r = run_cli("add", str(corpus), "--address", server.address, timeout=120)
+    assert r.returncode == 1 and f"{corpus}:5: INVALID_ARGUMENT: " in r.stderr and "dimension 2" in r.stderr, r.stderr
+    with pytest.raises(InvalidArgument) as err:
+        client.add_documents(docs)
+    assert err.value.document_index == 3 and err.value.metadata["messageIndex"] == "1"
+    assert client.delete_documents([d["doc_id"] for d in docs], allow_missing=True).documents_deleted == 2
