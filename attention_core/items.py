@@ -203,7 +203,10 @@ class ItemResolver:
         known, id_vectors = (self.store.present_vectors(asked) if len(asked)
                              else (asked, np.zeros((0, self.store.dim), np.float32)))
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
-        text_vectors = dict(zip(texts, self.embed(texts)))
+        try:
+            text_vectors, embed_error = dict(zip(texts, self.embed(texts))), None
+        except NextparaError as e:  # a store of precomputed vectors, say: each list with a text gets this error
+            text_vectors, embed_error = {}, e
         same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
         every = np.concatenate([p.id_values for p in ok]) if ok else np.zeros(0, np.int64)  # one search for all
         rows = iter(np.split(np.minimum(np.searchsorted(known, every), max(len(known) - 1, 0)),
@@ -214,6 +217,11 @@ class ItemResolver:
                 out.append(p)
                 continue
             row = next(rows)
+            if embed_error is not None and p.texts:
+                first = min(p.texts) + p.dropped
+                out.append(type(embed_error)(f"{where}[{first}]: {embed_error}", reason=embed_error.reason,
+                                             field=f"{where}[{first}].text", metadata=embed_error.metadata))
+                continue
             lost = np.flatnonzero(known[row] != p.id_values) if len(known) else np.arange(len(p.id_values))
             if len(lost) or p.unknown:
                 i, bad = zip(*sorted([*zip(p.id_at[lost].tolist(), p.id_values[lost].tolist()), *p.unknown]))

@@ -259,3 +259,26 @@ def test_ray_refuses_a_model_of_another_embedder_before_starting_ray(trained_sto
     r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(other), "--ray", "127.0.0.1:1")
     assert r.returncode == 2 and f"was trained on embedder {MINILM_NAME!r}, the store uses 'rand8'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "cannot join" not in r.stderr
+
+
+def test_a_text_row_on_a_store_of_precomputed_vectors_is_its_error(tmp_path):
+    """Such a store cannot embed text: the row saying one is its error, and the others are answered (the in-process
+    engine embedded every text of a chunk in one call, so the one row stopped the whole job, its chunk's rows lost;
+    the service engine already did this)."""
+    from nextpara.attention_core.train_config import TrainConfig
+    from nextpara.attention_core.train_flow import train
+
+    vecs = unit_vectors(72, 8, seed=3, clusters=6)
+    store = vector_store(tmp_path, "toy8", [(f"d{i}", [f"Doc {i} paragraph {j}." for j in range(6)], vecs[6 * i:6 * i + 6])
+                                            for i in range(12)])
+    train(store, cfg=TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=16, val_queries=5, n_candidates=10),
+          quiet=True, force=True)
+    rows = [{"id": "a", "context": [1, 2]}, {"id": "b", "context": [3, "a text"]},
+            {"id": "c", "context": [4], "candidates": [5, "another text", 6]}, {"id": "d", "context": [7]}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = run_cli("rerank-batch", str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"), "--data-dir", str(store))
+    assert r.returncode == 0, r.stderr
+    out = {o["id"]: o for o in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    assert "results" in out["a"] and "results" in out["d"]
+    assert out["b"]["error"].startswith("context[1]: embedder 'toy8' holds precomputed vectors and cannot embed text")
+    assert out["c"]["error"].startswith("candidates[1]: embedder 'toy8' holds precomputed vectors")
