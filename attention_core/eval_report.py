@@ -133,6 +133,8 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     check_settings(n_queries, context_length, latency_queries)  # before the store and the model load
     if output:
         writable_output(output)
+    if plot_dir:
+        plottable(plot_dir)
     started = time.perf_counter()
     with open_store(data_dir, readonly=True) as store:
         seq, embedder, pipeline, meta = evaluation_parts(store, model)
@@ -155,6 +157,21 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     return result
 
 
+def plottable(plot_dir: str) -> None:
+    """FailedPreconditionError or InvalidInputError unless the plots can be written into ``plot_dir`` (matplotlib
+    installed, the folder there or makeable): checked before minutes of evaluation, as --output is."""
+    import importlib.util
+
+    from nextpara.errors import FailedPreconditionError, InvalidInputError
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise FailedPreconditionError("--plot needs matplotlib: pip install 'nextpara[plot]'")
+    path = Path(plot_dir)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise InvalidInputError(f"--plot {plot_dir}: {existing} is a file, not a folder")
+
+
 def writable_output(output: str) -> None:
     """InvalidInputError unless ``output`` is a file that can be written: checked before minutes of evaluation."""
     import os
@@ -166,7 +183,8 @@ def writable_output(output: str) -> None:
     if path.is_dir():
         raise InvalidInputError(f"--output {output}: a folder; give a file name for the JSON results")
     if not folder.is_dir():
-        raise InvalidInputError(f"--output {output}: the folder {folder} does not exist")
+        raise InvalidInputError(f"--output {output}: " + (f"{folder} is a file, not a folder" if folder.is_file()
+                                                          else f"the folder {folder} does not exist"))
     if not os.access(folder if not path.exists() else path, os.W_OK):
         raise InvalidInputError(f"--output {output}: not writable by this user")
 
@@ -175,7 +193,7 @@ def evaluation_parts(store, model: str | None = None):
     """What an Evaluation of ``store`` needs: (its ParagraphSequences, its text embedder or None for precomputed
     vectors, the RerankPipeline of the model that serves it, or of ``model`` (a checkpoint's path, or "general"), or
     None if no model serves it, and that model's metadata or None)."""
-    from nextpara.errors import FailedPreconditionError
+    from nextpara.errors import FailedPreconditionError, Reason
     from nextpara.store.embedders import PrecomputedEmbedder, embedder_for_store
 
     from .general import checkpoint_for_store, general_for_store, served_model
@@ -196,6 +214,8 @@ def evaluation_parts(store, model: str | None = None):
         try:
             net, meta = served_model(store)
         except FailedPreconditionError as e:
+            if e.reason != Reason.NO_MODEL:  # a model there that cannot be read: what serves is unknown, not absent
+                raise
             log.warning("no model serves %s, evaluating the baselines only: %s", store.data_dir, e)
     return seq, embedder, (RerankPipeline(net, store) if meta is not None else None), meta
 

@@ -60,7 +60,12 @@ class Evaluation:
         self.L = context_length
         self.targets = seq.queries(split, max(ABLATION_LENGTHS), limit=n_queries, seed=seed)
         if not self.targets:
-            raise ValueError(f"the {split} split holds no queries")
+            from nextpara.errors import FailedPreconditionError
+
+            raise FailedPreconditionError(
+                f"the {split} split of {store.data_dir} holds no queries: a query is a paragraph with one before it, in "
+                f"a document of that split, and documents fall into the splits by a hash of their doc_id "
+                f"(docs/evaluation.md); this store has {store.count_documents()} documents")
         rows = sorted({int(r) for q in self.targets for r in q.context})
         texts = store_texts(store, seq, rows)
         if embedder is None:  # a store of precomputed vectors: the context is given as its stored vectors

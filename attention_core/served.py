@@ -105,7 +105,11 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
     `nextpara build`'s) measured them on this store."""
     own = store.data_dir / CHECKPOINT
     if own.exists():
-        meta = read_checkpoint_meta(own)
+        try:
+            meta = read_checkpoint_meta(own)
+        except FailedPreconditionError as e:  # `nextpara info` still describes the store, and says why none serves
+            return {"source": "none", "reason": f"{e}; `nextpara train` replaces it, and without it the general model "
+                                                "serves"}
         guard = meta.get("metrics", {}).get("guard", {})
         if meta.get("kind") == COSINE:  # the figures and line of the last `nextpara train` that judged it, if that kept it
             report = read_report(store.data_dir)  # (a report older than the checkpoint is of another training)

@@ -373,3 +373,32 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(trained_store):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "error" not in err, err
+
+
+def test_eval_says_why_it_cannot_run_before_it_runs(tmp_path):
+    """A store with no test query (a traceback), --plot at a file (found after the whole evaluation), and a model there
+    that cannot be read (eval gave the baselines alone and exit 0; info showed nothing of the store)."""
+    write_vector_corpus(tmp_path / "one.jsonl", 6, 1, 8)  # one paragraph each: no paragraph has one before it
+    data = tmp_path / "one"
+    assert run_cli("build", "--corpus", str(tmp_path / "one.jsonl"), "--data-dir", str(data),
+                   "--embedder", "precomputed:rand8").returncode == 0
+    r = run_cli("eval", "--data-dir", str(data))
+    assert r.returncode == 2 and f"the test split of {data} holds no queries" in r.stderr and "6 documents" in r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    write_vector_corpus(tmp_path / "c.jsonl", 40, 4, 8)
+    data = tmp_path / "store"
+    assert run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data),
+                   "--embedder", "precomputed:rand8").returncode == 0
+    (tmp_path / "afile").write_text("")
+    for plot in ("afile", "afile/sub"):
+        r = run_cli("eval", "--data-dir", str(data), "--output", str(tmp_path / "out.json"), "--plot", str(tmp_path / plot))
+        assert r.returncode == 2 and f"--plot {tmp_path / plot}: {tmp_path / 'afile'} is a file, not a folder" in r.stderr
+        assert not (tmp_path / "out.json").exists()  # refused before anything ran
+    r = run_cli("eval", "--data-dir", str(data), "--output", str(tmp_path / "afile" / "out.json"))
+    assert r.returncode == 2 and f"{tmp_path / 'afile'} is a file, not a folder" in r.stderr, r.stderr  # "does not exist"
+    (data / "model.safetensors").write_bytes(b"\x00" * 3000)
+    r = run_cli("eval", "--data-dir", str(data))
+    assert r.returncode == 2 and "model.safetensors is not a nextpara safetensors checkpoint" in r.stderr, r.stderr
+    r = run_without_torch("info", "--data-dir", str(data))
+    assert r.returncode == 0 and "documents     40" in r.stdout, r.stdout + r.stderr
+    assert "model         none: " in r.stdout and "not a nextpara safetensors checkpoint" in r.stdout
