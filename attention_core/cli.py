@@ -164,7 +164,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 0
     c = result["config"]
     print(f"{c['queries']} test queries, L={c['context_length']}, {c['paragraphs']} paragraphs indexed, "
-          f"model {c['model_version']} ({c['model_source']})\n")
+          + (f"model {c['model_version']} ({c['model_source']})\n" if c["model_version"] else
+             "no model serves it: the baselines alone\n"))
     print(markdown_table(result))
     for path in result.get("plots", []):
         print(f"wrote {path}")
@@ -207,6 +208,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"paragraphs    {info['paragraphs']}\n"
           f"index         {index['requested']}: {index['factory']}{f' ({params})' if params else ''}, {index['vectors']} vectors\n"
           f"generation    {info['generation']} (snapshot at {info['snapshot_generation']})\n"
-          f"disk          {info['disk_bytes'] / 1e6:.1f} MB ({info['disk_bytes_per_paragraph']} bytes/paragraph)\n"
-          f"model         {serves}")
+          f"disk          {info['disk_bytes'] / 1e6:.1f} MB"
+          + (f" ({info['disk_bytes_per_paragraph']} bytes/paragraph)\n" if info["paragraphs"] else " (no paragraphs)\n")
+          + f"model         {serves}")
     return 0

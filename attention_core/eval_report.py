@@ -131,6 +131,11 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     from .evaluation import Evaluation, check_settings
 
     check_settings(n_queries, context_length, latency_queries)  # before the store and the model load
+    for flag, value in (("--output", output), ("--plot", plot_dir)):
+        if value is not None and not value.strip():  # '' was taken for not given
+            from nextpara.errors import InvalidInputError
+
+            raise InvalidInputError(f"{flag} is empty: give a {'file' if flag == '--output' else 'folder'} name")
     if output:
         writable_output(output)
     if plot_dir:
@@ -147,13 +152,13 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
                             "model_source": meta["source"] if meta else None,
                             "index_generation": store.generation, "machine": f"{platform.machine()}, {_cores()} cores",
                             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.perf_counter() - started, 1)}
+    if plot_dir:  # first: --output holds their paths, as --json shows them
+        result["plots"] = [str(p) for p in write_plots(result, Path(plot_dir))]
     if output:
         try:
             Path(output).write_text(json.dumps(result, indent=2) + "\n")
         except OSError as e:  # a write error (a full disk) names no file: this says which
             raise OSError(e.errno, f"cannot write the results to {output}: {e.strerror or e}") from e
-    if plot_dir:
-        result["plots"] = [str(p) for p in write_plots(result, Path(plot_dir))]
     return result
 
 

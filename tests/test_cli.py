@@ -1,6 +1,7 @@
 """The CLI as a user runs it: build, info, search, bad corpora; and the packaging promises."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -394,8 +395,16 @@ def test_eval_says_why_it_cannot_run_before_it_runs(tmp_path):
         r = run_cli("eval", "--data-dir", str(data), "--output", str(tmp_path / "out.json"), "--plot", str(tmp_path / plot))
         assert r.returncode == 2 and f"--plot {tmp_path / plot}: {tmp_path / 'afile'} is a file, not a folder" in r.stderr
         assert not (tmp_path / "out.json").exists()  # refused before anything ran
+    r = run_cli("eval", "--data-dir", str(data), "--output", "")  # was taken for none given
+    assert r.returncode == 2 and "--output is empty: give a file name" in r.stderr, r.stderr
     r = run_cli("eval", "--data-dir", str(data), "--output", str(tmp_path / "afile" / "out.json"))
     assert r.returncode == 2 and f"{tmp_path / 'afile'} is a file, not a folder" in r.stderr, r.stderr  # "does not exist"
+    r = run_cli("eval", "--data-dir", str(data), "--queries", "20", "--latency-queries", "2", "--json",
+                "--output", str(tmp_path / "out.json"), "--plot", str(tmp_path / "plots"))
+    assert r.returncode == 0, r.stderr  # --json prints what --output writes (it lacked the plots' paths)
+    shown = json.loads(r.stdout)
+    assert shown == json.loads((tmp_path / "out.json").read_text()) and shown["plots"]
+    assert all(os.path.exists(p) for p in shown["plots"])
     (data / "model.safetensors").write_bytes(b"\x00" * 3000)
     r = run_cli("eval", "--data-dir", str(data))
     assert r.returncode == 2 and "model.safetensors is not a nextpara safetensors checkpoint" in r.stderr, r.stderr
