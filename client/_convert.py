@@ -161,15 +161,17 @@ class StreamOrder:
     """Which item each RerankStream answer belongs to, and the items this client could not send (a TypeError or an
     InvalidInputError from their conversion) in their places: the requests are made on grpc's side of the stream, where
     an exception would end the whole stream with no more than "Exception iterating requests!". deque's appends and
-    pops are atomic, so the two sides need no lock."""
+    pops are atomic, so the two sides need no lock. Without ``return_errors`` the first such error is raised in its
+    place instead of being returned."""
 
-    def __init__(self):
+    def __init__(self, min_index_version: int, wait_for_index: bool, return_errors: bool):
         self._order: deque[Exception | None] = deque()  # None: an item sent; else why it was not
+        self._fresh, self._return_errors = (min_index_version, wait_for_index), return_errors
 
-    def request(self, item, index: int, min_index_version: int, wait_for_index: bool) -> pb.RerankStreamRequest | None:
+    def request(self, item, index: int) -> pb.RerankStreamRequest | None:
         """The item's request, or None when it cannot be sent (its error waits in its place)."""
         try:
-            request = rerank_item(item, index, min_index_version, wait_for_index)
+            request = rerank_item(item, index, *self._fresh)
         except (TypeError, ValueError) as e:
             self._order.append(e)
             return None
@@ -181,11 +183,16 @@ class StreamOrder:
         errors = []
         while (head := self._order.popleft()) is not None:
             errors.append(head)
-        return errors
+        return self._raised(errors)
 
     def unsent_after_end(self) -> list[Exception]:
         """The errors of the items after the last one answered."""
-        return [e for e in self._order if e is not None]
+        return self._raised([e for e in self._order if e is not None])
+
+    def _raised(self, errors: list[Exception]) -> list[Exception]:
+        if errors and not self._return_errors:
+            raise errors[0]
+        return errors
 
 
 def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> RerankResult | ServiceError:

@@ -83,29 +83,24 @@ class AsyncClient:
         """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
         its error, or with ``return_errors`` is yielded in its place."""
         window = asyncio.Semaphore(max_in_flight)
-        order = _convert.StreamOrder()
+        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors)
 
         async def requests():
             for i, item in enumerate(items):
                 await window.acquire()
-                if (request := order.request(item, i, min_index_version, wait_for_index)) is None:
+                if (request := order.request(item, i)) is None:
                     window.release()  # not sent: its error waits in its place
                 else:
                     yield request
-
-        def unsent(errors: list[Exception]) -> list[Exception]:
-            if errors and not return_errors:
-                raise errors[0]
-            return errors
 
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             async for response in call:
                 window.release()
-                for error in unsent(order.unsent_before_answer()):
+                for error in order.unsent_before_answer():
                     yield error
                 yield _convert.rerank_stream_result(response, return_errors)
-            for error in unsent(order.unsent_after_end()):
+            for error in order.unsent_after_end():
                 yield error
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e

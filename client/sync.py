@@ -112,30 +112,25 @@ class Client:
         whole stream (default: none)."""
         window = threading.Semaphore(max_in_flight)
         done = threading.Event()
-        order = _convert.StreamOrder()
+        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors)
 
         def requests():  # read by grpc on its own thread
             for i, item in enumerate(items):
                 while not window.acquire(timeout=0.1):
                     if done.is_set():
                         return
-                if (request := order.request(item, i, min_index_version, wait_for_index)) is None:
+                if (request := order.request(item, i)) is None:
                     window.release()  # not sent: its error waits in its place
                 else:
                     yield request
-
-        def unsent(errors: list[Exception]) -> list[Exception]:
-            if errors and not return_errors:
-                raise errors[0]
-            return errors
 
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             for response in call:
                 window.release()
-                yield from unsent(order.unsent_before_answer())
+                yield from order.unsent_before_answer()
                 yield _convert.rerank_stream_result(response, return_errors)
-            yield from unsent(order.unsent_after_end())
+            yield from order.unsent_after_end()
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
         finally:
