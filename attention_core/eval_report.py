@@ -152,13 +152,15 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
                             "model_source": meta["source"] if meta else None,
                             "index_generation": store.generation, "machine": f"{platform.machine()}, {_cores()} cores",
                             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.perf_counter() - started, 1)}
-    if plot_dir:  # first: --output holds their paths, as --json shows them
-        result["plots"] = [str(p) for p in write_plots(result, Path(plot_dir))]
-    if output:
-        try:
-            Path(output).write_text(json.dumps(result, indent=2) + "\n")
-        except OSError as e:  # a write error (a full disk) names no file: this says which
-            raise OSError(e.errno, f"cannot write the results to {output}: {e.strerror or e}") from e
+    try:
+        if plot_dir:  # first: --output holds their paths, as --json shows them
+            result["plots"] = [str(p) for p in write_plots(result, Path(plot_dir))]
+    finally:  # the results are written even if the plots could not be
+        if output:
+            try:
+                Path(output).write_text(json.dumps(result, indent=2) + "\n")
+            except OSError as e:  # a write error (a full disk) names no file: this says which
+                raise OSError(e.errno, f"cannot write the results to {output}: {e.strerror or e}") from e
     return result
 
 

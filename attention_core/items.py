@@ -205,7 +205,9 @@ class ItemResolver:
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
         try:
             text_vectors, embed_error = dict(zip(texts, self.embed(texts))), None
-        except NextparaError as e:  # a store of precomputed vectors, say: each list with a text gets this error
+        except InvalidInputError as e:  # a store of precomputed vectors: each list with a text gets this error
+            if e.reason != Reason.VECTORS_REQUIRED:  # (an embedding service down stops the call, as before)
+                raise
             text_vectors, embed_error = {}, e
         same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
         every = np.concatenate([p.id_values for p in ok]) if ok else np.zeros(0, np.int64)  # one search for all

@@ -61,9 +61,11 @@ class ServiceEngine:
 
     def __init__(self, client, with_text: bool = True, in_flight: int = 32, chunk_rows: int = 512):
         from nextpara.client.errors import InvalidArgument, NotFound
+        from nextpara.errors import InvalidInputError
 
         self.client, self.with_text, self.chunk_rows = client, with_text, chunk_rows
-        self.row_errors = (InvalidArgument, NotFound)  # the row's fault; anything else stops the job
+        # the row's fault (the service's answer, or the client's own check before sending); anything else stops the job
+        self.row_errors = (InvalidArgument, NotFound, InvalidInputError)
         # the service asked first, so that one that cannot be reached stops the job before its OUTPUT is opened (an
         # --overwrite emptied it, then found no server)
         try:
@@ -85,7 +87,7 @@ class ServiceEngine:
             self.model_version = p.model_version
             return predict_output(row, p.predictions, p.context_dropped, self.with_text)
         except self.row_errors as e:
-            return error_output(row, e.details)
+            return error_output(row, getattr(e, "details", None) or str(e))
 
     def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
         for chunk in chunked(rows, self.chunk_rows):

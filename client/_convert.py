@@ -33,14 +33,19 @@ UINT32, INT64 = (0, 2**32 - 1), (-2**63, 2**63 - 1)  # the ranges of the message
 
 
 def whole(value, field: str, bounds: tuple[int, int] = UINT32) -> int:
-    """``value`` for an integer field of a message: a TypeError if it is no integer, an InvalidInputError naming the
-    field if it is outside ``bounds`` (protobuf itself says only "Value out of range")."""
+    """``value`` for an integer field of a message (None: unset, 0; a float only if whole, as int() took it): a
+    TypeError if it is no integer, an InvalidInputError naming the field if it is outside ``bounds`` (protobuf itself
+    says only "Value out of range")."""
+    if value is None:
+        return 0
     if isinstance(value, bool):
         raise TypeError(f"{field} must be an integer, got bool")
     try:
         number = operator.index(value)
     except TypeError:
-        raise TypeError(f"{field} must be an integer, got {type(value).__name__}") from None
+        if not (hasattr(value, "is_integer") and value.is_integer()):  # 3.0 and numpy's floats: as before
+            raise TypeError(f"{field} must be an integer, got {value!r:.40}") from None
+        number = int(value)
     if not bounds[0] <= number <= bounds[1]:
         raise InvalidInputError(f"{field} must be {bounds[0]} to {bounds[1]}, got {number}", reason=Reason.OUT_OF_RANGE,
                                 field=field)
@@ -48,7 +53,10 @@ def whole(value, field: str, bounds: tuple[int, int] = UINT32) -> int:
 
 
 def text(value, field: str) -> str:
-    """``value`` for a string field: a TypeError if it is not one, an InvalidInputError if it has no UTF-8 form."""
+    """``value`` for a string field (None: unset, ""): a TypeError if it is not one, an InvalidInputError if it has no
+    UTF-8 form."""
+    if value is None:
+        return ""
     if not isinstance(value, str):
         raise TypeError(f"{field} must be a string, got {type(value).__name__}")
     if (why := not_utf8(value)) is not None:
@@ -64,12 +72,14 @@ def listed(values, field: str, what: str) -> list:
 
 
 def labels_map(labels: Mapping | None, field: str) -> dict[str, str]:
-    """Labels for a message: a mapping of strings to strings."""
+    """Labels for a message: a mapping of strings to strings (or its (key, value) pairs, as dict() takes them)."""
     if labels is None:
         return {}
-    if not isinstance(labels, Mapping):
-        raise TypeError(f"{field} must be a mapping of strings to strings, got {type(labels).__name__}")
-    return {text(k, f"{field} key"): text(v, f"{field}[{k!r}]") for k, v in labels.items()}
+    try:
+        pairs = dict(labels)
+    except (TypeError, ValueError):
+        raise TypeError(f"{field} must be a mapping of strings to strings, got {type(labels).__name__}") from None
+    return {text(k, f"{field} key"): text(v, f"{field}[{k!r}]") for k, v in pairs.items()}
 
 
 def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
@@ -172,7 +182,7 @@ class StreamOrder:
         """The item's request, or None when it cannot be sent (its error waits in its place)."""
         try:
             request = rerank_item(item, index, *self._fresh)
-        except (TypeError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 (OverflowError of a vector's 10**400 too: on grpc's side it ends all)
             self._order.append(e)
             return None
         self._order.append(None)

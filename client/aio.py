@@ -79,9 +79,10 @@ class AsyncClient:
 
     async def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
                           return_errors: bool = False, min_index_version: int = 0,
-                          wait_for_index: bool = False) -> AsyncIterator[RerankResult | ServiceError]:
+                          wait_for_index: bool = False) -> AsyncIterator[RerankResult | Exception]:
         """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
-        its error, or with ``return_errors`` is yielded in its place."""
+        its error, or with ``return_errors`` is yielded in its place (as is an item it cannot send: its TypeError or
+        InvalidInputError)."""
         window = asyncio.Semaphore(max_in_flight)
         order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors)
 

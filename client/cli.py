@@ -157,7 +157,7 @@ def cmd_predict(args) -> int:
             print(f"  head {h}: " + "  ".join(f"{w:.2f}" for w in weights))
     elif args.explain and r.predictions:
         print("\nno attention weights: the model that serves has no cross-attention (the fast scorer, or plain cosine "
-              "where the guard found it better: `nextpara info` says which)")
+              "where the guard found it better: `nextpara status` says which)")
     print(f"\nmodel {r.model_version}, index generation {r.index_version}, {r.context_used} context paragraphs used"
           + (f", {r.context_dropped} oldest dropped" if r.context_dropped else ""))
     return 0

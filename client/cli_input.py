@@ -81,7 +81,8 @@ def parse_document(line: str) -> dict:
     if labels is not None and (not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values())):
         raise ValueError(f"document {doc_id!r}: labels must be an object of strings, got {json.dumps(labels)[:60]}")
     texts = [("doc_id", doc_id), ("title", title), *((f"paragraph {i}", t) for i, t in enumerate(paragraphs)),
-             *((f"label {k!r:.60}", f"{k}{v}") for k, v in (labels or {}).items())]
+             *((f"label {k!r:.60}: its {part}", t) for k, v in (labels or {}).items()
+               for part, t in (("key", k), ("value", v)))]
     for part, text in texts:
         if (why := not_utf8(text)) is not None:
             raise ValueError(f"document {doc_id!r:.80}: {part} {why}")

@@ -104,11 +104,12 @@ class Client:
 
     def rerank_many(self, items: Iterable, *, max_in_flight: int = 64, timeout: float | None = None,
                     return_errors: bool = False, min_index_version: int = 0,
-                    wait_for_index: bool = False) -> Iterator[RerankResult | ServiceError]:
+                    wait_for_index: bool = False) -> Iterator[RerankResult | Exception]:
         """Stream (context, candidates) pairs (or mappings with context, candidates, request_id, top_k) through
         RerankStream; yields results in input order with at most ``max_in_flight`` requests unanswered.
         A refused item raises its error (a ServiceError with its ``request_id``), which ends the iteration; with
-        ``return_errors`` it is yielded in the item's place instead and the others go on. ``timeout`` bounds the
+        ``return_errors`` it is yielded in the item's place instead and the others go on. So is an item this client
+        cannot send (not a pair or a mapping, a bad value): its TypeError or InvalidInputError, never sent. ``timeout`` bounds the
         whole stream (default: none)."""
         window = threading.Semaphore(max_in_flight)
         done = threading.Event()

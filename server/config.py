@@ -16,7 +16,8 @@ MiB = 1024 * 1024
 @dataclass
 class ServerSettings:
     data_dir: str | None = field(default=None, metadata={"help": "store directory (default: the default data dir)"})
-    address: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to listen on (port 0: any free port)"})
+    address: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to listen on (port 0: any free port), "
+                                                                       "[v6 address]:port, or unix:PATH"})
     workers: int = field(default=1, metadata={"help": "threads running reads' CPU work (embedding, search, model), a "
                                                       "batch each; writes run on a thread of their own (they do "
                                                       "not queue behind reads)"})
@@ -126,7 +127,8 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
             raise InvalidInputError(f"{source[name]} must be {'above' if above else 'at least'} {low}, got {value}")
         if not math.isfinite(value):  # inf: a batch that waits for ever, say
             raise InvalidInputError(f"{source[name]} must be a finite number, got {value}")
-    if split_host_port(settings.address) is None or settings.address.startswith(":"):  # grpc wants a host
+    if not settings.address.startswith(("unix:", "unix-abstract:")) and (  # grpc's own forms of a local socket
+            split_host_port(settings.address) is None or settings.address.startswith(":")):  # grpc wants a host
         raise InvalidInputError(f"{source['address']} {LISTEN_FORMS}; an IPv6 address goes in brackets: [::1]:50051, "
                                 f"got {settings.address!r}")
     if settings.metrics_address and split_host_port(settings.metrics_address) is None:

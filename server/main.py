@@ -78,18 +78,27 @@ def cannot_listen(address: str) -> OSError | None:
     """Why ``address`` (checked by ServerSettings) cannot be listened on, found by binding it here, or None if it
     can: a port another server holds says so and names the flag that moves it. `nextpara serve` asks before it builds
     a default store (minutes), and again when grpc could not bind, which says no more than that."""
-    host, port = split_host_port(address)
+    parsed = split_host_port(address)
+    if parsed is None:  # a unix: socket, say, which grpc checks itself
+        return None
+    host, port = parsed
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: a port in TIME_WAIT is free
-            probe.bind(infos[0][4])
     except socket.gaierror as e:
         return OSError(errno.EADDRNOTAVAIL, f"cannot listen on {address}: cannot resolve host {host!r} ({e.strerror})")
-    except OSError as e:
-        hint = ": another server has this port; give this one its own --address" if e.errno == errno.EADDRINUSE else ""
-        return OSError(e.errno, f"cannot listen on {address} ({e.strerror}){hint}")
-    return None
+    refusals = []
+    for family, _, _, _, where in infos:  # grpc listens on every address the host resolves to, and needs one
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: TIME_WAIT is free
+                probe.bind(where)
+            return None
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return OSError(e.errno, f"cannot listen on {address} ({e.strerror}): another server has this port; "
+                                        "give this one its own --address")
+            refusals.append(e)
+    return OSError(refusals[0].errno, f"cannot listen on {address} ({refusals[0].strerror})") if refusals else None
 
 
 async def set_health(health_servicer, serving: bool) -> None:

@@ -26,7 +26,9 @@ an IVF index, which keeps ids itself: IDMap2 over IVF cannot remove ids).
 Flat and IVF indexes remove vectors; the others (HNSW...) cannot, so removed ids become
 tombstones that every search filters out with an ``IDSelector``; the index is rebuilt
 without them once they exceed 20%.
-An IVF index with too few vectors to train answers by exact search until it can train.
+An index with too few vectors to train (an ivf one, or a factory string's IVF4096 on a few thousand) answers by exact
+search until it can train, and so does one FAISS cannot search with an id filter (IndexPQ), marked so at its first
+search. A string the factory cannot build is refused before a store is created (check_index).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ from nextpara.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 
+
+class UnfilterableIndex(RuntimeError):
+    """FAISS refused a search with an id filter: the index's type has no support for one."""
+
 AUTO_HNSW_FROM = 50_000
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 512
 IVF_NPROBE = 64
@@ -48,7 +54,6 @@ IVF_LISTS_PER_SQRT_N = 2
 IVF_MIN_POINTS_PER_LIST = 39  # FAISS warns below this many training points per list
 IVF_TRAIN_POINTS_PER_LIST = 64  # k-means sample; FAISS itself would take 256 per list
 TOMBSTONE_REBUILD_FRACTION = 0.2
-SEARCHABLE = (faiss.IndexFlat, faiss.IndexHNSW, faiss.IndexIVF)  # what FAISS searches with an IDSelector
 
 
 @dataclass
@@ -62,7 +67,8 @@ class IndexChoice:
 
 def check_index(requested: str, dim: int | None) -> None:
     """Refuse an index type FAISS cannot build, before a store is created for it (InvalidInputError): a store created
-    with one could never be opened."""
+    with one could never be opened. (One FAISS builds but cannot search with id filters, IndexPQ's, is searched
+    exactly, as VectorTable.search finds.)"""
     choice = choose_index(requested, 0)
     if dim:
         VectorIndex(choice, dim)
@@ -104,10 +110,7 @@ class VectorIndex:
         self._inner = faiss.downcast_index(outer.index) if isinstance(outer, faiss.IndexIDMap) else outer
         if isinstance(self._inner, faiss.IndexHNSW) and index is None:
             self._inner.hnsw.efConstruction = choice.params.get("efConstruction", HNSW_EF_CONSTRUCTION)
-        if not isinstance(self._inner, SEARCHABLE):
-            raise InvalidInputError(f"index {choice.requested!r}: FAISS's {type(self._inner).__name__} cannot search "
-                                    "with the id filters every search here uses; use flat, hnsw, ivf, auto or a factory "
-                                    "string of the Flat, HNSW or IVF families")
+        self.filterable = True  # False once FAISS refused a search with an id filter (IndexPQ): searched exactly then
         if isinstance(self._inner, faiss.IndexIVF):  # a factory string's own lists (IVF4096,Flat): trained only once
             choice.params.setdefault("nlist", int(self._inner.nlist))  # there are points enough for them, as ivf's
         self.tombstones: set[int] = set()
@@ -135,14 +138,17 @@ class VectorIndex:
         if not index.is_trained:
             if not index.can_train_on(len(ids)):
                 return index
-            cap = IVF_TRAIN_POINTS_PER_LIST * choice.params["nlist"] if "nlist" in choice.params else None  # others: FAISS
-            sample = np.random.default_rng(0).permutation(len(ids))[:cap]  # samples what it needs from all of them
-            try:
-                index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
-            except RuntimeError as e:  # a factory string that wants more points than there are (PQ16: 256 per code)
-                log.warning("FAISS cannot train index %r on %d vectors yet (%s): searched exactly until it can",
-                            choice.factory, len(sample), str(e).strip().splitlines()[0])
-                return cls(choice, dim)
+            cap = IVF_TRAIN_POINTS_PER_LIST * choice.params["nlist"] if "nlist" in choice.params else len(ids)
+            samples = [np.sort(np.random.default_rng(0).permutation(len(ids))[:cap])] if cap < len(ids) else []
+            for sample in [*samples, None]:  # the sample, then (IVF2,PQ16: its codes want 256 points) every vector
+                try:
+                    index.train(np.ascontiguousarray(vectors if sample is None else vectors[sample], dtype=np.float32))
+                    break
+                except RuntimeError as e:  # a factory string that wants more points than there are
+                    if sample is None:
+                        log.warning("FAISS cannot train index %r on %d vectors yet (%s): searched exactly until it can",
+                                    choice.factory, len(ids), str(e).strip().splitlines()[0])
+                        return cls(choice, dim)
         index.add(vectors, ids)
         return index
 
@@ -190,7 +196,11 @@ class VectorIndex:
         else:
             params = faiss.SearchParameters(sel=selector)
         k_eff = max(1, min(k, self.ntotal))
-        scores, ids = self.index.search(queries, k_eff, params=params)
+        try:
+            scores, ids = self.index.search(queries, k_eff, params=params)
+        except RuntimeError as e:  # IndexPQ: "invalid search params"; the caller searches exactly from now on
+            raise UnfilterableIndex(f"FAISS cannot search index {self.choice.factory!r} with id filters "
+                                    f"({str(e).strip().splitlines()[-1]})") from e
         if k_eff < k:  # pad so every caller sees (m, k)
             scores = np.pad(scores, ((0, 0), (0, k - k_eff)), constant_values=-np.inf)
             ids = np.pad(ids, ((0, 0), (0, k - k_eff)), constant_values=-1)

@@ -30,7 +30,7 @@ from nextpara.errors import StoreMismatchError
 from . import snapshot as snap
 from .data_dir import DB_FILE, FORMAT_VERSION, DataDir
 from .tables import ParagraphTables, unknown_ids
-from .vector_index import IndexChoice, VectorIndex, choose_index
+from .vector_index import IndexChoice, UnfilterableIndex, VectorIndex, choose_index
 
 log = logging.getLogger(__name__)
 # Allowed vectors scanned exactly rather than searched through the index: about 1 ms for 10,000 vectors of 384 dims
@@ -121,6 +121,8 @@ class VectorTable:
     def _outgrown(self, wanted: IndexChoice) -> bool:
         """True when the corpus size calls for another index: auto switching type, IVF untrained or nlist off by 2x."""
         current = self.index.choice
+        if not self.index.is_trained and self.index.can_train_on(len(self.ids)):  # a factory string's IVF4096 too
+            return True
         if self.requested_index == "auto":
             return wanted.factory != current.factory
         if "nlist" in wanted.params and len(self.ids):
@@ -175,7 +177,7 @@ class VectorTable:
         ``row_exclude[i]``), and with ``allow`` only ids among it; short rows padded with -1. A flat index (or an
         untrained IVF one) is scanned exactly here rather than through FAISS (see _exact), each row's own exclusions
         set to -inf in its scores; FAISS searches deeper by the longest row's exclusions and each row drops its own."""
-        scan = self.index.is_flat or not self.index.is_trained
+        scan = self.index.is_flat or not self.index.is_trained or not self.index.filterable
         rows = None
         if allow is not None:
             rows = np.unique(self._present_rows(allow))
@@ -184,13 +186,18 @@ class VectorTable:
             blocked = self._present_rows(exclude) if rows is None else None
             return self._exact(queries, k, rows, blocked, self._row_blocked(row_exclude, rows))
         extra = max((len(e) for e in row_exclude), default=0) if row_exclude is not None else 0
-        if rows is None:
-            scores, ids = self.index.search(queries, k + extra, exclude)
-        else:
-            scores, ids = self.index.search(queries, k + extra, exclude, self.ids[rows])
-            short = (ids[:, :min(k + extra, len(rows))] < 0).any(axis=1)
-            if short.any():
-                scores[short], ids[short] = self._exact(queries[short], k + extra, rows)
+        try:
+            if rows is None:
+                scores, ids = self.index.search(queries, k + extra, exclude)
+            else:
+                scores, ids = self.index.search(queries, k + extra, exclude, self.ids[rows])
+                short = (ids[:, :min(k + extra, len(rows))] < 0).any(axis=1)
+                if short.any():
+                    scores[short], ids[short] = self._exact(queries[short], k + extra, rows)
+        except UnfilterableIndex as e:  # exact from now on, as an untrained index is: said once
+            log.warning("%s: searched exactly instead", e)
+            self.index.filterable = False
+            return self.search(queries, k, exclude, allow, row_exclude)
         if not extra:
             return scores, ids
         out_s, out_i = np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)

@@ -44,7 +44,7 @@ def test_orjson_and_json_read_every_line_alike(monkeypatch):
 
 def test_a_text_with_no_utf8_form_is_its_row_s_error():
     """A lone surrogate (a JSON escape decodes to one) made the tokenizer or protobuf raise, ending the job on every
-    run; it is the row's error, and the rows around it are answered."""
+    run; it is the row's error (a row's error is written in its place and the job goes on: test_batch.py)."""
     line = b'{"id": "s", "context": ["fine", "lone \\ud800 surrogate"], "candidates": [1, "x\\udc00"]}'
     row = parse_row(7, line, 10)
     assert row.id == "s" and row.error == ("context[1]: the text holds a lone surrogate ('\\ud800' at character 5), "

@@ -72,7 +72,7 @@ def test_text_directory_drops_headings_and_code(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.md").write_text(
         "# Title\n\nFirst paragraph\ncontinues here.\n\n```python\nprint('code')\n\nmore code\n```\n\n## Section\nSecond paragraph.\n")
-    (tmp_path / "a.txt").write_text("\ufeffOne.\n\n\n\nTwo\n=====\n\nThree.\r\n")  # a byte-order mark: kept as text
+    (tmp_path / "a.txt").write_text("\ufeffOne.\n\n\n\nTwo\n=====\n\nThree.\r\n")  # a byte-order mark: not text
     (tmp_path / "ignored.csv").write_text("x")
     docs = list(CorpusReader(tmp_path))
     assert [d.doc_id for d in docs] == ["a.txt", "sub/b.md"]

@@ -60,7 +60,8 @@ def test_an_item_the_client_cannot_send_is_its_error_in_its_place(server, client
     InvalidInputError in its place, raised there, or with return_errors yielded there and the stream goes on."""
     from nextpara.errors import InvalidInputError
 
-    sent = [([1, 2], [3, 4, 5]), ("not a list", [3]), {"context": [1]}, ([1, 2], [5, 4, 3]), ([1], [2**70]), 5]
+    sent = [([1, 2], [3, 4, 5]), ("not a list", [3]), {"context": [1]}, ([1, 2], [5, 4, 3]), ([1], [2**70]), 5,
+            ([[10**400] * 3], [1])]  # a float() that overflows
     expected = [client.rerank([1, 2], [3, 4, 5]).order, client.rerank([1, 2], [5, 4, 3]).order]
 
     def kinds(answers):
@@ -70,7 +71,7 @@ def test_an_item_the_client_cannot_send_is_its_error_in_its_place(server, client
         assert str(answers[4]).startswith("items[4].candidates[0] must be -9223372036854775808 to")
         return [type(a) for a in answers]
 
-    want = [RerankResult, TypeError, TypeError, RerankResult, InvalidInputError, TypeError]
+    want = [RerankResult, TypeError, TypeError, RerankResult, InvalidInputError, TypeError, OverflowError]
     assert kinds(list(client.rerank_many(sent, return_errors=True))) == want
 
     async def go():
@@ -113,6 +114,16 @@ def test_arguments_are_checked_before_anything_is_sent(client):
             call()
         assert message in str(err.value), (message, str(err.value))
     assert client.info().index_version == before  # nothing written
+    # what protobuf took before stays taken: None for unset, labels as pairs, whole floats and numpy's integers for ids
+    import numpy as np
+
+    assert [p.paragraph_id for p in client.get_paragraphs([1.0, np.int64(2)])] == [1, 2]
+    assert client.list_documents(2, page_token=None, labels=[]).documents
+    assert client.predict_next([1], top_k=2, filter={"max_per_document": None, "labels": None}).predictions
+    added = client.add_documents([{"doc_id": "kept-forms", "title": None, "paragraphs": ("One.", "Two."),
+                                   "labels": [("tenant", "forms")]}])
+    assert added.documents_added == 1 and client.get_document("kept-forms").document.labels == {"tenant": "forms"}
+    client.delete_documents(["kept-forms"])
 
 
 def test_a_request_that_is_not_a_message_is_answered_and_the_stream_goes_on(server):

@@ -211,6 +211,7 @@ def test_listen_addresses_and_settings_read_from_the_environment(tmp_path, monke
     assert r.returncode == 2 and "--backup-dir: " in r.stderr and "is a file, not a directory" in r.stderr, r.stderr
     parser = argparse.ArgumentParser()
     add_arguments(parser)
+    assert from_args(parser.parse_args(["--address", "unix:/tmp/nextpara.sock"])).address == "unix:/tmp/nextpara.sock"
     for word, value in (("on", True), ("Yes", True), ("1", True), ("off", False), ("0", False), ("", False)):
         monkeypatch.setenv("NEXTPARA_READ_ONLY", word)
         assert from_args(parser.parse_args([])).read_only is value, word
