@@ -60,7 +60,9 @@ def run_job(input_path: str | Path, output_path: str | Path, engine, default_top
             overwrite: bool = False, quiet: bool = False) -> JobSummary:
     summary = JobSummary(str(input_path), str(output_path), engine.name)
     total = count_rows(input_path)
-    out = ResumableOutput(output_path, overwrite=overwrite)
+    out = ResumableOutput(output_path, overwrite=overwrite, settings={  # what the rows depend on, beside the input
+        "top_k": default_top_k, "with_text": getattr(engine, "with_text", True),
+        "model_version": getattr(engine, "model_version", "")})
     summary.torn_bytes = out.torn_bytes
     started = time.perf_counter()
     try:

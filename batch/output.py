@@ -4,6 +4,10 @@ On open, an existing OUTPUT is read: a last line without its newline (the job wa
 writing it) is cut off, and the ids (or, for rows without a readable id, the input lines) already
 answered are counted so the rerun skips them and appends the rest. Each chunk of rows is
 written with one write, then flushed and fsynced before the job reads on: a row on disk is done.
+
+What made the rows (the default top_k, whether they carry texts, the model's version) is written beside OUTPUT, as
+``OUTPUT.job.json``, before its first row; a rerun with other settings is refused rather than mixing two kinds of
+row in one file (an OUTPUT without it, from before, resumes as it did).
 """
 
 from __future__ import annotations
@@ -21,17 +25,44 @@ class OutputError(InvalidInputError):
 
 
 class ResumableOutput:
-    def __init__(self, path: str | Path, overwrite: bool = False):
+    def __init__(self, path: str | Path, overwrite: bool = False, settings: dict | None = None):
         self.path = Path(path)
+        self.settings_path = self.path.with_name(self.path.name + ".job.json")
         self.done_keys: Counter[str] = Counter()  # json.dumps(id) -> rows with that id already in OUTPUT
         self.done_lines: set[int] = set()  # input lines of error rows that had no readable id
         self.torn_bytes = 0  # bytes of a partial last line removed on open
         if overwrite or not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if settings is not None:
+                self._write_settings(settings)
             self._file = open(self.path, "wb")
         else:
+            self._check_settings(settings)
             self._scan()
             self._file = open(self.path, "ab")
+
+    def _write_settings(self, settings: dict) -> None:
+        """OUTPUT.job.json, whole or not at all (a temporary file renamed over it), before OUTPUT's first row."""
+        tmp = self.settings_path.with_name(self.settings_path.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(settings, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.settings_path)
+
+    def _check_settings(self, settings: dict | None) -> None:
+        """Refuse to resume with settings other than those OUTPUT was begun with (OutputError naming each)."""
+        if settings is None or not self.settings_path.exists():
+            return
+        try:
+            begun = json.loads(self.settings_path.read_text())
+        except ValueError:
+            return  # unreadable: as if absent, as before it existed
+        changed = [f"{name} {begun[name]!r} then, {settings[name]!r} now" for name in sorted(settings)
+                   if name in begun and begun[name] != settings[name]]
+        if changed:
+            raise OutputError(f"{self.path} was begun with other settings ({'; '.join(changed)}; "
+                              f"{self.settings_path.name}): rerun with those, or --overwrite to start over")
 
     def _scan(self) -> None:
         end = 0  # bytes of complete lines; what follows the last newline is a torn write

@@ -282,3 +282,26 @@ def test_a_text_row_on_a_store_of_precomputed_vectors_is_its_error(tmp_path):
     assert "results" in out["a"] and "results" in out["d"]
     assert out["b"]["error"].startswith("context[1]: embedder 'toy8' holds precomputed vectors and cannot embed text")
     assert out["c"]["error"].startswith("candidates[1]: embedder 'toy8' holds precomputed vectors")
+
+
+def test_a_rerun_with_other_settings_is_refused_not_mixed(trained_store, batch_input, tmp_path):
+    """Rows of -k 4 without texts, then a rerun with -k 5 and texts, went into one OUTPUT without a word: OUTPUT.job.json
+    says what made its rows, and a rerun with other settings is refused (exit 2) with OUTPUT as it was."""
+    path, _ = batch_input
+    small = tmp_path / "in.jsonl"
+    small.write_text("".join(path.read_text().splitlines(keepends=True)[:12]))
+    out = tmp_path / "out.jsonl"
+    base = ["rerank-batch", str(small), str(out), "--data-dir", str(trained_store)]
+    assert run_cli(*base, "-k", "4", "--no-text").returncode == 0
+    settings = json.loads((tmp_path / "out.jsonl.job.json").read_text())
+    assert settings["top_k"] == 4 and settings["with_text"] is False and settings["model_version"]
+    kept = out.read_bytes().splitlines(keepends=True)[:6]
+    out.write_bytes(b"".join(kept))  # as if the job had been interrupted
+    r = run_cli(*base, "-k", "5")
+    assert r.returncode == 2 and "was begun with other settings (top_k 4 then, 5 now; with_text False then, True " \
+        "now; out.jsonl.job.json): rerun with those, or --overwrite to start over" in r.stderr, r.stderr
+    assert out.read_bytes() == b"".join(kept)
+    r = run_cli(*base, "-k", "4", "--no-text")  # the same settings resume
+    assert r.returncode == 0 and "6 already in OUTPUT skipped" in r.stdout, r.stdout + r.stderr
+    r = run_cli(*base, "-k", "5", "--overwrite")  # and --overwrite starts over, with the new settings
+    assert r.returncode == 0 and json.loads((tmp_path / "out.jsonl.job.json").read_text())["top_k"] == 5
