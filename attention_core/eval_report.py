@@ -78,12 +78,8 @@ def attention_example(evaluation) -> dict | None:
 
 
 def write_plots(result: dict, plot_dir: Path) -> list[Path]:
-    try:
-        import matplotlib
-    except ImportError as e:
-        from nextpara.errors import FailedPreconditionError
-
-        raise FailedPreconditionError("--plot needs matplotlib: pip install 'nextpara[plot]'") from e
+    """The plots' PNGs in ``plot_dir`` (plottable() has checked it and matplotlib before the evaluation ran)."""
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -131,14 +127,9 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     from .evaluation import Evaluation, check_settings
 
     check_settings(n_queries, context_length, latency_queries)  # before the store and the model load
-    for flag, value in (("--output", output), ("--plot", plot_dir)):
-        if value is not None and not value.strip():  # '' was taken for not given
-            from nextpara.errors import InvalidInputError
-
-            raise InvalidInputError(f"{flag} is empty: give a {'file' if flag == '--output' else 'folder'} name")
-    if output:
+    if output is not None:  # ('' too: it was taken for not given)
         writable_output(output)
-    if plot_dir:
+    if plot_dir is not None:
         plottable(plot_dir)
     started = time.perf_counter()
     with open_store(data_dir, readonly=True) as store:
@@ -171,6 +162,8 @@ def plottable(plot_dir: str) -> None:
 
     from nextpara.errors import FailedPreconditionError, InvalidInputError
 
+    if not plot_dir.strip():
+        raise InvalidInputError("--plot is empty: give a folder name")
     if importlib.util.find_spec("matplotlib") is None:
         raise FailedPreconditionError("--plot needs matplotlib: pip install 'nextpara[plot]'")
     path = Path(plot_dir)
@@ -185,6 +178,8 @@ def writable_output(output: str) -> None:
 
     from nextpara.errors import InvalidInputError
 
+    if not output.strip():
+        raise InvalidInputError("--output is empty: give a file name")
     path = Path(output)
     folder = path.resolve().parent
     if path.is_dir():

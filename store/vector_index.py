@@ -111,6 +111,7 @@ class VectorIndex:
         if isinstance(self._inner, faiss.IndexHNSW) and index is None:
             self._inner.hnsw.efConstruction = choice.params.get("efConstruction", HNSW_EF_CONSTRUCTION)
         self.filterable = True  # False once FAISS refused a search with an id filter (IndexPQ): searched exactly then
+        self.failed_training_on = 0  # vectors a training that FAISS refused had: tried again only with more
         if isinstance(self._inner, faiss.IndexIVF):  # a factory string's own lists (IVF4096,Flat): trained only once
             choice.params.setdefault("nlist", int(self._inner.nlist))  # there are points enough for them, as ivf's
         self.tombstones: set[int] = set()
@@ -124,6 +125,9 @@ class VectorIndex:
         return bool(self.index.is_trained)
 
     def can_train_on(self, n: int) -> bool:
+        """Whether ``n`` vectors may train it: enough for an IVF index's lists, and more than a failed try had."""
+        if n <= self.failed_training_on:
+            return False
         return n >= self.choice.params.get("nlist", 1) * IVF_MIN_POINTS_PER_LIST if "nlist" in self.choice.params else n > 0
 
     def train(self, vectors: np.ndarray) -> None:
@@ -139,18 +143,27 @@ class VectorIndex:
             if not index.can_train_on(len(ids)):
                 return index
             cap = IVF_TRAIN_POINTS_PER_LIST * choice.params["nlist"] if "nlist" in choice.params else len(ids)
-            samples = [np.sort(np.random.default_rng(0).permutation(len(ids))[:cap])] if cap < len(ids) else []
-            for sample in [*samples, None]:  # the sample, then (IVF2,PQ16: its codes want 256 points) every vector
-                try:
-                    index.train(np.ascontiguousarray(vectors if sample is None else vectors[sample], dtype=np.float32))
-                    break
-                except RuntimeError as e:  # a factory string that wants more points than there are
-                    if sample is None:
-                        log.warning("FAISS cannot train index %r on %d vectors yet (%s): searched exactly until it can",
-                                    choice.factory, len(ids), str(e).strip().splitlines()[0])
-                        return cls(choice, dim)
+            sample = np.sort(np.random.default_rng(0).permutation(len(ids))[:cap]) if cap < len(ids) else None
+            # the sample, then every vector (IVF2,PQ16: its codes want 256 points); else exact search until there are more
+            refused = index._train_refused(vectors if sample is None else vectors[sample])
+            if refused and sample is not None:
+                refused = index._train_refused(vectors)
+            if refused:
+                log.warning("FAISS cannot train index %r on %d vectors (%s): searched exactly until it can",
+                            choice.factory, len(ids), refused)
+                untrained = cls(choice, dim)
+                untrained.failed_training_on = len(ids)
+                return untrained
         index.add(vectors, ids)
         return index
+
+    def _train_refused(self, vectors: np.ndarray) -> str:
+        """Train on ``vectors``: "" once trained, else FAISS's reason (it wants more vectors than there are)."""
+        try:
+            self.train(np.ascontiguousarray(vectors, dtype=np.float32))
+            return ""
+        except RuntimeError as e:
+            return str(e).strip().splitlines()[0] or "refused"
 
     def ids(self) -> np.ndarray:
         """Every id the index holds (tombstoned ones included)."""
