@@ -9,7 +9,8 @@ file)::
 oldest first, and ``candidates`` (optional) the paragraphs to rank; each item is a text, a
 stored paragraph id (an integer) or a vector (a list of numbers). Without ``candidates`` the
 row is answered like PredictNext: retrieve from the store, then rerank. ``top_k`` (optional)
-overrides the job's default; it limits how many results the output row keeps.
+overrides the job's default; it limits how many results the output row keeps. A row with candidates
+may say ``"top_k": 0`` to keep every candidate, ranked, as the Rerank RPC reads 0.
 
 An output row is ``{"id", "results": [...]}`` (plus ``context_dropped`` when the context was
 longer than the model reads), or ``{"id", "line", "error"}`` for a row that could not be scored.
@@ -141,7 +142,7 @@ def _checked_row(line: int, raw: Any, default_top_k: int, json_loads) -> Row:
         row.context = _check_items(raw.get("context"), "context", required=True)
         row.candidates = _check_items(raw.get("candidates"), "candidates", required=False)
         if raw.get("top_k") is not None:
-            row.top_k = check_top_k(raw["top_k"], "top_k")
+            row.top_k = check_top_k(raw["top_k"], "top_k", every=row.candidates is not None)
     except RowError as e:
         row.error = str(e)
         if not isinstance(row.id, (str, int)):
@@ -149,9 +150,14 @@ def _checked_row(line: int, raw: Any, default_top_k: int, json_loads) -> Row:
     return row
 
 
-def check_top_k(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
-        raise RowError(f"{where} must be an integer from 1 to {MAX_TOP_K}, got {value!r}")
+def check_top_k(value: Any, where: str, every: bool = False) -> int:
+    """``value`` as a number of results kept: 1 to MAX_TOP_K, or with ``every`` (a row with candidates) also 0, every
+    candidate."""
+    if isinstance(value, bool) or not isinstance(value, int) or not (0 if every else 1) <= value <= MAX_TOP_K:
+        if type(value) is int and value == 0:
+            raise RowError(f"{where} 0 (every candidate) is for a row with candidates; a row without them keeps 1 to "
+                           f"{MAX_TOP_K} results")
+        raise RowError(f"{where} must be an integer from {0 if every else 1} to {MAX_TOP_K}, got {value!r}")
     return value
 
 
@@ -201,7 +207,7 @@ def error_output(row: Row, message: str) -> dict:
 
 def rerank_output(row: Row, order: list[int], scores: list[float], context_dropped: int) -> dict:
     results = []
-    for index, score in zip(order[:row.top_k], scores):
+    for index, score in zip(order[:row.top_k or None], scores):  # top_k 0: every candidate
         item = {"candidate": index, "score": score}
         cand = row.candidates[index]
         if isinstance(cand, int):

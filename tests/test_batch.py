@@ -44,6 +44,8 @@ def make_input(store_dir, path, n: int = 200, seed: int = 0) -> list[dict]:
             row = {"id": f"r{i}", "context": [texts[int(seq.ids[r])] for r in ctx]}
         elif kind == 1:
             row = {"id": i, "context": [int(seq.ids[r]) for r in ctx], "candidates": [int(seq.ids[r]) for r in cands]}
+            if i % 8 == 5:
+                row["top_k"] = 0  # every candidate, ranked
         elif kind == 2:
             row = {"id": f"r{i}", "context": seq.vectors[ctx].round(6).tolist(),
                    "candidates": seq.vectors[cands].round(6).tolist(), "top_k": 4}
@@ -100,7 +102,7 @@ def test_in_process_output_follows_input(batch_input, in_process_output):
     for row, out in zip(rows, in_process_output):
         results = out["results"]
         top_k = row.get("top_k", 10)
-        assert len(results) == (min(top_k, len(row["candidates"])) if "candidates" in row else top_k)
+        assert len(results) == (min(top_k or 99, len(row["candidates"])) if "candidates" in row else top_k)
         scores = [r["score"] for r in results]
         assert scores == sorted(scores, reverse=True)
         if "candidates" in row:
@@ -182,14 +184,15 @@ BAD_ROWS = [
     (b'{"id": "f", "context": [1], "candidates": [[1, "x"]]}', "candidates[0]: a vector must be a non-empty list of numbers"),
     (b'{"id": "g", "context": [987654321]}', "context[0]: unknown paragraph id 987654321"),
     (b'{"id": "h", "context": [1], "candidates": [5, 987654321]}', "candidates[1]: unknown paragraph id 987654321"),
-    (b'{"id": "i", "context": [1], "top_k": 0}', "top_k must be an integer from 1 to 1000"),
+    (b'{"id": "i", "context": [1], "top_k": 0}', "top_k 0 (every candidate) is for a row with candidates"),
+    (b'{"id": "i2", "context": [1], "candidates": [2], "top_k": -1}', "top_k must be an integer from 0 to 1000"),
     (b'{"id": "j", "context": [1], "contxt": [2]}', "unknown field 'contxt'"),
     (b'{"id": "k", "context": ["  "]}', "context[0]: empty text"),
     (b'{"id": "l", "context": [[1e999' + b', 0.0' * 383 + b']]}', "context[0]: vector has a NaN or infinite value"),
     (b'{"id": "m", "context": [1]}\xff', "not UTF-8"),
     (b'[1, 2, 3]', "expected a JSON object"),
     (b'{"id": "ok", "context": [1]}', None),
-    (b'{"id": "ok", "context": [2]}', "duplicate id (first at line 17)"),
+    (b'{"id": "ok", "context": [2]}', "duplicate id (first at line 18)"),
 ]
 
 
