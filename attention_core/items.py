@@ -11,7 +11,10 @@ list with a bad item becomes an error that names it (``context[2]: unknown parag
 without stopping the other lists.
 
 What a context excludes from predictions: the ids it gives, and every stored paragraph whose text
-equals one of its texts (given, or stored for an id). A raw vector has no text and excludes nothing.
+equals one of its texts (given, or stored for an id), and every stored paragraph whose vector is a raw vector's
+(cosine at least SAME_VECTOR: a caller who brings vectors and sends back the ones it stored gets those paragraphs
+excluded, as their ids would; one search of the raw vectors, SAME_VECTOR_K deep, so a vector stored more often than
+that keeps its other copies).
 Reranking searches nothing: it resolves with ``exclusions=False`` and ``exclude`` stays empty.
 """
 
@@ -32,6 +35,8 @@ from nextpara.store.unit_vectors import is_vector, unit_rows
 
 Item = Union[str, int, Sequence[float], np.ndarray]
 MAX_ITEMS = 10_000
+SAME_VECTOR = 0.9999  # a raw vector's cosine to a stored paragraph's at which it stands for that paragraph
+SAME_VECTOR_K = 16  # how many stored copies of a raw vector it excludes at most
 
 
 @dataclass
@@ -168,6 +173,22 @@ class ItemResolver:
             p.vectors = vectors(raw, p.vector_at)
         return p
 
+    def _same_vectors(self, parsed: list["_Parsed"]) -> dict[int, list[int]]:
+        """id(list) -> the stored paragraphs whose vectors are one of its raw vectors (cosine >= SAME_VECTOR), for the
+        lists that have raw vectors: one search of all of them."""
+        lists = [p for p in parsed if len(p.vector_at)]
+        if not lists or not self.store.count_paragraphs():
+            return {}
+        scores, ids = self.store.search(np.concatenate([p.vectors for p in lists]), SAME_VECTOR_K)
+        out: dict[int, list[int]] = {}
+        start = 0
+        for p in lists:
+            end = start + len(p.vector_at)
+            hit = scores[start:end] >= SAME_VECTOR
+            out[id(p)] = ids[start:end][hit].tolist()
+            start = end
+        return out
+
     def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None,
                      exclusions: bool = True, stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True
                      ) -> list[ResolvedItems | NextparaError]:
@@ -210,6 +231,7 @@ class ItemResolver:
                 raise
             text_vectors, embed_error = {}, e
         same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
+        same_vector = self._same_vectors(ok) if exclusions else {}
         every = np.concatenate([p.id_values for p in ok]) if ok else np.zeros(0, np.int64)  # one search for all
         rows = iter(np.split(np.minimum(np.searchsorted(known, every), max(len(known) - 1, 0)),
                              np.cumsum([len(p.id_values) for p in ok])[:-1]))
@@ -257,5 +279,6 @@ class ItemResolver:
                 exclude.update(p.id_values.tolist())
                 for t in item_texts:
                     exclude.update(same_text.get(t, ()) if t is not None else ())
+                exclude.update(same_vector.get(id(p), ()))
             out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped, item_ids))
         return out

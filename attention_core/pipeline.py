@@ -278,7 +278,7 @@ class RerankPipeline:
     @torch.no_grad()
     def retrieve(self, contexts: list[np.ndarray], exclude: list[set[int]], context_texts: list[list[str | None]],
                  need_weights: bool = False, observe=lambda stage, seconds: None, keep: int | None = None,
-                 allow: np.ndarray | None = None, context_ids: list | None = None) -> list[Scored]:
+                 allow: np.ndarray | None = None, context_ids: list | None = None, depth: int = 0) -> list[Scored]:
         """The serving path, for many queries at once: per chunk of SCORE_BATCH queries, the context is encoded
         once (its query vector searches, its states score), each source searched once for all queries, every
         candidate row read once, word features computed once, and one model call scores them all.
@@ -289,7 +289,8 @@ class RerankPipeline:
         deleted it since the replica loaded its index) is dropped, and the next one takes its place. ``allow``: the only ids any query may retrieve (a
         retrieval filter's, resolved by the store; None: any). ``observe(stage, seconds)`` gets the time of each
         stage of each chunk: STAGES, in that order. ``context_ids``: per query, each context item's stored id (None for
-        a text or vector; ResolvedItems.ids), whose word row is then the one kept by id."""
+        a text or vector; ResolvedItems.ids), whose word row is then the one kept by id. ``depth``: each vector source
+        searched at least this deep (a caller's top_k beyond n_candidates gets as many answers as the store holds)."""
         out: list[Scored] = []
         for s in range(0, len(contexts), SCORE_BATCH):
             chunk, texts = contexts[s:s + SCORE_BATCH], context_texts[s:s + SCORE_BATCH]
@@ -299,7 +300,7 @@ class RerankPipeline:
             q = query.numpy()
             lap("encode")
             ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
-                                      self.n_candidates, texts, self.model.cfg.word_candidates, allow,
+                                      max(self.n_candidates, depth), texts, self.model.cfg.word_candidates, allow,
                                       n_seam=self.model.cfg.seam_candidates)
             lap("search")
             lex, read = None, {}

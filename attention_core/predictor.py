@@ -160,7 +160,8 @@ class Predictor:
         scored = self.pipeline.retrieve([resolved[i].vectors for i in ok], [resolved[i].exclude | denied for i in ok],
                                         [resolved[i].texts for i in ok], include_attention, self.observe,
                                         keep=None if f.max_per_document else max(top_ks[i] for i in ok),
-                                        allow=allowed.allow, context_ids=[resolved[i].ids for i in ok])
+                                        allow=allowed.allow, context_ids=[resolved[i].ids for i in ok],
+                                        depth=max(top_ks[i] for i in ok))
         out = list(resolved)
         for i, s in zip(ok, scored):
             r, k = resolved[i], top_ks[i]

@@ -48,18 +48,29 @@ def test_text_id_and_vector_contexts_agree(predictor):
     vectors = [v.tolist() for v in store.vectors(ids)]
     by_id = predictor.predict_next(ids, top_k=5)
     by_text = predictor.predict_next(texts, top_k=5)
-    by_vector = predictor.predict_next(vectors, top_k=8, exclude_doc_ids=[])
+    by_vector = predictor.predict_next(vectors, top_k=5, exclude_doc_ids=[])
     assert [p.paragraph_id for p in by_id.predictions] == [p.paragraph_id for p in by_text.predictions]
     # the ids' word rows are the ones kept by id, the texts' are weighed from the texts: the same rows, the same scores
     assert [p.score for p in by_id.predictions] == pytest.approx([p.score for p in by_text.predictions], abs=1e-5)
-    # vectors carry no text: nothing but what they are is excluded, and the model scores them without word
-    # overlap, so they rank as the ids do when the words are hidden
+    # vectors carry no text: the stored paragraphs with those vectors are excluded, as the ids are, and the model
+    # scores them without word overlap, so they rank as the ids do when the words are hidden
     blind = copy.copy(predictor)
     blind.pipeline = copy.copy(predictor.pipeline)
     blind.pipeline.lexicon = None
     by_id_without_words = blind.predict_next(ids, top_k=5)
-    vector_ids = [p.paragraph_id for p in by_vector.predictions if p.paragraph_id not in ids]
+    vector_ids = [p.paragraph_id for p in by_vector.predictions]
+    assert not set(vector_ids) & set(ids)
     assert vector_ids[:3] == [p.paragraph_id for p in by_id_without_words.predictions][:3]
+
+
+def test_top_k_beyond_the_candidate_depth_is_filled(predictor):
+    store = predictor.store
+    ids = [int(i) for i in store.paragraph_table()[0][10:13]]
+    deep = 3 * predictor.pipeline.n_candidates  # more than the two vector sources' usual union can hold
+    assert store.count_paragraphs() > deep + 50
+    for context in (ids, [v.tolist() for v in store.vectors(ids)]):
+        got = [p.paragraph_id for p in predictor.predict_next(context, top_k=deep).predictions]
+        assert len(got) == len(set(got)) == deep and not set(got) & set(ids)
 
 
 def test_attention_weights_and_truncation(predictor):
