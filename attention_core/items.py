@@ -151,7 +151,8 @@ class ItemResolver:
                 if not item.strip():
                     raise InvalidInputError(f"{where}[{i + dropped}]: empty text", reason=Reason.INVALID_TEXT,
                                             field=f"{where}[{i + dropped}].text")
-                if (why := not_utf8(item)) is not None:
+                why = "contains a NUL character" if "\x00" in item else not_utf8(item)  # as a stored text may not
+                if why is not None:
                     raise InvalidInputError(f"{where}[{i + dropped}]: the text {why}", reason=Reason.INVALID_TEXT,
                                             field=f"{where}[{i + dropped}].text")
                 p.texts[i] = item

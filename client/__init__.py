@@ -4,7 +4,7 @@ May import grpcio, protobuf, the generated stubs and ``nextpara.errors``; never 
 rooms, nor torch, faiss, numpy or sentence-transformers, so applications that only call the service stay light.
 """
 
-from nextpara.errors import Reason
+from nextpara.errors import InvalidInputError, Reason
 
 from .aio import AsyncClient
 from .errors import (
@@ -42,7 +42,7 @@ from .types import (
 
 __all__ = ["Client", "AsyncClient", "NextparaError", "ServiceError", "InvalidArgument", "NotFound", "FailedPrecondition",
            "ResourceExhausted", "Unauthenticated", "PermissionDenied", "DeadlineExceeded", "Unavailable", "Internal",
-           "Reason", "FieldViolation",
+           "Reason", "FieldViolation", "InvalidInputError",
            "Prediction", "PredictResult", "RerankResult", "Paragraph", "Document", "AddResult", "DeleteResult", "Info",
            "BackupResult",
            "DocumentPage", "DocumentSummary", "StoredDocument", "Filter", "ModelInfo", "ValidationFigures"]

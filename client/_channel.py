@@ -12,6 +12,41 @@ from ._retry import SERVICE_CONFIG
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MIN_MESSAGE_BYTES = 80 * 1024  # AddDocuments needs room beside UPLOAD_MARGIN: 16 KiB messages at the least
+UPLOAD_MARGIN = 64 * 1024  # AddDocuments' messages are chunked this far under the limit (the message's own framing)
+
+
+def checked_settings(timeout, max_message_bytes) -> tuple[float, int]:
+    """A client's default deadline and message limit, checked: a ValueError (TypeError for no number) that says which
+    and why, at construction, instead of a confusing failure at the first call."""
+    return deadline(timeout, None, "timeout"), _message_bytes(max_message_bytes)
+
+
+def _message_bytes(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_message_bytes must be an integer, got {type(value).__name__}")
+    if value < MIN_MESSAGE_BYTES:
+        raise ValueError(f"max_message_bytes must be at least {MIN_MESSAGE_BYTES}, got {value}")
+    return value
+
+
+def deadline(timeout, default: float | None, name: str = "timeout") -> float:
+    """A call's deadline in seconds: ``timeout``, or ``default`` when it is None; a positive number, else an error
+    (0 used to mean the default silently)."""
+    if timeout is None and default is not None:
+        return default
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(timeout).__name__}")
+    if not timeout > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def upload_bytes(client_limit: int, server_limit: int | None) -> int:
+    """How large an AddDocuments message may be: under the smaller of the client's limit and the server's (GetInfo's
+    max_message_bytes; None when it could not be asked)."""
+    limit = min(client_limit, server_limit) if server_limit else client_limit
+    return limit - UPLOAD_MARGIN
 
 
 def options(max_message_bytes: int, extra: Iterable[tuple[str, object]] = ()) -> list[tuple[str, object]]:

@@ -87,13 +87,22 @@ def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
         return pb.ContextParagraph(text=text(item, where))
     if isinstance(item, bool):
         raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got bool")
-    if isinstance(item, int) or type(item).__name__ in ("int64", "int32"):
+    if isinstance(item, int) or (hasattr(item, "__index__") and not hasattr(item, "__len__")):  # numpy's integers too
         return pb.ContextParagraph(paragraph_id=whole(item, where, INT64))
     try:
-        values = [float(x) for x in (item.tolist() if hasattr(item, "tolist") else item)]
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got {type(item).__name__}") from e
-    return pb.ContextParagraph(vector=pb.Vector(values=values))
+        return pb.ContextParagraph(vector=vector_message(item, where))
+    except TypeError:
+        raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got {type(item).__name__}") from None
+
+
+def vector_message(values, where: str) -> pb.Vector:
+    """A sequence of numbers (a numpy row too) as a Vector; a TypeError naming ``where`` if it is not one."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}")
+    try:
+        return pb.Vector(values=[float(x) for x in (values.tolist() if hasattr(values, "tolist") else values)])
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}") from None
 
 
 def paragraphs(items: Sequence[ContextItem], field: str) -> list[pb.ContextParagraph]:
@@ -156,7 +165,9 @@ def rerank_item(item, index: int, min_index_version: int = 0, wait_for_index: bo
     if isinstance(item, Mapping):
         if "context" not in item or "candidates" not in item:
             raise TypeError(f"items[{index}] must have a context and candidates, has {sorted(map(str, item))}")
-        return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), str(item.get("request_id", index)),
+        request_id = item.get("request_id")
+        return rerank_request(item["context"], item["candidates"], item.get("top_k", 0),
+                              str(index) if request_id is None else text(request_id, f"items[{index}].request_id"),
                               pb.RerankStreamRequest, min_index_version, wait_for_index, where)
     try:
         context, candidates = item
@@ -174,9 +185,28 @@ class StreamOrder:
     pops are atomic, so the two sides need no lock. Without ``return_errors`` the first such error is raised in its
     place instead of being returned."""
 
-    def __init__(self, min_index_version: int, wait_for_index: bool, return_errors: bool):
+    def __init__(self, min_index_version: int, wait_for_index: bool, return_errors: bool, max_in_flight: int):
         self._order: deque[Exception | None] = deque()  # None: an item sent; else why it was not
         self._fresh, self._return_errors = (min_index_version, wait_for_index), return_errors
+        self.source_error: Exception | None = None  # what the caller's iterable of items raised, if it did
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise TypeError(f"max_in_flight must be an integer, got {type(max_in_flight).__name__}")
+        if max_in_flight < 1:  # 0 waited for ever: no request could be sent
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+
+    def items(self, items: Iterable) -> Iterator[tuple[int, object]]:
+        """The caller's items, numbered. If their iterable raises, the stream ends there (grpc would lose the exception:
+        "Exception iterating requests!", CANCELLED in grpc.aio) and ``finish`` raises it once the answers to the items
+        before it are through."""
+        try:
+            yield from enumerate(items)
+        except Exception as e:  # noqa: BLE001 (anything the caller's iterable raises is theirs, raised by finish)
+            self.source_error = e
+
+    def finish(self) -> None:
+        """After the stream's last answer: raise what the caller's iterable raised, if it did."""
+        if self.source_error is not None:
+            raise self.source_error
 
     def request(self, item, index: int) -> pb.RerankStreamRequest | None:
         """The item's request, or None when it cannot be sent (its error waits in its place)."""
@@ -216,10 +246,19 @@ def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> Rer
 
 
 def document_message(doc: Document | Mapping, where: str = "document") -> pb.Document:
+    """A Document (or a mapping of its fields) as the message: a TypeError or InvalidInputError naming ``where`` and
+    the field when it cannot be one."""
     if isinstance(doc, Mapping):
+        missing = [k for k in ("doc_id", "paragraphs") if k not in doc]
+        if missing:
+            raise InvalidInputError(f"{where} has no {' and no '.join(missing)}", reason=Reason.FIELD_REQUIRED,
+                                    field=f"{where}.{missing[0]}")
         doc = Document(doc_id=doc["doc_id"], paragraphs=doc["paragraphs"], title=doc.get("title", ""),
                        vectors=doc.get("vectors"), labels=doc.get("labels") or {})
-    vectors = [pb.Vector(values=[float(x) for x in v]) for v in (doc.vectors or [])]
+    elif not isinstance(doc, Document):
+        raise TypeError(f"{where} must be a Document or a mapping of its fields, got {type(doc).__name__}")
+    rows = [] if doc.vectors is None else listed(doc.vectors, f"{where}.vectors", "vectors")  # (a 2-d array's rows)
+    vectors = [vector_message(v, f"{where}.vectors[{j}]") for j, v in enumerate(rows)]
     texts = listed(doc.paragraphs, f"{where}.paragraphs", "texts")
     return pb.Document(doc_id=text(doc.doc_id, f"{where}.doc_id"), title=text(doc.title, f"{where}.title"),
                        paragraphs=[text(t, f"{where}.paragraphs[{i}]") for i, t in enumerate(texts)], vectors=vectors,

@@ -15,7 +15,7 @@ from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
 from ._upload import DocumentStream
-from .errors import ServiceError, from_rpc_error
+from .errors import DeadlineExceeded, ServiceError, Unavailable, from_rpc_error
 from .types import (
     AddResult,
     BackupResult,
@@ -40,15 +40,18 @@ class AsyncClient:
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
                  max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True,
                  options: Sequence[tuple[str, object]] = ()):
+        timeout, max_message_bytes = _channel.checked_settings(timeout, max_message_bytes)
         self._channel = _channel.open_channel(grpc.aio, address, tls, root_certificates, max_message_bytes, options)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
+        self._server_max: int | None = None  # the server's message limit, asked once for AddDocuments (_upload_bytes)
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
 
     async def _call(self, name: str, request, timeout, *, method=None):
         """As Client._call: one call of ``name`` within ``timeout``, retried here where _retry.Backoff says so."""
-        backoff = _retry.Backoff(timeout or self.timeout, None if method else name, request, self.retry_queue_full)
+        backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
+                                 self.retry_queue_full)
         method = method or getattr(self._stub, name)
         while True:
             try:
@@ -82,12 +85,12 @@ class AsyncClient:
                           wait_for_index: bool = False) -> AsyncIterator[RerankResult | Exception]:
         """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
         its error, or with ``return_errors`` is yielded in its place (as is an item it cannot send: its TypeError or
-        InvalidInputError)."""
+        InvalidInputError); an exception of ``items`` itself is raised once the items before it are answered."""
+        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight)
         window = asyncio.Semaphore(max_in_flight)
-        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors)
 
         async def requests():
-            for i, item in enumerate(items):
+            for i, item in order.items(items):
                 await window.acquire()
                 if (request := order.request(item, i)) is None:
                     window.release()  # not sent: its error waits in its place
@@ -103,15 +106,29 @@ class AsyncClient:
                 yield _convert.rerank_stream_result(response, return_errors)
             for error in order.unsent_after_end():
                 yield error
+            order.finish()
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
         finally:
             call.cancel()
 
+    async def _upload_bytes(self, timeout) -> int:
+        """How large an AddDocuments message may be: under this client's limit and the server's, asked once (GetInfo);
+        one that refuses the question (a token without the read role, say) leaves this client's, and one that cannot be
+        reached fails the call here, as AddDocuments would."""
+        if self._server_max is None:
+            try:
+                self._server_max = (await self.info(timeout=timeout)).max_message_bytes
+            except (Unavailable, DeadlineExceeded):
+                raise
+            except ServiceError:
+                return _channel.upload_bytes(self.max_message_bytes, None)
+        return _channel.upload_bytes(self.max_message_bytes, self._server_max)
+
     async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the
         stream and is raised with ``documents_committed`` set on it."""
-        stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
+        stream = DocumentStream(documents, await self._upload_bytes(timeout))
         try:
             result = _convert.add_result(await self._call("AddDocuments", iter(stream), timeout,
                                                          method=self._stub.AddDocuments))
@@ -142,7 +159,7 @@ class AsyncClient:
                            timeout: float | None = None) -> StoredDocument:
         """A stored document and its paragraphs in order; NotFound if it is not stored."""
         return _convert.document_result(await self._call("GetDocument", pb.GetDocumentRequest(
-            doc_id=doc_id, **_convert.fresh(min_index_version, wait_for_index)), timeout))
+            doc_id=_convert.text(doc_id, "doc_id"), **_convert.fresh(min_index_version, wait_for_index)), timeout))
 
     async def info(self, *, min_index_version: int = 0, wait_for_index: bool = False,
                    timeout: float | None = None) -> Info:
@@ -155,7 +172,8 @@ class AsyncClient:
 
     async def backup(self, destination: str = "", *, timeout: float | None = None) -> BackupResult:
         """As Client.backup: the server copies its store into a new directory inside its --backup-dir; not retried."""
-        return _convert.backup_result(await self._call("Backup", pb.BackupRequest(destination=destination), timeout))
+        return _convert.backup_result(await self._call("Backup", pb.BackupRequest(
+            destination=_convert.text(destination, "destination")), timeout))
 
     async def health(self, *, timeout: float | None = None) -> str:
         from grpc_health.v1 import health_pb2, health_pb2_grpc

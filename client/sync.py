@@ -31,7 +31,7 @@ from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
 from ._upload import DocumentStream
-from .errors import ServiceError, from_rpc_error
+from .errors import DeadlineExceeded, ServiceError, Unavailable, from_rpc_error
 from .types import (
     AddResult,
     BackupResult,
@@ -64,16 +64,19 @@ class Client:
                  token: str | None = None, tls: bool = False, root_certificates: str | bytes | None = None,
                  max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True,
                  options: Sequence[tuple[str, object]] = ()):
+        timeout, max_message_bytes = _channel.checked_settings(timeout, max_message_bytes)
         self._channel = _channel.open_channel(grpc, address, tls, root_certificates, max_message_bytes, options)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
+        self._server_max: int | None = None  # the server's message limit, asked once for AddDocuments (_upload_bytes)
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
 
     def _call(self, name: str, request, timeout, *, method=None):
         """One call of NextParagraphService's ``name`` within ``timeout``, retried here where _retry.Backoff says so;
         ``method``: another stub's method, not retried."""
-        backoff = _retry.Backoff(timeout or self.timeout, None if method else name, request, self.retry_queue_full)
+        backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
+                                 self.retry_queue_full)
         method = method or getattr(self._stub, name)
         while True:
             try:
@@ -109,14 +112,15 @@ class Client:
         RerankStream; yields results in input order with at most ``max_in_flight`` requests unanswered.
         A refused item raises its error (a ServiceError with its ``request_id``), which ends the iteration; with
         ``return_errors`` it is yielded in the item's place instead and the others go on. So is an item this client
-        cannot send (not a pair or a mapping, a bad value): its TypeError or InvalidInputError, never sent. ``timeout`` bounds the
-        whole stream (default: none)."""
+        cannot send (not a pair or a mapping, a bad value): its TypeError or InvalidInputError, never sent. An exception
+        of ``items`` itself ends the stream there and is raised once the items before it are answered. ``timeout``
+        bounds the whole stream (default: none)."""
+        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight)
         window = threading.Semaphore(max_in_flight)
         done = threading.Event()
-        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors)
 
         def requests():  # read by grpc on its own thread
-            for i, item in enumerate(items):
+            for i, item in order.items(items):
                 while not window.acquire(timeout=0.1):
                     if done.is_set():
                         return
@@ -132,11 +136,25 @@ class Client:
                 yield from order.unsent_before_answer()
                 yield _convert.rerank_stream_result(response, return_errors)
             yield from order.unsent_after_end()
+            order.finish()
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
         finally:
             done.set()
             call.cancel()  # nothing when the stream has ended; stops it when the caller stopped early
+
+    def _upload_bytes(self, timeout) -> int:
+        """How large an AddDocuments message may be: under this client's limit and the server's, asked once (GetInfo);
+        one that refuses the question (a token without the read role, say) leaves this client's, and one that cannot be
+        reached fails the call here, as AddDocuments would."""
+        if self._server_max is None:
+            try:
+                self._server_max = (self.info(timeout=timeout)).max_message_bytes
+            except (Unavailable, DeadlineExceeded):
+                raise
+            except ServiceError:
+                return _channel.upload_bytes(self.max_message_bytes, None)
+        return _channel.upload_bytes(self.max_message_bytes, self._server_max)
 
     def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """Upsert documents, streamed in messages under the message size limit as ``documents`` is read; each
@@ -144,7 +162,7 @@ class Client:
         message limit: InvalidInputError naming it), the stream ends before that document's message and that
         exception is raised once the server has answered, with ``documents_committed`` set on it. A refusal that names
         a document has ``document_index``, that document's place in ``documents``."""
-        stream = DocumentStream(documents, self.max_message_bytes - 64 * 1024)
+        stream = DocumentStream(documents, self._upload_bytes(timeout))
         try:
             result = _convert.add_result(self._call("AddDocuments", iter(stream), timeout,
                                                          method=self._stub.AddDocuments))
@@ -179,7 +197,7 @@ class Client:
                      timeout: float | None = None) -> StoredDocument:
         """A stored document and its paragraphs in order; NotFound if it is not stored."""
         return _convert.document_result(self._call("GetDocument", pb.GetDocumentRequest(
-            doc_id=doc_id, **_convert.fresh(min_index_version, wait_for_index)), timeout))
+            doc_id=_convert.text(doc_id, "doc_id"), **_convert.fresh(min_index_version, wait_for_index)), timeout))
 
     def info(self, *, min_index_version: int = 0, wait_for_index: bool = False, timeout: float | None = None) -> Info:
         request = pb.GetInfoRequest(**_convert.fresh(min_index_version, wait_for_index))
@@ -195,7 +213,8 @@ class Client:
         would find its destination there. A large store needs a longer ``timeout``; if the deadline passes the copy
         goes on on the server, and its directory appears only once it is complete (a Backup sent meanwhile waits for
         it to finish first)."""
-        return _convert.backup_result(self._call("Backup", pb.BackupRequest(destination=destination), timeout))
+        return _convert.backup_result(self._call("Backup", pb.BackupRequest(
+            destination=_convert.text(destination, "destination")), timeout))
 
     def health(self, *, timeout: float | None = None) -> str:
         """The standard health status of the service: SERVING, NOT_SERVING, ..."""

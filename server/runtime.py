@@ -336,6 +336,9 @@ class Runtime:
         self._check_writable()
         if not doc_ids:
             raise InvalidInputError("doc_ids is empty", reason=Reason.FIELD_REQUIRED, field="doc_ids")
+        if "" in doc_ids:  # no document has it: a caller's bug, as GetDocument and the filters say
+            at = doc_ids.index("")
+            raise InvalidInputError(f"doc_ids[{at}] is empty", reason=Reason.FIELD_REQUIRED, field=f"doc_ids[{at}]")
         try:
             deleted = await self.run_locked(self._delete, list(dict.fromkeys(doc_ids)), allow_missing)
         finally:  # also when the caller went away: the delete may have committed all the same

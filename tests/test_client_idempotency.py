@@ -200,6 +200,30 @@ def test_a_document_over_the_message_limit_is_a_clear_client_error(server, clien
     assert client.info().index_version == before.index_version
 
 
+def test_documents_are_chunked_under_the_servers_message_limit_too(trained_store, tmp_path):
+    """The client chunked under its own limit (16 MiB by default) only, so a server started with --max-message-mb 1
+    refused the first message whole; now the server's limit (GetInfo) counts too."""
+    import shutil
+
+    from conftest import LiveServer
+
+    shutil.copytree(trained_store, tmp_path / "store")
+    server = LiveServer(tmp_path / "store", max_message_mb=1).start()
+    try:
+        docs = [{"doc_id": f"big-{i}", "paragraphs": [f"Document {i}. " + "Filler words here. " * 11_000]}
+                for i in range(6)]  # about 210 KB each: 1.3 MB in all
+        with Client(server.address, timeout=60) as c:
+            assert c.add_documents(docs).documents_added == 6
+            assert c.add_documents(docs).documents_unchanged == 6
+
+        async def go():
+            async with AsyncClient(server.address, timeout=60) as c:
+                return await c.add_documents([dict(d, doc_id=f"a{d['doc_id']}") for d in docs])
+        assert asyncio.run(go()).documents_added == 6
+    finally:
+        server.stop()
+
+
 # ---- nextpara add with a bad line ------------------------------------------------------------------------------------
 
 def write_lines(path, n_good: int, bad: str):

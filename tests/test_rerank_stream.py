@@ -89,7 +89,6 @@ def test_arguments_are_checked_before_anything_is_sent(client):
     """A single string where a list belongs was split into its characters (a document of three one-letter
     paragraphs; a delete of documents 'n' and '1'); a number out of its field's range was protobuf's bare "Value out of
     range"; a lone surrogate was UnicodeEncodeError."""
-    from nextpara.errors import InvalidInputError
 
     before = client.info().index_version
     calls = {
@@ -108,9 +107,21 @@ def test_arguments_are_checked_before_anything_is_sent(client):
         "documents[0].doc_id holds a lone surrogate ('\\ud800' at character 1)":
             lambda: client.add_documents([{"doc_id": "s\ud800", "paragraphs": ["a"]}]),
         "context[0] holds a lone surrogate": lambda: client.predict_next(["\udcff"]),
+        "doc_id must be a string, got int": lambda: client.get_document(5),
+        "doc_id holds a lone surrogate": lambda: client.get_document("a\ud800"),
+        "destination must be a string, got int": lambda: client.backup(5),
+        "documents[0] has no doc_id": lambda: client.add_documents([{"paragraphs": ["a"]}]),
+        "documents[1] must be a Document or a mapping of its fields, got tuple":
+            lambda: client.add_documents([{"doc_id": "t0", "paragraphs": ["a"]}, ("t1", ["b"])]),
+        "documents[0].vectors[0]: a vector must be a sequence of numbers, got str":
+            lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": ["abc"]}]),
+        "documents[0].vectors must be a list of vectors, not a single string":
+            lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": "abc"}]),
+        "max_in_flight must be at least 1, got 0": lambda: list(client.rerank_many([([1], [2, 3])], max_in_flight=0)),
+        "timeout must be a positive number of seconds, got 0": lambda: client.info(timeout=0),
     }
     for message, call in calls.items():
-        with pytest.raises((TypeError, InvalidInputError)) as err:
+        with pytest.raises((TypeError, ValueError)) as err:  # InvalidInputError is a ValueError
             call()
         assert message in str(err.value), (message, str(err.value))
     assert client.info().index_version == before  # nothing written
@@ -118,12 +129,44 @@ def test_arguments_are_checked_before_anything_is_sent(client):
     import numpy as np
 
     assert [p.paragraph_id for p in client.get_paragraphs([1.0, np.int64(2)])] == [1, 2]
+    assert len(client.rerank([np.uint32(1)], [np.uint64(2), np.int16(3)]).order) == 2  # every kind of numpy integer
     assert client.list_documents(2, page_token=None, labels=[]).documents
     assert client.predict_next([1], top_k=2, filter={"max_per_document": None, "labels": None}).predictions
     added = client.add_documents([{"doc_id": "kept-forms", "title": None, "paragraphs": ("One.", "Two."),
                                    "labels": [("tenant", "forms")]}])
     assert added.documents_added == 1 and client.get_document("kept-forms").document.labels == {"tenant": "forms"}
     client.delete_documents(["kept-forms"])
+    # a document's vectors as one numpy array (the usual container), refused here only for the store's dimension
+    with pytest.raises(InvalidArgument) as err:
+        client.add_documents([{"doc_id": "np", "paragraphs": ["a", "b"], "vectors": np.ones((2, 7), np.float32)}])
+    assert (err.value.reason, err.value.field) == ("DIMENSION_MISMATCH", "documents[0].vectors[0]")
+
+
+def test_an_exception_of_the_items_iterable_is_raised_after_the_answers_before_it(server, client):
+    """grpc lost it: the sync client raised "UNKNOWN: Exception iterating requests!" with none of the answers, the
+    async one a CancelledError, which `except Exception` does not catch."""
+    def gen():
+        for i in range(3):
+            yield [1, 2], [3, 4, 5 + i]
+        raise RuntimeError("my generator broke")
+
+    answered = []
+    with pytest.raises(RuntimeError, match="my generator broke"):
+        for r in client.rerank_many(gen(), return_errors=True):
+            answered.append(r)
+    assert len(answered) == 3 and all(isinstance(r, RerankResult) for r in answered)
+
+    async def go():
+        got = []
+        async with AsyncClient(server.address, timeout=60) as c:
+            try:
+                async for r in c.rerank_many(gen()):
+                    got.append(r)
+            except RuntimeError as e:
+                return got, e
+        return got, None
+    got, error = asyncio.run(go())
+    assert len(got) == 3 and str(error) == "my generator broke"
 
 
 def test_a_request_that_is_not_a_message_is_answered_and_the_stream_goes_on(server):
