@@ -242,7 +242,8 @@ class NextParagraphServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Rerank(self, request, context):
-        """Score caller-given candidates for a context.
+        """Score caller-given candidates for a context. Scores rank one list: a model may read each candidate
+        against the others (ModelInfo's general model does), so compare scores within one answer only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
