@@ -169,7 +169,13 @@ async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event 
                     log.info("reloaded: model %s, index generation %d", *(await runtime.reload()))
                 except NextparaError as e:  # as a refused Reload call: what served goes on serving
                     log.error("reload (SIGHUP) refused, still serving what was loaded before: %s", e)
-            await runtime.snapshot_if_changed()
+            # a snapshot waits for a write under way (the write lock): raced against the stop, so that SIGTERM turns
+            # health NOT_SERVING at once rather than when the write is through (close() snapshots after it)
+            snapshot, stopping = asyncio.ensure_future(runtime.snapshot_if_changed()), asyncio.ensure_future(stop.wait())
+            await asyncio.wait([snapshot, stopping], return_when=asyncio.FIRST_COMPLETED)
+            for task in (snapshot, stopping):
+                task.cancel()
+            await asyncio.gather(snapshot, return_exceptions=True)  # a cancelled snapshot waits for its thread, if any
     finally:
         log.info("shutting down: NOT_SERVING, %.0fs for in-flight calls", settings.grace_seconds)
         await set_health(health_servicer, False)

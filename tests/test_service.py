@@ -21,6 +21,7 @@ from nextpara.client import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ServiceError,
     Unauthenticated,
 )
 from nextpara.v1 import nextpara_pb2 as pb
@@ -321,6 +322,41 @@ def test_health_through_startup_reload_and_shutdown(server_store, tmp_path):
                 release.set()
                 assert next(stream).request_id == "b"  # the in-flight call finished during the grace period
                 stopper.join()
+    finally:
+        if s.thread.is_alive():
+            s.stop()
+
+
+def test_a_stop_during_a_long_write_turns_health_not_serving_at_once(server_store, tmp_path):
+    """The serving loop's snapshot waited for the write under way (the write lock) before it looked at the stop: SIGTERM
+    during a 25-second AddDocuments left the server SERVING, taking new calls, until the write was through."""
+    store = private_copy(server_store, tmp_path)
+    s = LiveServer(store, snapshot_seconds=0.1).start()
+    try:
+        docs = [{"doc_id": f"long-{i}", "paragraphs": [f"Paragraph {j} of long document {i}, about item {i * 1000 + j}."
+                                                        for j in range(150)]} for i in range(8)]  # seconds of embedding
+        with Client(s.address, timeout=120) as c:
+            def add():  # cut short by the shutdown (CANCELLED, UNAVAILABLE) or through: the writer's business here
+                try:
+                    c.add_documents(docs)
+                except ServiceError:
+                    pass
+            writing = threading.Thread(target=add)
+            writing.start()
+            while not s.metric('nextpara_writes_running{kind="write"}'):  # the write holds the lock ...
+                assert writing.is_alive(), "the write ended before the stop could be tested"
+                time.sleep(0.02)
+            time.sleep(0.3)  # ... and the loop's snapshot waits for it
+            with grpc.insecure_channel(s.address) as channel:
+                watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=120)
+                assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+                stopper = threading.Thread(target=s.stop)
+                stopped_at = time.monotonic()
+                stopper.start()
+                assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+                assert time.monotonic() - stopped_at < 1.5 and writing.is_alive()
+                stopper.join()
+            writing.join(60)
     finally:
         if s.thread.is_alive():
             s.stop()
