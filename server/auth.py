@@ -3,7 +3,8 @@
 ``authorization: Bearer <token>`` metadata. Read tokens may call PredictNext, Rerank,
 RerankStream, GetParagraphs, ListDocuments, GetDocument and GetInfo; write tokens may call everything. Tokens are compared
 in constant time (hmac.compare_digest) and never logged. Health checks and reflection are open,
-so load balancers and tools need no token.
+so load balancers and tools need no token. A refused call is counted in the metrics (``requests``) by its method and
+code, as the servicer counts the calls it answers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hmac
 import grpc
 from nextpara.errors import AuthError, Reason
 
-from .status import abort
+from .status import abort, code_for
 
 SERVICE = "/nextpara.v1.NextParagraphService/"
 WRITE_METHODS = {"AddDocuments", "DeleteDocuments", "Reload", "Backup"}
@@ -27,11 +28,13 @@ def _matches(token: str, allowed: list[str]) -> bool:
     return found
 
 
-def _deny(handler: grpc.RpcMethodHandler, error: AuthError) -> grpc.RpcMethodHandler:
+def _deny(handler: grpc.RpcMethodHandler, error: AuthError, count) -> grpc.RpcMethodHandler:
     async def abort_unary(request_or_iterator, context):
+        count()
         await abort(context, error)
 
     async def abort_stream(request_or_iterator, context):
+        count()
         await abort(context, error)
         yield  # pragma: no cover - makes this an async generator
 
@@ -46,9 +49,17 @@ def _deny(handler: grpc.RpcMethodHandler, error: AuthError) -> grpc.RpcMethodHan
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, read_tokens: list[str], write_tokens: list[str]):
+    def __init__(self, read_tokens: list[str], write_tokens: list[str], metrics=None):
         self.read_tokens = read_tokens + write_tokens  # write implies read
         self.write_tokens = write_tokens
+        self.metrics = metrics  # server/metrics.py's Metrics, or None
+
+    def _deny(self, handler: grpc.RpcMethodHandler, method: str, error: AuthError) -> grpc.RpcMethodHandler:
+        def count():
+            if self.metrics is not None:
+                self.metrics.requests.labels(method[len(SERVICE):] if method.startswith(SERVICE) else method,
+                                             code_for(error).name).inc()
+        return _deny(handler, error, count)
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
@@ -58,13 +69,13 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         header = dict(details.invocation_metadata or ()).get("authorization", "")
         token = header[7:] if header.startswith("Bearer ") else ""
         if not token:
-            return _deny(handler, AuthError("no bearer token: send the metadata 'authorization: Bearer TOKEN'",
+            return self._deny(handler, method, AuthError("no bearer token: send the metadata 'authorization: Bearer TOKEN'",
                                             reason=Reason.TOKEN_MISSING))
         if not _matches(token, self.read_tokens):
-            return _deny(handler, AuthError("invalid bearer token: it is none of this server's tokens",
+            return self._deny(handler, method, AuthError("invalid bearer token: it is none of this server's tokens",
                                             reason=Reason.TOKEN_INVALID))
         name = method[len(SERVICE):]
         if method.startswith(SERVICE) and name in WRITE_METHODS and not _matches(token, self.write_tokens):
-            return _deny(handler, AuthError(f"this token may read but not call {name}: it needs a write token",
+            return self._deny(handler, method, AuthError(f"this token may read but not call {name}: it needs a write token",
                                             reason=Reason.WRITE_ROLE_REQUIRED, metadata={"method": name}))
         return handler

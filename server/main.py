@@ -54,7 +54,7 @@ def channel_options(settings: ServerSettings) -> list[tuple[str, int]]:
 def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     interceptors = []
     if settings.auth_enabled:
-        interceptors.append(TokenAuthInterceptor(settings.tokens("read"), settings.tokens("write")))
+        interceptors.append(TokenAuthInterceptor(settings.tokens("read"), settings.tokens("write"), runtime.metrics))
     server = grpc.aio.server(interceptors=interceptors, options=channel_options(settings))
     add_servicer(NextParagraphServicer(runtime), server, settings.max_message_bytes)
     health_servicer = health.aio.HealthServicer()

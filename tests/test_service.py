@@ -282,6 +282,10 @@ def test_auth_roles(server_store, tmp_path, caplog):
         with Client(s.address, token="writer-token") as writer:
             assert writer.add_documents([{"doc_id": "auth-doc", "paragraphs": ["Written with a write token."]}]).documents_added == 1
             assert writer.delete_documents(["auth-doc"]).documents_deleted == 1
+        # refused calls are counted as answered ones are (the interceptor refused them before the servicer counted)
+        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="GetInfo"}') == 1
+        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="PredictNext"}') == 1
+        assert s.metric('nextpara_requests_total{code="PERMISSION_DENIED",method="DeleteDocuments"}') == 1
     finally:
         s.stop()
     logged = "\n".join(r.getMessage() for r in caplog.records)
