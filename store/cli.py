@@ -33,9 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embedder-url", default=None,
                    help="base URL of an OpenAI-compatible API for openai:MODEL (default: $NEXTPARA_EMBEDDINGS_URL or OpenAI)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
-    p.add_argument("--index", default="auto",
+    p.add_argument("--index", default=None,
                    help="auto (default: exact below 50,000 paragraphs, HNSW from there), flat, hnsw, ivf or a FAISS "
-                        "factory string; used when the store is created")
+                        "factory string; used when the store is created (an existing store keeps its own: a warning "
+                        "says so)")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed documents and report how many")
     p.add_argument("--batch-paragraphs", type=int, default=1024, help="paragraphs per embedded, committed batch")
     p.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")

@@ -100,7 +100,7 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document]) -> list[np.ndarray
     return out
 
 
-def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, embedder: str = "minilm", index: str = "auto",
+def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, embedder: str = "minilm", index: str | None = None,
           skip_bad: bool = False, batch_paragraphs: int = 1024, use_cache: bool = True, quiet: bool = False,
           embedder_options: dict | None = None) -> BuildReport:
     """Read ``corpus``, embed what changed, upsert it into the store, snapshot. Returns a report."""

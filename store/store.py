@@ -48,10 +48,11 @@ log = logging.getLogger(__name__)
 
 
 def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool = False, embedder_name: str | None = None,
-               dim: int | None = None, embedder_spec: str | None = None, index: str = "auto") -> "ParagraphStore":
+               dim: int | None = None, embedder_spec: str | None = None, index: str | None = None) -> "ParagraphStore":
     """Open the store in ``data_dir`` (None: the default location); create it when ``embedder_name`` and ``dim``
-    are given. A store built by another embedder, dimension or a newer format is refused with a
-    StoreMismatchError naming the expected and the actual, before anything is touched."""
+    are given, with the index ``index`` asks for (None: "auto"); an existing store keeps the index it was created
+    with, and an ``index`` that differs is said in a warning. A store built by another embedder, dimension or a newer
+    format is refused with a StoreMismatchError naming the expected and the actual, before anything is touched."""
     data_dir = DataDir(DataDir.resolve(data_dir))  # a fresh view: its manifest is read once, by this open
     creating = not readonly and embedder_name is not None and dim is not None
     if not data_dir.has_store and not creating:
@@ -68,8 +69,8 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
         if not exists:
             if not creating:
                 raise data_dir.no_store_error()
-            check_index(index, dim)  # before creating anything
-            data_dir.create_schema(db, embedder_name, embedder_spec or embedder_name, dim, index)
+            check_index(index or "auto", dim)  # before creating anything
+            data_dir.create_schema(db, embedder_name, embedder_spec or embedder_name, dim, index or "auto")
             meta = data_dir.read_meta(db)
         elif embedder_name is not None and embedder_name != meta["embedder"]:
             raise StoreMismatchError(
@@ -77,6 +78,9 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
                 + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
         elif dim is not None and dim != int(meta["dim"]):
             raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
+        if exists and index is not None and index != meta["index"]:
+            log.warning("%s keeps the index it was created with (%s): --index %s applies to a new store only (build into "
+                        "another --data-dir to change it)", data_dir, meta["index"], index)
         if not readonly and not has_generation_column(db):
             add_generation_column(db)
         if not readonly and not has_labels(db):

@@ -1,6 +1,7 @@
 """The store: round trips, search against brute force for every index type, upsert/delete, refusals."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -162,7 +163,7 @@ def test_exclusion_and_identical_texts(tmp_path):
         assert list(ids[0, -2:]) == [-1, -1] and 1 not in ids[0] and 2 not in ids[0]
 
 
-def test_refusals_name_expected_and_actual(tmp_path):
+def test_refusals_name_expected_and_actual(tmp_path, caplog):
     docs, vecs = make_docs(2, 2)
     with new_store(tmp_path) as store:
         store.add_documents(docs, vecs)
@@ -178,6 +179,10 @@ def test_refusals_name_expected_and_actual(tmp_path):
         open_store(tmp_path / "bad-index", embedder_name="e", dim=DIM, index="NoSuchIndex")
     with new_store(tmp_path / "bad-index") as store:  # the refused one created no store: another index may be built
         assert store.info()["index"]["requested"] == "flat"
+    with caplog.at_level(logging.WARNING):  # an existing store keeps its index: said, not silently ignored
+        with new_store(tmp_path / "bad-index", index="hnsw") as store:
+            assert store.info()["index"]["requested"] == "flat"
+    assert "keeps the index it was created with (flat): --index hnsw applies to a new store only" in caplog.text
 
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     manifest["format_version"] = 99
