@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 MiB = 1024 * 1024
 
@@ -104,6 +105,7 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
     """The settings from the flags, then the environment, then the defaults; a value out of range is an
     InvalidInputError (exit status 2) naming the flag, or the variable it came from."""
     from nextpara.errors import InvalidInputError
+    from nextpara.store.data_dir import DataDir
 
     values, source = {}, {}  # a field's value, and where it came from: its flag or its environment variable
     for f in fields(ServerSettings):
@@ -133,8 +135,14 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
                                 f"got {settings.address!r}")
     if settings.metrics_address and split_host_port(settings.metrics_address) is None:
         raise InvalidInputError(f"{source['metrics_address']} {ADDRESS_FORMS}, got {settings.metrics_address!r}")
-    if settings.backup_dir and os.path.isfile(os.path.expanduser(settings.backup_dir)):
-        raise InvalidInputError(f"{source['backup_dir']}: {settings.backup_dir!r} is a file, not a directory")
+    if settings.backup_dir:
+        backups = Path(settings.backup_dir).expanduser().resolve()
+        if backups.is_file():
+            raise InvalidInputError(f"{source['backup_dir']}: {settings.backup_dir!r} is a file, not a directory")
+        store = DataDir.resolve(settings.data_dir).path.resolve()
+        if backups == store or store in backups.parents:  # every Backup would be refused as inside what it copies
+            raise InvalidInputError(f"{source['backup_dir']}: {settings.backup_dir!r} is inside the store it would back "
+                                    f"up ({store}): give a directory outside it")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise InvalidInputError("--tls-cert and --tls-key go together (or NEXTPARA_TLS_CERT and NEXTPARA_TLS_KEY)")
     return settings

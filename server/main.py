@@ -135,8 +135,9 @@ async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event 
     await set_health(health_servicer, False)
     runtime.on_reload = lambda: set_health(health_servicer, runtime.serving)
     await server.start()
-    host = settings.address.rpartition(":")[0]
-    log.info("listening on %s:%d (NOT_SERVING while loading)", host, port)
+    where = (settings.address if settings.address.startswith(("unix:", "unix-abstract:"))  # (grpc's port: 1)
+             else f"{settings.address.rpartition(':')[0]}:{port}")
+    log.info("listening on %s (NOT_SERVING while loading)", where)
     runtime.coalescer.start()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -151,8 +152,8 @@ async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event 
         await runtime.run(runtime.load)
         await set_health(health_servicer, runtime.serving)
         model_version, index_version = runtime.versions()
-        log.info("%s on %s:%d: model %s, index generation %d, %d paragraphs",
-                 "SERVING" if runtime.serving else "NOT_SERVING (no model)", host, port, model_version or "none",
+        log.info("%s on %s: model %s, index generation %d, %d paragraphs",
+                 "SERVING" if runtime.serving else "NOT_SERVING (no model)", where, model_version or "none",
                  index_version, runtime.store.count_paragraphs())
         if ready is not None:
             ready.port = port  # type: ignore[attr-defined]

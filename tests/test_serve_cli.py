@@ -209,6 +209,9 @@ def test_listen_addresses_and_settings_read_from_the_environment(tmp_path, monke
     (tmp_path / "file").write_text("")
     r = run_cli("serve", "--metrics-address", "", "--backup-dir", str(tmp_path / "file"), timeout=60)
     assert r.returncode == 2 and "--backup-dir: " in r.stderr and "is a file, not a directory" in r.stderr, r.stderr
+    r = run_cli("serve", "--metrics-address", "", "--data-dir", str(tmp_path / "s"), "--backup-dir",
+                str(tmp_path / "s" / "backups"), timeout=60)  # every Backup was refused as inside the store
+    assert r.returncode == 2 and f"is inside the store it would back up ({tmp_path / 's'})" in r.stderr, r.stderr
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert from_args(parser.parse_args(["--address", "unix:/tmp/nextpara.sock"])).address == "unix:/tmp/nextpara.sock"
