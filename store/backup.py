@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -63,7 +64,10 @@ class BackupReport:
 
 
 def check_destination(data_dir: DataDir, dest: Path) -> Path:
-    """``dest`` resolved, refused (INVALID_DESTINATION) if it exists or lies inside the store it would copy."""
+    """``dest`` resolved, refused (INVALID_DESTINATION) if it is empty, exists or lies inside the store it would copy."""
+    if not str(dest).strip():  # Path("") is the current directory
+        raise InvalidInputError("backup destination is empty: name a new directory", reason=Reason.INVALID_DESTINATION,
+                                metadata={"destination": str(dest)})
     dest = Path(dest).expanduser().resolve()
     if dest.exists() or dest.is_symlink():
         raise InvalidInputError(f"backup destination {dest} exists: name a new directory", reason=Reason.INVALID_DESTINATION,
@@ -82,9 +86,16 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
     data_dir = DataDir(DataDir.resolve(data_dir))  # its own view: the manifest is read by this backup
     if not data_dir.has_store:
         raise data_dir.no_store_error()
-    dest = check_destination(data_dir, Path(dest))
-    _make_parents(dest.parent)
-    work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))
+    dest = check_destination(data_dir, dest if isinstance(dest, str) else Path(dest))
+    try:
+        _make_parents(dest.parent)
+        work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))
+        os.chmod(work, stat.S_IMODE(data_dir.path.stat().st_mode))  # the store's mode, not mkdtemp's 0700: a backup
+    except OSError as e:  # restored in the store's place is readable by whom the store was
+        if disk_full(e, dest.parent):
+            raise StorageFullError(f"no space left to create the backup {dest} ({e}); the store is unchanged") from e
+        raise InvalidInputError(f"cannot create the backup destination {dest}: {e.strerror or e}",
+                                reason=Reason.INVALID_DESTINATION, metadata={"destination": str(dest)}) from e
     opened: dict[str, object] = {}
     try:
         manifest, opened = _open_files(data_dir)

@@ -7,6 +7,7 @@ import json
 import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -127,6 +128,15 @@ def test_backup_refusals_and_a_copy_that_serves(tmp_path):
     finally:
         replica.stop()
         writer.stop()
+    assert Path(first.path).stat().st_mode == data.stat().st_mode  # the store's mode, not a private 0700
+    from nextpara.errors import InvalidInputError
+    from nextpara.store.backup import backup
+
+    (tmp_path / "a-file").write_text("")
+    for dest, said in (("", "backup destination is empty"),  # it was the current directory, which exists
+                       (str(tmp_path / "a-file" / "copy"), "cannot create the backup destination")):  # a traceback-ish
+        with pytest.raises(InvalidInputError, match=said):  # message naming a work directory before
+            backup(data, dest)
     with open_store(first.path, readonly=True) as copy:
         assert (copy.count_documents(), copy.index_generation) == (21, first.index_version)
         assert copy.missing_documents(["late", "seed-00000"]) == []
