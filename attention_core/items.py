@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence, Union
 
 import numpy as np
-from nextpara.errors import InvalidInputError, NextparaError, NotFoundError, Reason, not_utf8
+from nextpara.errors import IndexBehindError, InvalidInputError, NextparaError, NotFoundError, Reason, not_utf8
 from nextpara.store.store import ParagraphStore
 from nextpara.store.unit_vectors import is_vector, unit_rows
 
@@ -174,6 +174,14 @@ class ItemResolver:
             p.vectors = vectors(raw, p.vector_at)
         return p
 
+    def _written_since_load(self, ids: list[int]) -> int | None:
+        """On a read-only replica whose writer has written since it loaded: the first of ``ids`` that SQLite holds and
+        its vectors do not (a paragraph GetParagraphs would return: INDEX_BEHIND for it, not unknown); else None."""
+        if not self.store.behind_writer():
+            return None
+        held = self.store.sqlite_ids([i for i in ids if -2**63 <= i < 2**63])
+        return next((i for i in ids if i in set(held.tolist())), None)
+
     def _same_vectors(self, parsed: list["_Parsed"]) -> dict[int, list[int]]:
         """id(list) -> the stored paragraphs whose vectors are one of its raw vectors (cosine >= SAME_VECTOR), for the
         lists that have raw vectors: one search of all of them."""
@@ -251,6 +259,13 @@ class ItemResolver:
             if len(lost) or p.unknown:
                 i, bad = zip(*sorted([*zip(p.id_at[lost].tolist(), p.id_values[lost].tolist()), *p.unknown]))
                 i, bad = i[0], list(bad)
+                if (newer := self._written_since_load(bad)) is not None:
+                    out.append(IndexBehindError(
+                        f"{where}[{i + p.dropped}]: paragraph id {newer} was written after this replica loaded its index "
+                        f"(generation {self.store.index_generation}): ask with wait_for_index to have it catch up, or "
+                        "read from the writer", field=f"{where}[{i + p.dropped}].paragraph_id",
+                        metadata={"indexVersion": self.store.index_generation, "readOnly": "true"}))
+                    continue
                 out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {bad[0]}"
                                          + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else ""),
                                          field=f"{where}[{i + p.dropped}].paragraph_id",

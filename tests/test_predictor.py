@@ -319,3 +319,29 @@ def test_a_replica_reranks_a_paragraph_its_writer_deleted_as_unknown(trained_sto
         with pytest.raises(NotFoundError, match=rf"candidates\[0\]: unknown paragraph id {gone[1]}"):
             replica.rerank(kept[:4], [gone[1], kept[5]])
         assert sorted(replica.rerank(kept[:4], kept[5:9]).order) == [0, 1, 2, 3]
+
+
+def test_a_replica_asked_for_a_paragraph_written_since_it_loaded_says_it_is_behind(trained_store, tmp_path):
+    """GetParagraphs on a replica reads SQLite and returned a paragraph its writer had just added, while PredictNext by
+    that id said it was unknown (NOT_FOUND): it is INDEX_BEHIND, as min_index_version would say."""
+    import shutil
+
+    from nextpara.errors import IndexBehindError
+    from nextpara.store.corpus import Document
+
+    shutil.copytree(trained_store, tmp_path / "store")
+    with Predictor.open(tmp_path / "store", readonly=True) as replica:
+        loaded = replica.store.index_generation
+        first = int(replica.store.paragraph_table()[0][0])
+        with open_store(tmp_path / "store") as writer:
+            writer.add_documents([Document(doc_id="late", title="", paragraphs=["Added after the replica loaded."])],
+                                 [writer.vectors([first])])
+            new = writer.get_document("late")[1][0].id
+        assert replica.store.index_generation == loaded and replica.store.find_paragraphs([new]) == {}
+        with pytest.raises(IndexBehindError, match=rf"context\[1\]: paragraph id {new} was written after this replica "
+                                                   rf"loaded its index \(generation {loaded}\)"):
+            replica.predict_next([first, new])
+        with pytest.raises(IndexBehindError, match=r"candidates\[0\]"):
+            replica.rerank([first], [new, first + 1])
+        with pytest.raises(NotFoundError, match="unknown paragraph id 999999999"):  # what no store holds is unknown
+            replica.predict_next([first, 999_999_999])
