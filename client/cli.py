@@ -163,6 +163,9 @@ def cmd_predict(args) -> int:
     return 0
 
 
+LOST_CALL = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")  # status codes of a call cut short, not refused
+
+
 def cmd_add(args) -> int:
     from .cli_input import read_jsonl, source_name
     from .errors import ServiceError
@@ -174,10 +177,14 @@ def cmd_add(args) -> int:
             r = c.add_documents(documents)
         except ServiceError as e:  # the service refused a document (a vector's dimension, say): where it is in the file
             at = getattr(e, "document_index", None)
-            if at is None or at >= len(lines):
-                raise
-            print(f"nextpara add: error: {source_name(args.corpus)}:{lines[at]}: {e}", file=sys.stderr)
-            return 1
+            if at is not None and at < len(lines):
+                print(f"nextpara add: error: {source_name(args.corpus)}:{lines[at]}: {e}", file=sys.stderr)
+                return 1
+            if e.code.name in LOST_CALL:  # the server went away (or the deadline passed) with the upload under way
+                print(f"nextpara add: error: {e}\n  documents sent before may have been committed: the same command "
+                      "again is safe (documents are upserted by doc_id)", file=sys.stderr)
+                return 1
+            raise
     if args.json:
         print_json(r)
         return 0
@@ -222,9 +229,18 @@ def _model_line(i) -> str:
 def cmd_status(args) -> int:
     from dataclasses import asdict
 
+    from .errors import Unauthenticated
+
     with client_from(args) as c:
         status = c.health()
-        i = c.info()
+        try:
+            i = c.info()
+        except Unauthenticated as e:  # health is open to all: say it before the refusal of the rest
+            if not args.json:
+                print(f"health        {status}")
+            print(f"nextpara status: error: {e} (the rest needs a read token: --token or NEXTPARA_TOKEN)",
+                  file=sys.stderr)
+            return 1
     code = 0 if status == "SERVING" else 1
     if args.json:
         print_json({"health": status, **asdict(i)})

@@ -264,6 +264,17 @@ def test_cli_add_reports_the_documents_committed_before_a_bad_line(server, clien
     assert client.delete_documents([f"cli-big-{i}" for i in range(3)], allow_missing=True).documents_deleted == 2
 
 
+def test_cli_add_cut_short_says_a_rerun_is_safe(tmp_path):
+    """A server that went away mid-upload left `add` saying only UNAVAILABLE: whether to send again was the user's guess."""
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "nowhere", "paragraphs": ["A paragraph."]}) + "\n")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = run_cli("add", str(corpus), "--address", f"127.0.0.1:{port}", "--timeout", "3", timeout=60)
+    assert r.returncode == 1 and "UNAVAILABLE" in r.stderr and "the same command again is safe" in r.stderr, r.stderr
+
+
 def test_a_document_the_service_refuses_is_named_by_its_line(server, client, tmp_path):
     """The service's refusal names a document by its message and its place there ("message 1, documents[1]"); add
     says the line of the file it came from, and the library the document's place in what it was given."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import REPO, LiveServer
+from conftest import REPO, LiveServer, run_cli
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from nextpara.client import (
     AsyncClient,
@@ -265,6 +265,8 @@ def test_auth_roles(server_store, tmp_path, caplog):
                 anonymous.info()
             assert err.value.reason == "TOKEN_MISSING"
             assert anonymous.health() == "SERVING"  # health stays open for load balancers
+        r = run_cli("status", "--address", s.address, timeout=60)  # ... and `status` says it before the refusal
+        assert r.returncode == 1 and r.stdout.startswith("health        SERVING") and "no bearer token" in r.stderr, r
         with Client(s.address, token="wrong-token-7f3a") as wrong:
             with pytest.raises(Unauthenticated) as err:
                 wrong.predict_next([1])
@@ -283,7 +285,7 @@ def test_auth_roles(server_store, tmp_path, caplog):
             assert writer.add_documents([{"doc_id": "auth-doc", "paragraphs": ["Written with a write token."]}]).documents_added == 1
             assert writer.delete_documents(["auth-doc"]).documents_deleted == 1
         # refused calls are counted as answered ones are (the interceptor refused them before the servicer counted)
-        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="GetInfo"}') == 1
+        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="GetInfo"}') == 2  # info(), status
         assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="PredictNext"}') == 1
         assert s.metric('nextpara_requests_total{code="PERMISSION_DENIED",method="DeleteDocuments"}') == 1
     finally:

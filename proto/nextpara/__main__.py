@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         raise
     except KeyboardInterrupt:
-        print(f"nextpara {args.command}: interrupted", file=sys.stderr)
+        print(f"nextpara {args.command}: interrupted{AFTER_INTERRUPT.get(args.command, '')}", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         # grpc's own threads may still be inside the interrupted call (an AddDocuments stream waiting on stdin): a
@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"nextpara {args.command}: error: {from_rpc_error(e)}", file=sys.stderr)
         return 1
+
+
+AFTER_INTERRUPT = {  # what an interrupted command leaves, where a user would ask
+    "build": "; every batch it reported written is kept, and the same command continues (stored documents are skipped)",
+    "add": "; documents sent before may have been committed: the same command again is safe (upserted by doc_id)",
+}
 
 
 def is_service_error(e: BaseException) -> bool:
