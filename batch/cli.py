@@ -47,6 +47,12 @@ def make_engine(args):
     for flag in ("chunk_rows", "in_flight"):  # --top-k is checked with the rows' own rule
         if getattr(args, flag) < 1:
             raise InvalidInputError(f"--{flag.replace('_', '-')} must be at least 1")
+    if not args.ray and (args.ray_actors is not None or args.ray_cpus != 1):
+        raise InvalidInputError("--ray-actors and --ray-cpus size a Ray job: add --ray (or --ray ADDRESS)")
+    if args.ray_actors is not None and args.ray_actors < 1:
+        raise InvalidInputError(f"--ray-actors must be at least 1, got {args.ray_actors}")
+    if not args.ray_cpus > 0:
+        raise InvalidInputError(f"--ray-cpus must be above 0, got {args.ray_cpus}")
     if args.address:
         from nextpara.client.cli import client_from
 
