@@ -55,6 +55,9 @@ def fits(meta: dict, store: ParagraphStore | StoreFacts) -> str:
 def read_checkpoint_meta(path: str | os.PathLike) -> dict:
     """A checkpoint's nextpara metadata (its safetensors header; no tensor is read). FailedPreconditionError for a
     file that is not a nextpara safetensors checkpoint."""
+    if os.path.isdir(path):  # safetensors says only "No such device (os error 19)"
+        raise FailedPreconditionError(f"{path} is a directory: give the checkpoint file in it (model.safetensors of a "
+                                      "data dir, say)", reason=Reason.MODEL_UNREADABLE)
     try:
         with safe_open(str(path), framework="numpy") as f:
             raw = (f.metadata() or {}).get(META_KEY)

@@ -58,6 +58,8 @@ def test_the_general_checkpoint_is_checked_before_use(tmp_path):
     torch.save(model.state_dict(), pickled)  # what a tampered file could be: a pickle runs code when loaded
     with pytest.raises(FailedPreconditionError, match="pickled checkpoints are refused"):
         load_general(pickled)
+    with pytest.raises(FailedPreconditionError, match="is a directory: give the checkpoint file in it"):
+        load_general(tmp_path)  # safetensors said "No such device (os error 19)"
 
 
 @pytest.fixture(scope="module")
