@@ -206,23 +206,24 @@ class Runtime:
         refusals are answered on the event loop, which must not wait for SQLite, shared with the workers)."""
         return {"indexVersion": self._generation} if self._generation >= 0 else {}
 
-    async def snapshot_if_changed(self) -> None:
+    async def snapshot_if_changed(self, closing: bool = False) -> None:
         if self.settings.read_only or self.store is None:
             return
-        await self.run_locked(self._snapshot_if_changed)
+        await self.run_locked(self._snapshot_if_changed, closing)
 
-    def _snapshot_if_changed(self) -> None:
+    def _snapshot_if_changed(self, closing: bool = False) -> None:
         if self.store.generation != self._snapshot_generation:
             try:
                 self.store.snapshot()
             except (StorageFullError, OSError) as e:  # not fatal: SQLite holds every write, loading replays
-                log.error("index snapshot not written, serving on: %s", e)  # them, and the next round retries
+                then = "the next start replays the writes since the last one" if closing else "serving on"
+                log.error("index snapshot not written, %s: %s", then, e)  # them, and the next round retries
                 return
             self._snapshot_generation = self.store.generation
 
     async def close(self) -> None:
         await self.coalescer.stop()
-        await self.snapshot_if_changed()
+        await self.snapshot_if_changed(closing=True)
         self.executor.shutdown(wait=True)
         self.write_executor.shutdown(wait=True)
         if self._warm_up is not None:  # it reads the store: stopped (within a chunk) before the store closes
