@@ -157,13 +157,19 @@ class Predictor:
         allowed = self.store.resolve_filter(f, exclude_doc_ids)
         denied = set(allowed.deny.tolist()) if allowed.allow is None else set()  # else taken out of allow already
         index_version = self.store.index_generation
-        scored = self.pipeline.retrieve([resolved[i].vectors for i in ok], [resolved[i].exclude | denied for i in ok],
-                                        [resolved[i].texts for i in ok], include_attention, self.observe,
-                                        keep=None if f.max_per_document else max(top_ks[i] for i in ok),
-                                        allow=allowed.allow, context_ids=[resolved[i].ids for i in ok],
-                                        depth=max(top_ks[i] for i in ok))
+        # each source searched at least top_k deep; contexts of one depth scored together, so that a context's list (and
+        # so its scores: a model may read a candidate against its list) never depends on another's top_k in the batch
+        depth = {i: max(self.pipeline.n_candidates, top_ks[i]) for i in ok}
+        scored = {}
+        for d in sorted(set(depth.values())):
+            group = [i for i in ok if depth[i] == d]
+            scored.update(zip(group, self.pipeline.retrieve(
+                [resolved[i].vectors for i in group], [resolved[i].exclude | denied for i in group],
+                [resolved[i].texts for i in group], include_attention, self.observe,
+                keep=None if f.max_per_document else max(top_ks[i] for i in group), allow=allowed.allow,
+                context_ids=[resolved[i].ids for i in group], depth=d)))
         out = list(resolved)
-        for i, s in zip(ok, scored):
+        for i, s in ((i, scored[i]) for i in ok):
             r, k = resolved[i], top_ks[i]
             shown = s.paragraphs
             kept = (f.select([p.doc_id for p in shown], s.scores[:len(shown)], k) if f.limits

@@ -71,6 +71,11 @@ def test_top_k_beyond_the_candidate_depth_is_filled(predictor):
     for context in (ids, [v.tolist() for v in store.vectors(ids)]):
         got = [p.paragraph_id for p in predictor.predict_next(context, top_k=deep).predictions]
         assert len(got) == len(set(got)) == deep and not set(got) & set(ids)
+    # a context's answer does not depend on another's top_k in its batch (the scores are read against the list)
+    other = [int(i) for i in store.paragraph_table()[0][40:43]]
+    alone = predictor.predict_next(other, top_k=5).predictions
+    batched = predictor.predict_next_batch([other, ids], [5, deep])[0].predictions
+    assert [(p.paragraph_id, p.score) for p in batched] == [(p.paragraph_id, p.score) for p in alone]
 
 
 def test_attention_weights_and_truncation(predictor):
