@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "scorer on FAISS-mined candidate lists; early stopping on validation MRR@10. Then "
                                    "the guard: on the validation split, the best of the new model, the model it would "
                                    "replace and plain cosine to the last paragraph (B1) serves; where B1 is at least "
-                                   "as good as both models, the store ranks by cosine from then on.")
+                                   "as good as the new model and above the one that serves, the store ranks by cosine "
+                                   "from then on.")
     add_data_dir(p)
     from .train_config import FINETUNE_HEAD, TrainConfig
 

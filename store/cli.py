@@ -14,7 +14,8 @@ import sys
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None,
-                        help="store directory (default: $NEXTPARA_DATA_DIR or ~/.local/share/nextpara)")
+                        help="store directory (default: $NEXTPARA_DATA_DIR, else $XDG_DATA_HOME/nextpara, "
+                             "~/.local/share/nextpara by default)")
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

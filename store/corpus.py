@@ -2,7 +2,7 @@
 
 Three sources, one shape (:class:`Document`):
 
-* JSON Lines, one document per line, the format of ``shared/corpora/peps.jsonl``:
+* JSON Lines, one document per line, the format of the project's PEPs corpus:
   ``{"doc_id": "...", "title": "...", "paragraphs": ["...", ...]}``; an optional
   ``"vectors": [[float, ...], ...]`` (one per paragraph) carries precomputed embeddings, an optional
   ``"labels": {"tenant": "acme", ...}`` the document's labels (labels.py).

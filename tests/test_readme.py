@@ -41,7 +41,7 @@ def test_readme_commands_run(peps_path, tmp_path):
     slice_path.write_text("".join(peps_slice(peps_path, {"train": 500, "validation": 60, "test": 60})))
     (tmp_path / "more.jsonl").write_text(json.dumps({"doc_id": "pep-9999", "paragraphs": ["A new proposal.", "Its end."],
                                                      "labels": {"tenant": "acme"}}) + "\n")
-    paths = {"../shared/corpora/peps.jsonl": str(slice_path), "/tmp/peps": str(tmp_path / "peps"),
+    paths = {"peps.jsonl": str(slice_path), "/tmp/peps": str(tmp_path / "peps"),
              "/tmp/peps-eval.json": str(tmp_path / "eval.json"), "/tmp/peps-plots": str(tmp_path / "plots"),
              "/tmp/more-docs.jsonl": str(tmp_path / "more.jsonl"), "/tmp/queries.jsonl": str(tmp_path / "queries.jsonl"),
              "/tmp/ranked.jsonl": str(tmp_path / "ranked.jsonl"), "/tmp/ranked-svc.jsonl": str(tmp_path / "ranked-svc.jsonl"),

@@ -4,7 +4,7 @@ bench/results/NAME.{md,json} and the plots in bench/results/NAME_plots/, NAME be
 
     python -m bench.quality.end_to_end --data-dir /tmp/peps-bench            # PEPs, all three steps
     python -m bench.quality.end_to_end --data-dir /tmp/peps-bench --reuse    # keep an existing store / model
-    python -m bench.quality.end_to_end --corpus ../shared/corpora/narrative.jsonl --data-dir /tmp/narrative
+    python -m bench.quality.end_to_end --corpus NOVELS.jsonl --data-dir /tmp/narrative
     python -m bench.quality.end_to_end --corpus builtin --data-dir /tmp/builtin
 
 The store is built with the embedding cache off, so the build time is real model time.

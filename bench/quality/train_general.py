@@ -4,7 +4,7 @@
         --store builtin=DIR [--leave-out NAME] [--per-corpus-queries N] [--scorer fast] [--option NAME[=false]] [--install [start]]
         [--eval [--eval-queries N]]
 
-Each ``--store`` is a built MiniLM store of one corpus (``nextpara build --corpus ../shared/corpora/peps.jsonl
+Each ``--store`` is a built MiniLM store of one corpus (``nextpara build --corpus PEPS.jsonl
 --data-dir DIR``; ``nextpara build --data-dir DIR`` for the built-in docs). Their paragraphs and vectors are
 copied, without embedding anything again, into one mixture store in ``--work`` (doc_ids keep the
 split rule of docs/evaluation.md: a document's split is the same in the mixture as in its own store).

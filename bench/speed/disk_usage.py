@@ -1,6 +1,6 @@
 """Disk per paragraph of a store as `nextpara build` writes it today, file by file.
 
-    python -m bench.speed.disk_usage --corpus ../shared/corpora/peps.jsonl [--index auto]
+    python -m bench.speed.disk_usage --corpus PEPS.jsonl [--index auto]
 
 Builds the corpus into a temporary data dir with the MiniLM embedder (the embedding cache makes a
 rebuild of a corpus embedded before take a minute or two), then counts every file of the store:

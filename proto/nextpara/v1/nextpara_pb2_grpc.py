@@ -39,9 +39,11 @@ class NextParagraphServiceStub:
     read says the one it was answered from. A read may ask for `min_index_version` (an index_version a write returned):
     a server whose index is older (a --read-only replica that has not loaded that write yet, or any server asked for a
     generation the store has not reached) refuses it with INDEX_BEHIND at once, so that the caller can go to another
-    server; with `wait_for_index` it waits instead, up to the call's deadline (at most 60 s without one): a replica then
-    catches up from the database as soon as the writer has committed that generation, and any server answers once its
-    index has it. It refuses with INDEX_BEHIND just before the deadline if the generation has not come by then.
+    server; with `wait_for_index` it waits instead, up to the call's deadline or 60 s, whichever comes first: a replica
+    then catches up from the database as soon as the writer has committed that generation, and any server answers once
+    its index has it. It refuses with INDEX_BEHIND just before then if the generation has not come by then. A replica
+    also answers INDEX_BEHIND to PredictNext and Rerank naming a paragraph id its writer wrote after it loaded (one
+    GetParagraphs, which reads the database, already returns).
 
     reason                    code                 when; metadata
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
@@ -75,8 +77,10 @@ class NextParagraphServiceStub:
     index yet
     READ_ONLY_REPLICA         FAILED_PRECONDITION  a write or a Backup sent to a --read-only replica: send it to the writer
     INDEX_BEHIND              FAILED_PRECONDITION  the server's index is older than the read's min_index_version (with
-    wait_for_index: it did not get there before the deadline); indexVersion
-    (the server's), minIndexVersion (asked), waitedSeconds, readOnly
+    wait_for_index: it did not get there in time); indexVersion
+    (the server's), minIndexVersion (asked), waitedSeconds, readOnly; or
+    a replica's index lacks a paragraph id the request names that its
+    writer has written since (field: that item); indexVersion, readOnly
     FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
     key variable is not set, or Backup on a server without --backup-dir
     QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
@@ -175,9 +179,11 @@ class NextParagraphServiceServicer:
     read says the one it was answered from. A read may ask for `min_index_version` (an index_version a write returned):
     a server whose index is older (a --read-only replica that has not loaded that write yet, or any server asked for a
     generation the store has not reached) refuses it with INDEX_BEHIND at once, so that the caller can go to another
-    server; with `wait_for_index` it waits instead, up to the call's deadline (at most 60 s without one): a replica then
-    catches up from the database as soon as the writer has committed that generation, and any server answers once its
-    index has it. It refuses with INDEX_BEHIND just before the deadline if the generation has not come by then.
+    server; with `wait_for_index` it waits instead, up to the call's deadline or 60 s, whichever comes first: a replica
+    then catches up from the database as soon as the writer has committed that generation, and any server answers once
+    its index has it. It refuses with INDEX_BEHIND just before then if the generation has not come by then. A replica
+    also answers INDEX_BEHIND to PredictNext and Rerank naming a paragraph id its writer wrote after it loaded (one
+    GetParagraphs, which reads the database, already returns).
 
     reason                    code                 when; metadata
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
@@ -211,8 +217,10 @@ class NextParagraphServiceServicer:
     index yet
     READ_ONLY_REPLICA         FAILED_PRECONDITION  a write or a Backup sent to a --read-only replica: send it to the writer
     INDEX_BEHIND              FAILED_PRECONDITION  the server's index is older than the read's min_index_version (with
-    wait_for_index: it did not get there before the deadline); indexVersion
-    (the server's), minIndexVersion (asked), waitedSeconds, readOnly
+    wait_for_index: it did not get there in time); indexVersion
+    (the server's), minIndexVersion (asked), waitedSeconds, readOnly; or
+    a replica's index lacks a paragraph id the request names that its
+    writer has written since (field: that item); indexVersion, readOnly
     FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
     key variable is not set, or Backup on a server without --backup-dir
     QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
@@ -406,9 +414,11 @@ class NextParagraphService:
     read says the one it was answered from. A read may ask for `min_index_version` (an index_version a write returned):
     a server whose index is older (a --read-only replica that has not loaded that write yet, or any server asked for a
     generation the store has not reached) refuses it with INDEX_BEHIND at once, so that the caller can go to another
-    server; with `wait_for_index` it waits instead, up to the call's deadline (at most 60 s without one): a replica then
-    catches up from the database as soon as the writer has committed that generation, and any server answers once its
-    index has it. It refuses with INDEX_BEHIND just before the deadline if the generation has not come by then.
+    server; with `wait_for_index` it waits instead, up to the call's deadline or 60 s, whichever comes first: a replica
+    then catches up from the database as soon as the writer has committed that generation, and any server answers once
+    its index has it. It refuses with INDEX_BEHIND just before then if the generation has not come by then. A replica
+    also answers INDEX_BEHIND to PredictNext and Rerank naming a paragraph id its writer wrote after it loaded (one
+    GetParagraphs, which reads the database, already returns).
 
     reason                    code                 when; metadata
     MALFORMED_REQUEST         INVALID_ARGUMENT     the bytes are not a valid request message
@@ -442,8 +452,10 @@ class NextParagraphService:
     index yet
     READ_ONLY_REPLICA         FAILED_PRECONDITION  a write or a Backup sent to a --read-only replica: send it to the writer
     INDEX_BEHIND              FAILED_PRECONDITION  the server's index is older than the read's min_index_version (with
-    wait_for_index: it did not get there before the deadline); indexVersion
-    (the server's), minIndexVersion (asked), waitedSeconds, readOnly
+    wait_for_index: it did not get there in time); indexVersion
+    (the server's), minIndexVersion (asked), waitedSeconds, readOnly; or
+    a replica's index lacks a paragraph id the request names that its
+    writer has written since (field: that item); indexVersion, readOnly
     FAILED_PRECONDITION       FAILED_PRECONDITION  another state that forbids the call, e.g. the remote embedder's API
     key variable is not set, or Backup on a server without --backup-dir
     QUEUE_FULL                RESOURCE_EXHAUSTED   the server's call queue is full (PredictNext, Rerank, RerankStream
