@@ -62,7 +62,20 @@ def validation_figures(store, seq, models: dict[str, NextParagraphModel], n_quer
     return out
 
 
+def basis(figures: dict[str, dict]) -> str:
+    """What a verdict's figures rest on, for its line: the queries, the context length, the intervals."""
+    n = figures["B1"].get("queries")
+    return f" (validation split{f', {n} queries' if n else ''}, L = {GUARD_CONTEXT}; 95% bootstrap intervals)"
+
+
 def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
+    """What serves after training (_decide), its line saying what the figures rest on."""
+    verdict = _decide(figures, replaced, force)
+    verdict.line += basis(figures)
+    return verdict
+
+
+def _decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
     """What serves after training, by validation MRR@10; a model serves only where it beats cosine, and a tie keeps
     what serves: the new model iff it is above both the replaced model (if any) and B1, or ``force``; else the
     replaced model iff it is at least B1's; else B1, plain cosine. ``replaced`` COSINE_NAME: plain cosine serves
@@ -99,6 +112,13 @@ def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
 
 
 def judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = False) -> Verdict:
+    """_judge_served, its line saying what the figures rest on."""
+    verdict = _judge_served(figures, name, cosine_serves)
+    verdict.line += basis(figures)
+    return verdict
+
+
+def _judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = False) -> Verdict:
     """No new model (build_guard.py, after ``nextpara build``): the general model (``figures["replaced"]``, called
     ``name``) against B1. The build runs this unasked, so plain cosine replaces the general model only where B1 is
     clearly above it, its MRR@10 interval clear of the model's (a difference inside the noise keeps the model, which

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import LiveServer, vector_store
+from conftest import LiveServer, run_cli, vector_store
 from nextpara.attention_core.general import load_general
 from nextpara.attention_core.model_config import RerankerConfig
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
@@ -80,6 +80,8 @@ def test_a_store_without_a_model_is_served_by_the_general_model(untrained_store)
     assert outcome.meta is None and not outcome.served
     assert "nothing trained" in outcome.line and "validation" in outcome.line and "general model" in outcome.line
     assert not (store / CHECKPOINT).exists()
+    r = run_cli("train", "--data-dir", str(store), "--json", timeout=300)  # exit 0 let a script take it for success
+    assert r.returncode == 2 and json.loads(r.stdout)["trained"] is False, r.stderr
     from nextpara.client import Client
 
     server = LiveServer(store).start()
@@ -211,7 +213,7 @@ def test_training_that_cannot_beat_cosine_serves_cosine(tmp_path):
 
 
 def figures(mrr: float) -> dict:
-    return {"mrr@10": mrr, "mrr@10_ci": [mrr - 0.02, mrr + 0.02]}
+    return {"mrr@10": mrr, "mrr@10_ci": [mrr - 0.02, mrr + 0.02], "queries": 96}
 
 
 @pytest.mark.parametrize("new, old, b1, force, serve, says", [
@@ -245,6 +247,7 @@ def test_the_guard_serves_the_best_of_the_new_model_the_one_it_replaces_and_cosi
     assert (verdict.serve_new, verdict.serve_cosine) == (serve == "new", serve == "cosine")
     for words in says:
         assert words in verdict.line, (words, verdict.line)
+    assert verdict.line.endswith("(validation split, 96 queries, L = 4; 95% bootstrap intervals)"), verdict.line
     if new > b1:
         assert "cosine" not in verdict.line.replace("B1 (cosine to the last paragraph)", "")
     if "(the intervals overlap" not in says:
