@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "factory string; used when the store is created (an existing store keeps its own: a warning "
                         "says so)")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed documents and report how many")
-    p.add_argument("--batch-paragraphs", type=int, default=1024, help="paragraphs per embedded, committed batch")
+    p.add_argument("--batch-paragraphs", type=int, default=1024, help="paragraphs per committed batch (default 1024; the progress bar moves as they are embedded)")
     p.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
     add_json(p)
     p.set_defaults(func=cmd_build)
@@ -69,8 +69,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def run_build(args: argparse.Namespace):
     """``nextpara build``'s work: the BuildReport; the documents it skipped as malformed are named on stderr."""
+    from nextpara.errors import InvalidInputError
+
     from .ingest import build
 
+    if args.batch_paragraphs < 1:
+        raise InvalidInputError(f"--batch-paragraphs must be at least 1, got {args.batch_paragraphs}")
     report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
                    batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
                    embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env}

@@ -76,8 +76,12 @@ def _embedder_for(spec: str, docs: Sequence[Document], use_cache: bool, **kwargs
     return CachedEmbedder(embedder) if use_cache else embedder
 
 
-def vectors_for(embedder: Embedder, docs: Sequence[Document]) -> list[np.ndarray]:
-    """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call.
+PROGRESS_CHUNK = 256  # paragraphs embedded per call when a build's bar follows the embedding
+
+
+def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> list[np.ndarray]:
+    """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call (with
+    ``progress``, in calls of PROGRESS_CHUNK paragraphs, ``progress(n)`` after each: a build's bar moves as it embeds).
 
     Documents are validated first, so bad input costs no model time.
     """
@@ -89,7 +93,15 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document]) -> list[np.ndarray
         raise InvalidInputError(f"{d.source or 'document'} ({d.doc_id!r}) has no vectors, and this store's embedder "
                                 f"{embedder.name!r} cannot embed text", reason=Reason.VECTORS_REQUIRED,
                                 field=f"{d.request_path}.vectors" if d.request_path else None)
-    flat = embedder.embed([p for d in todo for p in d.paragraphs]) if todo else None
+    texts = [p for d in todo for p in d.paragraphs]
+    if progress is None or not texts:
+        flat = embedder.embed(texts) if todo else None
+    else:
+        parts = []
+        for s in range(0, len(texts), PROGRESS_CHUNK):
+            parts.append(embedder.embed(texts[s:s + PROGRESS_CHUNK]))
+            progress(len(parts[-1]))
+        flat = np.concatenate(parts)
     out, start = [], 0
     for d in docs:
         if d.vectors is not None:
@@ -125,14 +137,14 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         with progress_bar(total=sum(len(d.paragraphs) for d in todo), desc="embed+store", unit="para", quiet=quiet) as bar:
             for batch in _batches(todo, batch_paragraphs):
                 t0 = time.perf_counter()
-                vectors = vectors_for(emb, batch)
+                vectors = vectors_for(emb, batch, bar.update)
                 report.embed_seconds += time.perf_counter() - t0
                 result = store.add_documents(batch, vectors)
                 report.documents_added += result.added
                 report.documents_replaced += result.replaced
                 report.documents_unchanged += result.unchanged
                 report.paragraphs_written += result.paragraphs
-                bar.update(sum(len(d.paragraphs) for d in batch))
+                bar.update(sum(len(d.paragraphs) for d in batch if d.vectors is not None))  # (embedded ones: as they were)
                 # progress for logs when no bar is drawn (a bar and log lines on one terminal garble each other)
                 log.log(logging.INFO if bar.disable else logging.DEBUG, "stored %d documents through %r (generation %d)",
                         len(batch), batch[-1].doc_id, result.generation)

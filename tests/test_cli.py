@@ -41,6 +41,8 @@ def test_build_info_search_text_corpus(tmp_path):
     report = json.loads(run_cli("build", "--corpus", str(corpus), "--data-dir", str(data), "--json").stdout)
     assert (report["documents_read"], report["documents_unchanged"], report["paragraphs_embedded"]) == (2, 2, 0)
     assert report["data_dir"] == str(data.resolve()) and report["skipped_reasons"] == []
+    r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data), "--batch-paragraphs", "0")  # was taken
+    assert r.returncode == 2 and "--batch-paragraphs must be at least 1, got 0" in r.stderr, r.stderr
     r = run_cli("search", "   ", "--data-dir", str(data))  # predict refuses an empty text; search answered it
     assert r.returncode == 2 and "the text to search for is empty" in r.stderr, r.stderr
     r = run_without_torch("info", "--data-dir", str(corpus / "cooking.md"))  # not "build one with --data-dir FILE"

@@ -163,3 +163,17 @@ def test_a_model_directory_declares_its_dimension(tmp_path):
     (saved / "config_sentence_transformers.json").write_text(json.dumps({**settings, "truncate_dim": 64}))
     assert declared_dim(saved) is None and model_dimension(SentenceTransformer(str(saved), device="cpu")) == 64
     assert declared_dim(tmp_path / "empty") is None
+
+
+def test_a_builds_progress_follows_the_embedding(minilm):
+    """The bar moved once per committed batch (1,024 paragraphs by default), sitting at 0% through half a small build."""
+    from nextpara.store.corpus import Document
+    from nextpara.store.ingest import PROGRESS_CHUNK, vectors_for
+
+    docs = [Document(doc_id=f"d{i}", title="", paragraphs=[f"Paragraph {j} of document {i} about topic {i * 7 + j}."
+                                                            for j in range(60)]) for i in range(10)]
+    steps = []
+    stepped = vectors_for(minilm, docs, steps.append)
+    assert steps == [PROGRESS_CHUNK, PROGRESS_CHUNK, 600 - 2 * PROGRESS_CHUNK]
+    whole = vectors_for(minilm, docs)  # one call: the same vectors, up to the batch's float rounding
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(stepped, whole))
