@@ -121,8 +121,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     try:
         cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
-    except ValueError as e:
-        raise InvalidInputError(f"training settings: {e}") from e
+    except ValueError as e:  # said with the flags' names, not the settings'
+        raise InvalidInputError(as_flags(str(e), [f.name for f in fields(TrainConfig)])) from e
     model_cfg = {**SCORERS[args.scorer], **{k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
                                                               "word_candidates": args.word_candidates}.items()
                                             if v is not None}}
@@ -131,7 +131,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.seam is not None:
         model_cfg.update(seam_feature=True, seam_candidates=args.seam)
     # no store, or settings no model can have: said before torch's imports (seconds), as training would say it
-    store_model_config(DataDir.resolve(args.data_dir).facts().dim, cfg.max_context, model_cfg)
+    try:
+        store_model_config(DataDir.resolve(args.data_dir).facts().dim, cfg.max_context, model_cfg)
+    except InvalidInputError as e:
+        e.args = (as_flags(str(e), [f.name for f in fields(TrainConfig)] + ["d_model", "word_candidates"]),)
+        raise
     from .train_flow import train
 
     outcome = train(args.data_dir, model_cfg, cfg, quiet=args.quiet, from_scratch=args.from_scratch, force=args.force)
@@ -155,6 +159,15 @@ def cmd_train(args: argparse.Namespace) -> int:
           "guard below measures again)")
     print(outcome.line)
     return 0
+
+
+def as_flags(message: str, names: list[str]) -> str:
+    """``message`` with each setting's name among ``names`` written as its flag (phase2_epochs: --phase2-epochs)."""
+    import re
+
+    for name in sorted(names, key=len, reverse=True):
+        message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
+    return message
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

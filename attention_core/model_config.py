@@ -6,7 +6,7 @@ name: served.py, ``nextpara info``) needs no torch.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 POOL_NEIGHBOURS = 3  # features of a candidate's nearest in its list, with ``pool_neighbours`` (NextParagraphModel.pool)
 # named scorer configurations (``nextpara train --scorer``): changes from RerankerConfig's defaults
@@ -63,7 +63,9 @@ class RerankerConfig:
             raise ValueError(f"word_candidates ({self.word_candidates}) and seam_candidates ({self.seam_candidates}) "
                              "must be 0 or more")
         if min(self.embed_dim, self.d_model, self.n_heads, self.max_context) < 1:
-            raise ValueError(f"embed_dim, d_model, n_heads and max_context must be positive: {asdict(self)}")
+            low = [f"{k} {v}" for k, v in (("embed_dim", self.embed_dim), ("d_model", self.d_model),
+                                            ("n_heads", self.n_heads), ("max_context", self.max_context)) if v < 1]
+            raise ValueError(f"{', '.join(low)}: must be at least 1")
 
     @property
     def n_features(self) -> int:

@@ -124,6 +124,8 @@ def predict_filter(args):
 
     from .types import Filter
 
+    if args.max_per_document < 0:
+        raise InvalidInputError(f"--max-per-document must be 0 (no limit) or more, got {args.max_per_document}")
     if not (args.label or args.only_doc or args.exclude_doc or args.min_score is not None or args.max_per_document):
         return None
     labels: dict[str, str] = {}

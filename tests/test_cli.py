@@ -88,16 +88,16 @@ def test_bad_training_settings_are_usage_errors(tmp_path):
     assert run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data),
                    "--embedder", "precomputed:rand8").returncode == 0
     r = run_cli("train", "--data-dir", str(data), "--near-window", "0")
-    assert r.returncode == 2 and "training settings: near_weight (0.0) must be 0 or more and near_window (0)" in r.stderr
+    assert r.returncode == 2 and "error: --near-weight (0.0) must be 0 or more and --near-window (0)" in r.stderr
     r = run_cli("train", "--data-dir", str(data), "--init-shrink", "1.5")
-    assert r.returncode == 2 and "training settings: init_shrink (1.5) must be between 0 and 1" in r.stderr, r.stderr
+    assert r.returncode == 2 and "error: --init-shrink (1.5) must be between 0 and 1" in r.stderr, r.stderr
     r = run_cli("train", "--data-dir", str(data), "--finetune-phase1-epochs", "-1")
-    assert r.returncode == 2 and "training settings: epochs must be 0 or more" in r.stderr, r.stderr
-    assert "finetune_phase1_epochs -1" in r.stderr, r.stderr
+    assert r.returncode == 2 and "error: epochs must be 0 or more" in r.stderr, r.stderr
+    assert "--finetune-phase1-epochs -1" in r.stderr, r.stderr
     r = run_cli("train", "--data-dir", str(data), "--finetune-head", "keep")
-    assert r.returncode == 2 and "training settings: finetune_head 'keep' must be one of auto, train" in r.stderr, r.stderr
+    assert r.returncode == 2 and "error: --finetune-head 'keep' must be one of auto, train" in r.stderr, r.stderr
     r = run_cli("train", "--data-dir", str(data), "--d-model", "30")
-    assert r.returncode == 2 and "model settings: d_model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
+    assert r.returncode == 2 and "model settings: --d-model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (data / "model.safetensors").exists()
 
 
@@ -139,14 +139,14 @@ def test_train_refuses_a_missing_store_and_impossible_settings_before_loading_to
     assert run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data),
                    "--embedder", "precomputed:rand8", "--no-guard").returncode == 0
     r = run_without_torch("train", "--data-dir", str(data), "--scorer", "fast", "--layers", "1", "--d-model", "30")
-    assert r.returncode == 2 and "model settings: d_model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
-    for flags, says in ((["--batch-size", "0"], "batch_size must be at least 1, got 0"),  # range() traceback
-                        (["--lr", "-1"], "lr must be above 0 and at most 10, got -1.0"),  # torch's, after the data loaded
-                        (["--lr", "nan"], "lr must be above 0 and at most 10, got nan"),
-                        (["--phase2-epochs", "0"], "phase2_epochs must be at least 1, got 0"),  # a KeyError after the guard
-                        (["--val-queries", "0"], "val_queries must be at least 1, got 0")):  # "too little data"
+    assert r.returncode == 2 and "model settings: --d-model (30) must be divisible by n_heads (4)" in r.stderr, r.stderr
+    for flags, says in ((["--batch-size", "0"], "--batch-size must be at least 1, got 0"),  # range() traceback
+                        (["--lr", "-1"], "--lr must be above 0 and at most 10, got -1.0"),  # torch's, after the data loaded
+                        (["--lr", "nan"], "--lr must be above 0 and at most 10, got nan"),
+                        (["--phase2-epochs", "0"], "--phase2-epochs must be at least 1, got 0"),  # a KeyError after the guard
+                        (["--val-queries", "0"], "--val-queries must be at least 1, got 0")):  # "too little data"
         r = run_without_torch("train", "--data-dir", str(data), *flags)
-        assert r.returncode == 2 and f"training settings: {says}" in r.stderr, (flags, r.stderr)
+        assert r.returncode == 2 and f"error: {says}" in r.stderr, (flags, r.stderr)
     assert not (data / "model.safetensors").exists()
 
 
@@ -275,6 +275,7 @@ def test_exit_status_service_error_1_usage_error_2(server, tmp_path):
                        (("predict", "--id", "seven"), "invalid int value"),
                        (("predict",), "no context"),  # nothing to ask
                        (("predict", "text", "-k", "0"), "-k must be at least 1, got 0"),  # was the service's (1)
+                       (("predict", "text", "--max-per-document", "-1"), "--max-per-document must be 0 (no limit) or"),
                        (("add", str(tmp_path / "absent.jsonl")), "cannot read"),  # a bad input file
                        (("status", "--timeout", "-1"), "not a positive number of seconds")]:
         r = cli(server, *args)
