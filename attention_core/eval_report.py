@@ -27,8 +27,15 @@ def markdown_table(result: dict) -> str:
         lines.append(f"| {LABELS.get(name, name)} | {_ci(m, 'recall@1')} | {_ci(m, 'recall@10')} | {_ci(m, 'mrr@10')} | "
                      f"{m['stage1_recall']:.3f} ({m['stage1_candidates']:.0f}) | "
                      f"{m['latency_ms_mean']:.1f} / {m['latency_ms_p95']:.1f} |")
+    lines += ["", "Brackets: 95% bootstrap intervals over the queries. Stage-1 recall: the share of queries whose target "
+              "is among the candidates the reranker scores (their mean number in parentheses). B1-B4 rank without a "
+              "trained model: B1 by cosine to the last context paragraph, B2 to the context's mean, B3 the paragraphs "
+              "after the last one's nearest neighbours, B4 a ridge regression from the last and mean vectors to the next."]
     lengths = next(iter(result["context_length"].values())).keys()
-    lines += ["", "Recall@1 (MRR@10) against context length L, same 8 preceding paragraphs excluded at every L:", "",
+    read = result.get("config", {}).get("context_length", "L")  # the main table's context length
+    lines += ["", "Recall@1 (MRR@10) against context length L, same 8 preceding paragraphs excluded at every L (so L = "
+              f"{read} "
+              f"here differs a little from the table above, which excludes the {read} read):", "",
               "| method | " + " | ".join(f"L={L}" for L in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
     for name, by_len in result["context_length"].items():
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(

@@ -102,6 +102,7 @@ def test_the_length_ablation_reports_each_step_paired(tmp_path):
     assert result["context_length"]["B1"]["8"]["change"]["recall@1_ci"] == [0.0, 0.0]  # B1 reads the last alone
     table = markdown_table(result)
     assert "| method | L=1 to 2 | L=2 to 4 | L=4 to 8 |" in table
+    assert "Brackets: 95% bootstrap intervals" in table and "B1 by cosine to the last context paragraph" in table
 
 
 def test_settings_the_protocol_cannot_run_with_are_refused_by_every_caller(duplicates_store):
