@@ -165,9 +165,8 @@ def as_flags(message: str, names: list[str]) -> str:
     """``message`` with each setting's name among ``names`` written as its flag (phase2_epochs: --phase2-epochs)."""
     import re
 
-    for name in sorted(names, key=len, reverse=True):
-        message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
-    return message
+    words = "|".join(sorted(map(re.escape, names), key=len, reverse=True))  # one pass: a flag is not rewritten again
+    return re.sub(rf"(?<![\w-])({words})(?![\w-])", lambda m: "--" + m[1].replace("_", "-"), message)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

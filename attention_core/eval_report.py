@@ -33,9 +33,10 @@ def markdown_table(result: dict) -> str:
               "after the last one's nearest neighbours, B4 a ridge regression from the last and mean vectors to the next."]
     lengths = next(iter(result["context_length"].values())).keys()
     read = result.get("config", {}).get("context_length", "L")  # the main table's context length
-    lines += ["", "Recall@1 (MRR@10) against context length L, same 8 preceding paragraphs excluded at every L (so L = "
-              f"{read} "
-              f"here differs a little from the table above, which excludes the {read} read):", "",
+    differs = (f" (so L = {read} here differs a little from the table above, which excludes the {read} read)"
+               if read != 8 else "")
+    lines += ["", f"Recall@1 (MRR@10) against context length L, same 8 preceding paragraphs excluded at every L{differs}:",
+              "",
               "| method | " + " | ".join(f"L={L}" for L in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
     for name, by_len in result["context_length"].items():
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(

@@ -179,8 +179,8 @@ class ItemResolver:
         its vectors do not (a paragraph GetParagraphs would return: INDEX_BEHIND for it, not unknown); else None."""
         if not self.store.behind_writer():
             return None
-        held = self.store.sqlite_ids([i for i in ids if -2**63 <= i < 2**63])
-        return next((i for i in ids if i in set(held.tolist())), None)
+        held = set(self.store.sqlite_ids([i for i in ids if -2**63 <= i < 2**63]).tolist())
+        return next((i for i in ids if i in held), None)
 
     def _same_vectors(self, parsed: list["_Parsed"]) -> dict[int, list[int]]:
         """id(list) -> the stored paragraphs whose vectors are one of its raw vectors (cosine >= SAME_VECTOR), for the
@@ -259,7 +259,8 @@ class ItemResolver:
             if len(lost) or p.unknown:
                 i, bad = zip(*sorted([*zip(p.id_at[lost].tolist(), p.id_values[lost].tolist()), *p.unknown]))
                 i, bad = i[0], list(bad)
-                if (newer := self._written_since_load(bad)) is not None:
+                if (newer := self._written_since_load(bad)) is not None:  # named at its own place in the list
+                    i = int(p.id_at[np.flatnonzero(p.id_values == newer)[0]])
                     out.append(IndexBehindError(
                         f"{where}[{i + p.dropped}]: paragraph id {newer} was written after this replica loaded its index "
                         f"(generation {self.store.index_generation}): read from the writer, or have this replica catch up "

@@ -292,15 +292,17 @@ class RerankPipeline:
         a text or vector; ResolvedItems.ids), whose word row is then the one kept by id. ``depth``: each vector source
         searched at least this deep (a caller's top_k beyond n_candidates gets as many answers as the store holds)."""
         out: list[Scored] = []
-        for s in range(0, len(contexts), SCORE_BATCH):
-            chunk, texts = contexts[s:s + SCORE_BATCH], context_texts[s:s + SCORE_BATCH]
+        depth = max(self.n_candidates, depth)
+        step = max(1, SCORE_BATCH * self.n_candidates // depth)  # deeper lists, fewer queries a chunk: the same memory
+        for s in range(0, len(contexts), step):
+            chunk, texts = contexts[s:s + step], context_texts[s:s + step]
             lap = Laps(observe)
             x, m = pad_contexts(chunk, self.max_context)
             query, states = self.model.encode(x, m)  # (B, D), (B, L, d)
             q = query.numpy()
             lap("encode")
-            ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + SCORE_BATCH],
-                                      max(self.n_candidates, depth), texts, self.model.cfg.word_candidates, allow,
+            ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + step],
+                                      depth, texts, self.model.cfg.word_candidates, allow,
                                       n_seam=self.model.cfg.seam_candidates)
             lap("search")
             lex, read = None, {}
@@ -325,7 +327,7 @@ class RerankPipeline:
             lap("rows")
             if self.lexicon is not None:
                 lex = self.stored_lexical_features(texts, [len(row_ids) for row_ids in ids], words,
-                                                   context_ids[s:s + SCORE_BATCH] if context_ids is not None else None)
+                                                   context_ids[s:s + step] if context_ids is not None else None)
                 lap("word_features")
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,

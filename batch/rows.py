@@ -154,7 +154,7 @@ def check_top_k(value: Any, where: str, every: bool = False) -> int:
     """``value`` as a number of results kept: 1 to MAX_TOP_K, or with ``every`` (a row with candidates) also 0, every
     candidate."""
     if isinstance(value, bool) or not isinstance(value, int) or not (0 if every else 1) <= value <= MAX_TOP_K:
-        if type(value) is int and value == 0:
+        if type(value) is int and value == 0 and where == "top_k":  # a row's; the job's -k is never 0
             raise RowError(f"{where} 0 (every candidate) is for a row with candidates; a row without them keeps 1 to "
                            f"{MAX_TOP_K} results")
         raise RowError(f"{where} must be an integer from {0 if every else 1} to {MAX_TOP_K}, got {value!r}")

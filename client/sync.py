@@ -129,6 +129,7 @@ class Client:
                 else:
                     yield request
 
+        timeout = None if timeout is None else _channel.deadline(timeout, None)  # None: the stream has no deadline
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             for response in call:
@@ -152,8 +153,8 @@ class Client:
                 self._server_max = (self.info(timeout=timeout)).max_message_bytes
             except (Unavailable, DeadlineExceeded):
                 raise
-            except ServiceError:
-                return _channel.upload_bytes(self.max_message_bytes, None)
+            except ServiceError:  # refused (it will be again): this client's limit from now on
+                self._server_max = 0
         return _channel.upload_bytes(self.max_message_bytes, self._server_max)
 
     def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:

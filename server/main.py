@@ -148,6 +148,7 @@ async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event 
         loop.add_signal_handler(signal.SIGHUP, reload_requested.set)
     except (NotImplementedError, RuntimeError):  # not the main thread (tests run servers in threads)
         pass
+    unfinished = None  # a snapshot the stop cut short
     try:
         await runtime.run(runtime.load)
         await set_health(health_servicer, runtime.serving)
@@ -174,12 +175,17 @@ async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event 
             # health NOT_SERVING at once rather than when the write is through (close() snapshots after it)
             snapshot, stopping = asyncio.ensure_future(runtime.snapshot_if_changed()), asyncio.ensure_future(stop.wait())
             await asyncio.wait([snapshot, stopping], return_when=asyncio.FIRST_COMPLETED)
-            for task in (snapshot, stopping):
-                task.cancel()
-            await asyncio.gather(snapshot, return_exceptions=True)  # a cancelled snapshot waits for its thread, if any
+            stopping.cancel()
+            if snapshot.done():
+                snapshot.result()  # what it raised, raised here as before the race
+            else:  # stopping: waited for (its thread, if it runs) once health says NOT_SERVING
+                snapshot.cancel()
+                unfinished = snapshot
     finally:
         log.info("shutting down: NOT_SERVING, %.0fs for in-flight calls", settings.grace_seconds)
         await set_health(health_servicer, False)
+        if unfinished is not None:
+            await asyncio.gather(unfinished, return_exceptions=True)  # cancelled: close() snapshots after the write
         await server.stop(settings.grace_seconds)
         await runtime.close()
         log.info("stopped")

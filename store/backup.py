@@ -90,8 +90,7 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
     try:
         _make_parents(dest.parent)
         work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))
-        os.chmod(work, stat.S_IMODE(data_dir.path.stat().st_mode))  # the store's mode, not mkdtemp's 0700: a backup
-    except OSError as e:  # restored in the store's place is readable by whom the store was
+    except OSError as e:
         if disk_full(e, dest.parent):
             raise StorageFullError(f"no space left to create the backup {dest} ({e}); the store is unchanged") from e
         raise InvalidInputError(f"cannot create the backup destination {dest}: {e.strerror or e}",
@@ -105,6 +104,9 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
             write_bytes_durably(work / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         for folder in sorted({(work / name).parent for name in opened} | {work}, key=lambda p: -len(p.parts)):
             fsync_dir(folder)
+        # the store's mode, not mkdtemp's 0700 (a backup restored in the store's place is readable by whom the store
+        # was), set once the copy is in: a read-only store's mode would have refused the copying
+        os.chmod(work, stat.S_IMODE(data_dir.path.stat().st_mode))
         _rename_no_replace(work, dest)
         fsync_dir(dest.parent)
     except BaseException as e:

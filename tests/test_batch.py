@@ -239,7 +239,7 @@ def test_cli_refuses_bad_setups(trained_store, batch_input, tmp_path):
     assert r.returncode == 2 and "is not a file" in r.stderr
     r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--address", "127.0.0.1:1", "--ray")
     assert r.returncode == 2 and "drop --data-dir / --ray" in r.stderr
-    for flags, said in ((["--ray-actors", "4"], "add --ray"), (["--ray", "--ray-cpus", "0"], "--ray-cpus must be above 0"),
+    for flags, said in ((["-k", "0"], "--top-k must be an integer from 1 to 1000, got 0"), (["--ray-actors", "4"], "add --ray"), (["--ray", "--ray-cpus", "0"], "--ray-cpus must be above 0"),
                         (["--ray", "--ray-actors", "0"], "--ray-actors must be at least 1")):  # ignored; a traceback
         r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(trained_store), *flags)
         assert r.returncode == 2 and said in r.stderr, (flags, r.stderr)

@@ -144,7 +144,8 @@ def test_train_refuses_a_missing_store_and_impossible_settings_before_loading_to
                         (["--lr", "-1"], "--lr must be above 0 and at most 10, got -1.0"),  # torch's, after the data loaded
                         (["--lr", "nan"], "--lr must be above 0 and at most 10, got nan"),
                         (["--phase2-epochs", "0"], "--phase2-epochs must be at least 1, got 0"),  # a KeyError after the guard
-                        (["--val-queries", "0"], "--val-queries must be at least 1, got 0")):  # "too little data"
+                        (["--val-queries", "0"], "--val-queries must be at least 1, got 0"),  # "too little data"
+                        (["--phase2-lr", "-1"], "--phase2-lr must be at least 0 and at most 10, got -1.0")):
         r = run_without_torch("train", "--data-dir", str(data), *flags)
         assert r.returncode == 2 and f"error: {says}" in r.stderr, (flags, r.stderr)
     assert not (data / "model.safetensors").exists()

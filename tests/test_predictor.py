@@ -348,5 +348,7 @@ def test_a_replica_asked_for_a_paragraph_written_since_it_loaded_says_it_is_behi
             replica.predict_next([first, new])
         with pytest.raises(IndexBehindError, match=r"candidates\[0\]"):
             replica.rerank([first], [new, first + 1])
+        with pytest.raises(IndexBehindError, match=rf"context\[1\]: paragraph id {new} "):  # at its own place
+            replica.predict_next([999_999_999, new])
         with pytest.raises(NotFoundError, match="unknown paragraph id 999999999"):  # what no store holds is unknown
             replica.predict_next([first, 999_999_999])

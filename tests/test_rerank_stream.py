@@ -35,6 +35,9 @@ def check(answers, expected_order):
 def test_200_requests_with_3_bad_ones_answer_197_results_and_3_errors_in_order(client):
     expected = client.rerank([1, 2], [3, 4, 5, 6], top_k=3).order
     check(list(client.rerank_many(items(), max_in_flight=16, return_errors=True)), expected)
+    ids = [r.request_id for r in client.rerank_many([{"request_id": 7, "context": [1], "candidates": [2, 3]},
+                                                      {"request_id": None, "context": [1], "candidates": [2, 3]}])]
+    assert ids == ["7", "1"]  # a number as str() writes it, as before; None the item's index, not 'None'
 
 
 def test_the_async_client_gets_the_same_answers(server, client):

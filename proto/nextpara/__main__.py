@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 AFTER_INTERRUPT = {  # what an interrupted command leaves, where a user would ask
-    "build": "; every batch it reported written is kept, and the same command continues (stored documents are skipped)",
+    "build": "; what it stored is kept, and the same command continues (stored documents are skipped)",
     "add": "; documents sent before may have been committed: the same command again is safe (upserted by doc_id)",
 }
 
