@@ -119,10 +119,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .model_config import SCORERS, store_model_config
     from .train_config import TrainConfig
 
+    settings = [f.name for f in fields(TrainConfig)]  # each one's flag: --NAME, hyphens for underscores
     try:
-        cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+        cfg = TrainConfig(**{name: getattr(args, name) for name in settings})
     except ValueError as e:  # said with the flags' names, not the settings'
-        raise InvalidInputError(as_flags(str(e), [f.name for f in fields(TrainConfig)])) from e
+        raise InvalidInputError(as_flags(str(e), settings)) from e
     model_cfg = {**SCORERS[args.scorer], **{k: v for k, v in {"d_model": args.d_model, "n_context_layers": args.layers,
                                                               "word_candidates": args.word_candidates}.items()
                                             if v is not None}}
@@ -134,7 +135,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         store_model_config(DataDir.resolve(args.data_dir).facts().dim, cfg.max_context, model_cfg)
     except InvalidInputError as e:
-        e.args = (as_flags(str(e), [f.name for f in fields(TrainConfig)] + ["d_model", "word_candidates"]),)
+        e.args = (as_flags(str(e), [*settings, "d_model", "word_candidates"]),)
         raise
     from .train_flow import train
 

@@ -21,6 +21,7 @@ sample of 1,000 queries), which favours the new model slightly: the guard is a f
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -68,14 +69,18 @@ def basis(figures: dict[str, dict]) -> str:
     return f" (validation split{f', {n} queries' if n else ''}, L = {GUARD_CONTEXT}; 95% bootstrap intervals)"
 
 
+def with_basis(judge):
+    """``judge`` (a function of the figures first, returning a Verdict) with its line saying what they rest on."""
+    @functools.wraps(judge)
+    def judged(figures: dict[str, dict], *args, **kwargs) -> Verdict:
+        verdict = judge(figures, *args, **kwargs)
+        verdict.line += basis(figures)
+        return verdict
+    return judged
+
+
+@with_basis
 def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
-    """What serves after training (_decide), its line saying what the figures rest on."""
-    verdict = _decide(figures, replaced, force)
-    verdict.line += basis(figures)
-    return verdict
-
-
-def _decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
     """What serves after training, by validation MRR@10; a model serves only where it beats cosine, and a tie keeps
     what serves: the new model iff it is above both the replaced model (if any) and B1, or ``force``; else the
     replaced model iff it is at least B1's; else B1, plain cosine. ``replaced`` COSINE_NAME: plain cosine serves
@@ -111,14 +116,8 @@ def _decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
     return Verdict(False, line, figures, replaced, serve_cosine=True)
 
 
+@with_basis
 def judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = False) -> Verdict:
-    """_judge_served, its line saying what the figures rest on."""
-    verdict = _judge_served(figures, name, cosine_serves)
-    verdict.line += basis(figures)
-    return verdict
-
-
-def _judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = False) -> Verdict:
     """No new model (build_guard.py, after ``nextpara build``): the general model (``figures["replaced"]``, called
     ``name``) against B1. The build runs this unasked, so plain cosine replaces the general model only where B1 is
     clearly above it, its MRR@10 interval clear of the model's (a difference inside the noise keeps the model, which

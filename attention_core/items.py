@@ -264,7 +264,8 @@ class ItemResolver:
                     out.append(IndexBehindError(
                         f"{where}[{i + p.dropped}]: paragraph id {newer} was written after this replica loaded its index "
                         f"(generation {self.store.index_generation}): read from the writer, or have this replica catch up "
-                        "(Reload, or a read with the write's index_version as min_index_version and wait_for_index)", field=f"{where}[{i + p.dropped}].paragraph_id",
+                        "(Reload, or a read with the write's index_version as min_index_version and wait_for_index)",
+                        field=f"{where}[{i + p.dropped}].paragraph_id",
                         metadata={"indexVersion": self.store.index_generation, "readOnly": "true"}))
                     continue
                 out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {bad[0]}"

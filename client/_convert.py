@@ -166,8 +166,11 @@ def rerank_item(item, index: int, min_index_version: int = 0, wait_for_index: bo
         if "context" not in item or "candidates" not in item:
             raise TypeError(f"items[{index}] must have a context and candidates, has {sorted(map(str, item))}")
         request_id = item.get("request_id")  # None: the item's index; a number: as str() writes it, as before
-        request_id = (str(index) if request_id is None else text(request_id, f"items[{index}].request_id")
-                      if isinstance(request_id, str) else str(request_id))
+        if request_id is None:
+            request_id = str(index)
+        elif not isinstance(request_id, str):
+            request_id = str(request_id)
+        text(request_id, f"items[{index}].request_id")
         return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), request_id,
                               pb.RerankStreamRequest, min_index_version, wait_for_index, where)
     try:

@@ -79,6 +79,11 @@ def split_host_port(address: str) -> tuple[str, int] | None:
     return host or "127.0.0.1", int(port)
 
 
+def is_local_socket(address: str) -> bool:
+    """Whether ``address`` is one of grpc's own forms of a local socket (unix:PATH, unix-abstract:NAME), not host:port."""
+    return address.startswith(("unix:", "unix-abstract:"))
+
+
 def read_bool(text: str) -> bool:
     """A yes-or-no environment variable; anything else is a ValueError (a typo must not turn a replica into a writer)."""
     word = text.strip().lower()
@@ -129,7 +134,7 @@ def from_args(args: argparse.Namespace) -> ServerSettings:
             raise InvalidInputError(f"{source[name]} must be {'above' if above else 'at least'} {low}, got {value}")
         if not math.isfinite(value):  # inf: a batch that waits for ever, say
             raise InvalidInputError(f"{source[name]} must be a finite number, got {value}")
-    if not settings.address.startswith(("unix:", "unix-abstract:")) and (  # grpc's own forms of a local socket
+    if not is_local_socket(settings.address) and (
             split_host_port(settings.address) is None or settings.address.startswith(":")):  # grpc wants a host
         raise InvalidInputError(f"{source['address']} {LISTEN_FORMS}; an IPv6 address goes in brackets: [::1]:50051, "
                                 f"got {settings.address!r}")

@@ -23,7 +23,7 @@ from nextpara.errors import NextparaError
 from nextpara.v1 import nextpara_pb2
 
 from .auth import TokenAuthInterceptor
-from .config import ServerSettings, split_host_port
+from .config import ServerSettings, is_local_socket, split_host_port
 from .metrics import Metrics
 from .registration import TRANSPORT_FACTOR, add_servicer
 from .runtime import Runtime
@@ -135,7 +135,7 @@ async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event 
     await set_health(health_servicer, False)
     runtime.on_reload = lambda: set_health(health_servicer, runtime.serving)
     await server.start()
-    where = (settings.address if settings.address.startswith(("unix:", "unix-abstract:"))  # (grpc's port: 1)
+    where = (settings.address if is_local_socket(settings.address)  # (for which grpc's port is 1)
              else f"{settings.address.rpartition(':')[0]}:{port}")
     log.info("listening on %s (NOT_SERVING while loading)", where)
     runtime.coalescer.start()

@@ -63,7 +63,7 @@ class BackupReport:
                 f"paragraphs; {snapshot}), {self.files} files, {self.size_bytes / 2**20:.1f} MiB in {self.seconds:.1f}s")
 
 
-def check_destination(data_dir: DataDir, dest: Path) -> Path:
+def check_destination(data_dir: DataDir, dest: str | os.PathLike) -> Path:
     """``dest`` resolved, refused (INVALID_DESTINATION) if it is empty, exists or lies inside the store it would copy."""
     if not str(dest).strip():  # Path("") is the current directory
         raise InvalidInputError("backup destination is empty: name a new directory", reason=Reason.INVALID_DESTINATION,
@@ -86,7 +86,7 @@ def backup(data_dir: str | os.PathLike | DataDir | None, dest: str | os.PathLike
     data_dir = DataDir(DataDir.resolve(data_dir))  # its own view: the manifest is read by this backup
     if not data_dir.has_store:
         raise data_dir.no_store_error()
-    dest = check_destination(data_dir, dest if isinstance(dest, str) else Path(dest))
+    dest = check_destination(data_dir, dest)
     try:
         _make_parents(dest.parent)
         work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.partial-"))

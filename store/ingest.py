@@ -94,14 +94,13 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> 
                                 f"{embedder.name!r} cannot embed text", reason=Reason.VECTORS_REQUIRED,
                                 field=f"{d.request_path}.vectors" if d.request_path else None)
     texts = [p for d in todo for p in d.paragraphs]
-    if progress is None or not texts:
-        flat = embedder.embed(texts) if todo else None
-    else:
-        parts = []
-        for s in range(0, len(texts), PROGRESS_CHUNK):
-            parts.append(embedder.embed(texts[s:s + PROGRESS_CHUNK]))
+    step = PROGRESS_CHUNK if progress is not None else max(len(texts), 1)
+    parts = []
+    for s in range(0, len(texts), step):
+        parts.append(embedder.embed(texts[s:s + step]))
+        if progress is not None:
             progress(len(parts[-1]))
-        flat = np.concatenate(parts)
+    flat = np.concatenate(parts) if parts else None
     out, start = [], 0
     for d in docs:
         if d.vectors is not None:

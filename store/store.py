@@ -69,8 +69,9 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
         if not exists:
             if not creating:
                 raise data_dir.no_store_error()
-            check_index(index or "auto", dim)  # before creating anything
-            data_dir.create_schema(db, embedder_name, embedder_spec or embedder_name, dim, index or "auto")
+            requested = index or "auto"
+            check_index(requested, dim)  # before creating anything
+            data_dir.create_schema(db, embedder_name, embedder_spec or embedder_name, dim, requested)
             meta = data_dir.read_meta(db)
         elif embedder_name is not None and embedder_name != meta["embedder"]:
             raise StoreMismatchError(
