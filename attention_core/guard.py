@@ -9,7 +9,8 @@ contexts as their stored vectors and texts), with 95% bootstrap intervals. The b
 serves: the new model is saved only if it is above both the replaced model and B1; where B1 is at least as good
 as the new model and above the one that serves, the store is served by plain cosine from then on
 (general.cosine_model, saved as its checkpoint): a model serves only where it beats cosine, and a tie keeps what
-serves. ``--force`` serves the new model whatever it scores. One plain line says what serves and
+serves. Below MIN_JUDGED validation queries nothing changes what serves (a difference there is a few queries' luck)
+unless nothing did before. ``--force`` serves the new model whatever it scores. One plain line says what serves and
 how it compares. The comparison is written to ``TRAIN_REPORT`` in the data dir, where ``nextpara info`` reads it.
 After ``nextpara build`` there is no new model: :func:`judge_served` keeps the general model unless B1 is clearly
 above it, and a build's plain cosine until the general model scores at least as well (build_guard.py).
@@ -37,6 +38,7 @@ from .served import COSINE_NAME, METRIC, TRAIN_REPORT, fmt
 
 GUARD_QUERIES = 2000
 GUARD_CONTEXT = 4  # L of the protocol's main table
+MIN_JUDGED = 30  # fewer validation queries keep what serves: one query moves MRR@10 by over 1/30 there
 
 
 @dataclass
@@ -93,6 +95,12 @@ def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
     else:
         against = f"{replaced} {fmt(old)} and {cosine}" if old else cosine
     redo = "`nextpara train --force` trains again and serves the result whatever it scores"
+    n = b1.get("queries")
+    if not force and n is not None and n < MIN_JUDGED and (old or already_cosine):
+        line = (f"kept {replaced}: {n} validation queries are too few to tell models apart (the guard needs "
+                f"{MIN_JUDGED}); the new model's validation MRR@10 {fmt(new)} against {against}; the new model was not "
+                f"saved ({redo})")
+        return Verdict(False, line, figures, replaced)
     rival = max((f for f in (old, b1) if f), key=lambda f: f[METRIC])  # the figure the new model has to beat
     if force or new[METRIC] > rival[METRIC]:
         why = "because of --force" if force else "" if old else "the only model for this store"

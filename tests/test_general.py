@@ -254,6 +254,27 @@ def test_the_guard_serves_the_best_of_the_new_model_the_one_it_replaces_and_cosi
         assert "(the intervals overlap" not in verdict.line
 
 
+@pytest.mark.parametrize("queries, replaced, force, serve", [
+    (29, "the general model g1", False, "old"),  # too few to judge: what serves stays, though the new model scores more
+    (30, "the general model g1", False, "new"),
+    (29, "plain cosine (B1)", False, "old"),
+    (29, "the general model g1", True, "new"),  # --force still serves it
+    (29, "", False, "new"),  # nothing served before: the best of the two serves, as with more queries
+])
+def test_too_few_validation_queries_keep_what_serves(queries, replaced, force, serve):
+    from nextpara.attention_core.guard import MIN_JUDGED, decide
+
+    table = {name: {**figures(mrr), "queries": queries} for name, mrr in (("new", 0.5), ("B1", 0.1), ("replaced", 0.1))}
+    if not replaced:
+        del table["replaced"]
+    verdict = decide(table, replaced, force)
+    assert (verdict.serve_new, verdict.serve_cosine) == (serve == "new", False), verdict.line
+    too_few = f"kept {replaced}: {queries} validation queries are too few to tell models apart (the guard needs {MIN_JUDGED})"
+    assert verdict.line.startswith(too_few) == (serve == "old"), verdict.line
+    if serve == "old":
+        assert "--force" in verdict.line and "0.500" in verdict.line  # what it would have served, and how
+
+
 @pytest.mark.parametrize("new, own, b1, serve_new", [(0.19, 0.20, 0.20, False), (0.20, 0.20, 0.20, False),
                                                      (0.21, 0.20, 0.20, True), (0.21, 0.20, 0.22, False),
                                                      (0.21, 0.22, 0.20, False)])
