@@ -70,6 +70,14 @@ def credentials(tls: bool, root_certificates: str | bytes | None) -> grpc.Channe
     return grpc.ssl_channel_credentials(root_certificates=roots)
 
 
+def check_open(client) -> None:
+    """A ValueError, as for a closed file, where ``client`` was closed: both clients say the same (grpc's own errors
+    differ between its sync and asyncio channels, one not a ValueError)."""
+    if client._closed:
+        raise ValueError(f"this {type(client).__name__} is closed (by close() or the end of its with block): open a "
+                         "new one")
+
+
 def metadata(token: str | None) -> list[tuple[str, str]] | None:
     return [("authorization", f"Bearer {token}")] if token else None
 

@@ -47,9 +47,11 @@ class AsyncClient:
         self._server_max: int | None = None  # the server's message limit, asked once for AddDocuments (_upload_bytes)
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
+        self._closed = False
 
     async def _call(self, name: str, request, timeout, *, method=None):
         """As Client._call: one call of ``name`` within ``timeout``, retried here where _retry.Backoff says so."""
+        _channel.check_open(self)
         backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
                                  self.retry_queue_full)
         method = method or getattr(self._stub, name)
@@ -98,6 +100,7 @@ class AsyncClient:
                     yield request
 
         timeout = None if timeout is None else _channel.deadline(timeout, None)  # None: the stream has no deadline
+        _channel.check_open(self)
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             async for response in call:
@@ -184,6 +187,7 @@ class AsyncClient:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     async def close(self) -> None:
+        self._closed = True
         await self._channel.close()
 
     async def __aenter__(self) -> "AsyncClient":

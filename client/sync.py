@@ -71,10 +71,12 @@ class Client:
         self._server_max: int | None = None  # the server's message limit, asked once for AddDocuments (_upload_bytes)
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
+        self._closed = False
 
     def _call(self, name: str, request, timeout, *, method=None):
         """One call of NextParagraphService's ``name`` within ``timeout``, retried here where _retry.Backoff says so;
         ``method``: another stub's method, not retried."""
+        _channel.check_open(self)
         backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
                                  self.retry_queue_full)
         method = method or getattr(self._stub, name)
@@ -130,6 +132,7 @@ class Client:
                     yield request
 
         timeout = None if timeout is None else _channel.deadline(timeout, None)  # None: the stream has no deadline
+        _channel.check_open(self)
         call = self._stub.RerankStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             for response in call:
@@ -226,6 +229,7 @@ class Client:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def close(self) -> None:
+        self._closed = True
         self._channel.close()
 
     def __enter__(self) -> "Client":

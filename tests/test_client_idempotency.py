@@ -1,8 +1,10 @@
 """Idempotency, end to end against a real server on 127.0.0.1: DeleteDocuments' allow_missing,
-which calls the clients retry, and AddDocuments streams that fail on the caller's side."""
+which calls the clients retry, and AddDocuments streams that fail on the caller's side; and a client used after it
+was closed."""
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -54,6 +56,30 @@ def test_allow_missing_from_the_async_client(server):
     first, second = asyncio.run(go())
     assert (first.documents_deleted, first.missing_doc_ids) == (1, [])
     assert (second.documents_deleted, second.missing_doc_ids) == (0, ["idem-async"])
+
+
+def test_a_closed_client_says_so_in_both_clients(server):
+    closed = re.escape("is closed (by close() or the end of its with block): open a new one")
+    with Client(server.address, timeout=60) as c:
+        assert c.info().documents > 0
+    for call in (c.info, lambda: c.predict_next(["A paragraph."]), lambda: list(c.rerank_many([(["a"], ["b"])])),
+                 lambda: add(c, "idem-closed")):
+        with pytest.raises(ValueError, match=f"this Client {closed}"):
+            call()
+
+    async def go():
+        async with AsyncClient(server.address, timeout=60) as a:
+            assert (await a.info()).documents > 0
+        for call in (a.info, lambda: a.rerank(["a"], ["b"]), lambda: a.add_documents([{"doc_id": "idem-closed",
+                                                                                           "paragraphs": ["x"]}])):
+            with pytest.raises(ValueError, match=f"this AsyncClient {closed}"):
+                await call()
+        with pytest.raises(ValueError, match=f"this AsyncClient {closed}"):
+            [r async for r in a.rerank_many([(["a"], ["b"])])]
+    asyncio.run(go())
+    with Client(server.address, timeout=60) as c:
+        with pytest.raises(NotFound):  # nothing was sent
+            c.get_document("idem-closed")
 
 
 def test_cli_delete_allow_missing(server, client):
