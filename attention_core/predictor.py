@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 from nextpara.errors import InvalidInputError, NextparaError, Reason
 from nextpara.store.embedders import Embedder, embedder_for_store
-from nextpara.store.filters import RetrievalFilter
+from nextpara.store.filters import RetrievalFilter, doc_id_list
 from nextpara.store.store import ParagraphStore, open_store
 
 from .general import served_model
@@ -149,6 +149,7 @@ class Predictor:
             raise InvalidInputError(f"{len(contexts)} contexts but {len(top_ks)} top_k values")
         for k in top_ks:
             check_top_k(k)
+        exclude_doc_ids = doc_id_list(exclude_doc_ids, "exclude_doc_ids")  # checked as the filter's deny-list is
         resolved = self._resolve(contexts, "context", self.max_context, return_errors)
         ok = [i for i, r in enumerate(resolved) if isinstance(r, ResolvedItems)]
         if not ok:

@@ -22,7 +22,7 @@ from nextpara.attention_core.served import CHECKPOINT, describe_served
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.backup import BackupReport
 from nextpara.store.embedders import embedder_for_store
-from nextpara.store.filters import RetrievalFilter
+from nextpara.store.filters import RetrievalFilter, doc_id_list
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
 
@@ -253,7 +253,7 @@ class Runtime:
                       retrieval_filter: RetrievalFilter | None, timeout: float | None):
         """Calls with the same options (filter included: equal filters compare equal) are batched together."""
         self._require_model()
-        key = ("predict", top_k, include_attention, tuple(sorted(exclude_doc_ids)), retrieval_filter)
+        key = ("predict", top_k, include_attention, doc_id_list(exclude_doc_ids, "exclude_doc_ids"), retrieval_filter)
         return await self.coalescer.submit(key, context, timeout)
 
     async def rerank(self, context: list, candidates: list, timeout: float | None):

@@ -25,6 +25,26 @@ MAX_FILTER_DOC_IDS = 10_000  # in each of the allow-list and the deny-list
 FIELD = "filter"  # the filter's path in a request, which refusals name
 
 
+def doc_id_list(ids: Sequence[str], where: str) -> tuple[str, ...]:
+    """``ids`` checked (a list of at most MAX_FILTER_DOC_IDS non-empty doc_ids; InvalidInputError naming ``where``),
+    sorted, each once."""
+    if isinstance(ids, str):
+        raise InvalidInputError(f"{where} must be a list of doc_ids, not one string", reason=Reason.INVALID_ARGUMENT,
+                                field=where)
+    if len(ids) > MAX_FILTER_DOC_IDS:
+        raise InvalidInputError(f"{where} has {len(ids)} doc_ids, at most {MAX_FILTER_DOC_IDS}",
+                                reason=Reason.OUT_OF_RANGE, field=where, metadata={"min": 0, "max": MAX_FILTER_DOC_IDS})
+    for i, doc_id in enumerate(ids):
+        if not isinstance(doc_id, str) or not doc_id.strip():
+            raise InvalidInputError(f"{where}[{i}]: a doc_id must be a non-empty string, got {doc_id!r:.40}",
+                                    reason=Reason.FIELD_REQUIRED, field=f"{where}[{i}]")
+        if len(doc_id) > MAX_DOC_ID_CHARS:
+            raise InvalidInputError(f"{where}[{i}]: doc_id is {len(doc_id)} characters, at most {MAX_DOC_ID_CHARS}",
+                                    reason=Reason.OUT_OF_RANGE, field=f"{where}[{i}]",
+                                    metadata={"min": 1, "max": MAX_DOC_ID_CHARS})
+    return tuple(sorted(set(ids)))
+
+
 @dataclass(frozen=True)
 class RetrievalFilter:
     """Made from what a caller gave, checked at once (InvalidInputError naming ``filter.<field>``); then held in an
@@ -38,23 +58,7 @@ class RetrievalFilter:
 
     def __post_init__(self):
         for name in ("doc_ids", "exclude_doc_ids"):
-            ids = getattr(self, name)
-            if isinstance(ids, str):
-                raise InvalidInputError(f"{FIELD}.{name} must be a list of doc_ids, not one string",
-                                        reason=Reason.INVALID_ARGUMENT, field=f"{FIELD}.{name}")
-            if len(ids) > MAX_FILTER_DOC_IDS:
-                raise InvalidInputError(f"{FIELD}.{name} has {len(ids)} doc_ids, at most {MAX_FILTER_DOC_IDS}",
-                                        reason=Reason.OUT_OF_RANGE, field=f"{FIELD}.{name}",
-                                        metadata={"min": 0, "max": MAX_FILTER_DOC_IDS})
-            for i, doc_id in enumerate(ids):
-                if not isinstance(doc_id, str) or not doc_id.strip():
-                    raise InvalidInputError(f"{FIELD}.{name}[{i}]: a doc_id must be a non-empty string, got {doc_id!r:.40}",
-                                            reason=Reason.FIELD_REQUIRED, field=f"{FIELD}.{name}[{i}]")
-                if len(doc_id) > MAX_DOC_ID_CHARS:
-                    raise InvalidInputError(f"{FIELD}.{name}[{i}]: doc_id is {len(doc_id)} characters, at most "
-                                            f"{MAX_DOC_ID_CHARS}", reason=Reason.OUT_OF_RANGE, field=f"{FIELD}.{name}[{i}]",
-                                            metadata={"min": 1, "max": MAX_DOC_ID_CHARS})
-            object.__setattr__(self, name, tuple(sorted(set(ids))))
+            object.__setattr__(self, name, doc_id_list(getattr(self, name), f"{FIELD}.{name}"))
         labels = self.labels if isinstance(self.labels, Mapping) else dict(self.labels)
         object.__setattr__(self, "labels", pairs(check_labels(labels, f"{FIELD}.labels", f"{FIELD}.labels")))
         score = self.min_score

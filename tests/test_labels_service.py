@@ -131,6 +131,10 @@ def test_the_async_client_takes_filters_and_labels(server, acme):
      "FIELD_REQUIRED"),
     (lambda c: c.predict_next(["A context."], filter=Filter(exclude_doc_ids=["x" * 600])), "filter.exclude_doc_ids[0]",
      "OUT_OF_RANGE"),
+    (lambda c: c.predict_next(["A context."], exclude_doc_ids=[f"d{i}" for i in range(10_001)]), "exclude_doc_ids",
+     "OUT_OF_RANGE"),  # the top-level deny-list is capped as the filter's is
+    (lambda c: c.predict_next(["A context."], exclude_doc_ids=["acme-bread", " "]), "exclude_doc_ids[1]",
+     "FIELD_REQUIRED"),
     (lambda c: c.list_documents(labels={"": "acme"}), 'labels[""]', "FIELD_REQUIRED"),
 ])
 def test_bad_labels_and_filters_name_the_field(client, call, field, reason):
