@@ -7,7 +7,7 @@ stored paragraph ids or raw vectors, resolved by items.py, which also says what 
 A context longer than the model reads keeps its most recent paragraphs; the result says how many
 were dropped. Errors name the item: ``context[2]: unknown paragraph id 99``. A retrieval takes a
 ``RetrievalFilter`` (nextpara.store.filters): the store resolves which paragraphs it allows, the search looks only
-among them, and its min_score and max_per_document apply to the reranked list.
+among them, and its min_score, max_per_document and distinct_texts apply to the reranked list.
 
 A prediction reads each stored row at most once: the context's ids (vectors from memory, texts with one
 SQLite query), the rows of candidates whose word rows the process has not cached yet (their text
@@ -167,13 +167,13 @@ class Predictor:
             scored.update(zip(group, self.pipeline.retrieve(
                 [resolved[i].vectors for i in group], [resolved[i].exclude | denied for i in group],
                 [resolved[i].texts for i in group], include_attention, self.observe,
-                keep=None if f.max_per_document else max(top_ks[i] for i in group), allow=allowed.allow,
+                keep=None if f.drops_results else max(top_ks[i] for i in group), allow=allowed.allow,
                 context_ids=[resolved[i].ids for i in group], depth=d)))
         out = list(resolved)
         for i, s in ((i, scored[i]) for i in ok):
             r, k = resolved[i], top_ks[i]
             shown = s.paragraphs
-            kept = (f.select([p.doc_id for p in shown], s.scores[:len(shown)], k) if f.limits
+            kept = (f.select([p.doc_id for p in shown], s.scores[:len(shown)], k, [p.text for p in shown]) if f.limits
                     else range(min(k, len(shown))))
             preds = [Prediction(shown[j].id, shown[j].doc_id, shown[j].position, shown[j].text, float(s.scores[j]),
                                 float(s.retrieval_scores[j])) for j in kept]

@@ -52,6 +52,13 @@ def whole(value, field: str, bounds: tuple[int, int] = UINT32) -> int:
     return number
 
 
+def flag(value, field: str) -> bool:
+    """``value`` for a bool field: True or False (numpy's too), else a TypeError (protobuf would take 1 and "yes")."""
+    if not (isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"))):
+        raise TypeError(f"{field} must be True or False, got {value!r:.40}")
+    return bool(value)
+
+
 def text(value, field: str) -> str:
     """``value`` for a string field (None: unset, ""): a TypeError if it is not one, an InvalidInputError if it has no
     UTF-8 form."""
@@ -118,7 +125,8 @@ def filter_message(f: Filter | Mapping | None) -> pb.RetrievalFilter | None:
     return pb.RetrievalFilter(doc_ids=doc_ids(f.doc_ids, "filter.doc_ids"),
                               exclude_doc_ids=doc_ids(f.exclude_doc_ids, "filter.exclude_doc_ids"),
                               labels=labels_map(f.labels, "filter.labels"), min_score=f.min_score,
-                              max_per_document=whole(f.max_per_document, "filter.max_per_document"))
+                              max_per_document=whole(f.max_per_document, "filter.max_per_document"),
+                              distinct_texts=flag(f.distinct_texts, "filter.distinct_texts"))
 
 
 def doc_ids(values: Sequence[str], field: str) -> list[str]:

@@ -80,6 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--min-score", type=float, default=None, metavar="S", help="only predictions scoring at least S")
     f.add_argument("--max-per-document", type=int, default=0, metavar="N",
                    help="at most N predictions from one document, its best (0: no limit)")
+    f.add_argument("--distinct-texts", action="store_true",
+                   help="a text at most once, its best-ranked paragraph (corpora repeat paragraphs)")
     add_json(p)
     add_connection(p)
     p.set_defaults(func=cmd_predict)
@@ -126,7 +128,8 @@ def predict_filter(args):
 
     if args.max_per_document < 0:
         raise InvalidInputError(f"--max-per-document must be 0 (no limit) or more, got {args.max_per_document}")
-    if not (args.label or args.only_doc or args.exclude_doc or args.min_score is not None or args.max_per_document):
+    if not (args.label or args.only_doc or args.exclude_doc or args.min_score is not None or args.max_per_document
+            or args.distinct_texts):
         return None
     labels: dict[str, str] = {}
     for key, value in args.label:
@@ -134,7 +137,8 @@ def predict_filter(args):
             raise InvalidInputError(f"--label {key}={labels[key]} and --label {key}={value}: a document carries one "
                                     f"value of {key!r}, so both cannot match")
     return Filter(doc_ids=args.only_doc, exclude_doc_ids=args.exclude_doc, labels=labels,
-                  min_score=args.min_score, max_per_document=args.max_per_document)
+                  min_score=args.min_score, max_per_document=args.max_per_document,
+                  distinct_texts=args.distinct_texts)
 
 
 def cmd_predict(args) -> int:

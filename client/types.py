@@ -20,6 +20,7 @@ class Filter:
     labels: Mapping[str, str] = field(default_factory=dict)  # only documents carrying every one, e.g. {"tenant": "acme"}
     min_score: float | None = None  # only predictions whose score is at least this
     max_per_document: int = 0  # at most this many predictions from one document, its best (0: no limit)
+    distinct_texts: bool = False  # a text at most once, its best-ranked paragraph (corpora repeat paragraphs)
 
 
 @dataclass(frozen=True)

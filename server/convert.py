@@ -49,7 +49,7 @@ def retrieval_filter(request: pb.PredictNextRequest) -> RetrievalFilter | None:
     f = request.filter
     return RetrievalFilter(doc_ids=list(f.doc_ids), exclude_doc_ids=list(f.exclude_doc_ids), labels=dict(f.labels),
                            min_score=f.min_score if f.HasField("min_score") else None,
-                           max_per_document=f.max_per_document)
+                           max_per_document=f.max_per_document, distinct_texts=f.distinct_texts)
 
 
 def prediction_response(result: PredictionResult, omit_text: bool) -> pb.PredictNextResponse:

@@ -2,7 +2,7 @@
 
 A :class:`RetrievalFilter` restricts a retrieval to documents (an allow-list of doc_ids, a deny-list, and labels
 that must all match, e.g. ``tenant=acme``) and limits its answer (``min_score`` on the final score,
-``max_per_document``: each document's best N). The store resolves the documents part into paragraph ids
+``max_per_document``: each document's best N; ``distinct_texts``: each text once). The store resolves the documents part into paragraph ids
 (:func:`resolve`, from SQLite, where the labels are) that the search itself is restricted to: FAISS through an id
 selector, the word index by rowid (store.py), so top_k is filled from the paragraphs that pass, not trimmed from
 an unfiltered list. The limits apply once the final scores are known (:meth:`RetrievalFilter.select`).
@@ -55,6 +55,7 @@ class RetrievalFilter:
     labels: Mapping[str, str] | tuple = field(default_factory=dict)  # only documents carrying every one of these
     min_score: float | None = None  # only results whose final (reranker) score is at least this
     max_per_document: int = 0  # at most this many results from one document, its best (0: no limit)
+    distinct_texts: bool = False  # a text once, its best-ranked paragraph (corpora repeat paragraphs: boilerplate)
 
     def __post_init__(self):
         for name in ("doc_ids", "exclude_doc_ids"):
@@ -72,6 +73,10 @@ class RetrievalFilter:
             raise InvalidInputError(f"{FIELD}.max_per_document must be a whole number (0: no limit), got {n!r}",
                                     reason=Reason.OUT_OF_RANGE, field=f"{FIELD}.max_per_document", metadata={"min": 0})
         object.__setattr__(self, "max_per_document", int(n))
+        if not isinstance(self.distinct_texts, (bool, np.bool_)):
+            raise InvalidInputError(f"{FIELD}.distinct_texts must be true or false, got {self.distinct_texts!r}",
+                                    reason=Reason.INVALID_ARGUMENT, field=f"{FIELD}.distinct_texts")
+        object.__setattr__(self, "distinct_texts", bool(self.distinct_texts))
 
     @property
     def restricts_documents(self) -> bool:
@@ -80,17 +85,29 @@ class RetrievalFilter:
 
     @property
     def limits(self) -> bool:
-        """True when results are dropped after scoring (min_score, max_per_document)."""
-        return self.min_score is not None or self.max_per_document > 0
+        """True when results are dropped after scoring (min_score, max_per_document, distinct_texts)."""
+        return self.min_score is not None or self.max_per_document > 0 or self.distinct_texts
 
-    def select(self, doc_ids: Sequence[str], scores: Sequence[float], k: int) -> list[int]:
+    @property
+    def drops_results(self) -> bool:
+        """True when results are dropped from inside the ranking, so a retrieval must keep more than top_k."""
+        return self.max_per_document > 0 or self.distinct_texts
+
+    def select(self, doc_ids: Sequence[str], scores: Sequence[float], k: int,
+               texts: Sequence[str] | None = None) -> list[int]:
         """Indices of the results to keep, best first, from results ranked best first: at most ``k``, none scoring
-        below min_score, at most max_per_document per document (its best, as the ranking has them first)."""
+        below min_score, at most max_per_document per document and with distinct_texts each text (``texts``) once (the
+        best, as the ranking has them first)."""
         kept: list[int] = []
         per_doc: dict[str, int] = {}
+        seen: set[str] = set()
         for i, (doc_id, score) in enumerate(zip(doc_ids, scores)):
             if len(kept) == k or (self.min_score is not None and score < self.min_score):
                 break  # ranked best first: every later one scores lower
+            if self.distinct_texts:
+                if texts[i] in seen:
+                    continue
+                seen.add(texts[i])
             if self.max_per_document:
                 if per_doc.get(doc_id, 0) == self.max_per_document:
                     continue

@@ -228,6 +228,17 @@ def test_bad_filters_are_refused_naming_the_field(kwargs, field, reason):
     assert (err.value.field, err.value.reason.value) == (field, reason)
 
 
+def test_distinct_texts_keeps_each_texts_best_with_the_other_limits():
+    docs, scores = ["a", "b", "c", "a", "d", "e"], [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    texts = ["x", "notice", "notice", "y", "notice", "z"]
+    assert RetrievalFilter(distinct_texts=True).select(docs, scores, 10, texts) == [0, 1, 3, 5]
+    assert RetrievalFilter(distinct_texts=True, max_per_document=1).select(docs, scores, 10, texts) == [0, 1, 5]
+    assert RetrievalFilter(distinct_texts=True, min_score=0.55).select(docs, scores, 2, texts) == [0, 1]
+    assert RetrievalFilter().select(docs, scores, 10, texts) == list(range(6))
+    with pytest.raises(InvalidInputError, match="filter.distinct_texts must be true or false"):
+        RetrievalFilter(distinct_texts="yes")
+
+
 def test_limits_keep_the_best_per_document_above_the_minimum():
     f = RetrievalFilter(min_score=0.5, max_per_document=2)
     docs, scores = ["a", "a", "b", "a", "c", "b", "b", "c"], [0.9, 0.8, 0.8, 0.7, 0.6, 0.55, 0.5, 0.4]

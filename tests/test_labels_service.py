@@ -145,6 +145,33 @@ def test_bad_labels_and_filters_name_the_field(client, call, field, reason):
     assert client.info().index_version == before.index_version  # refused whole: nothing stored
 
 
+def test_distinct_texts_keeps_each_text_once_and_still_fills_top_k(client, server, tmp_path):
+    """Boilerplate repeated in every document (a licence notice, a sign-off) comes back once with distinct_texts."""
+    notice = "This recipe card is licensed for home use only; copying it for sale is not permitted."
+    docs = [{"doc_id": f"card-{i}", "paragraphs": [f"Recipe card {i}: {dish}.", notice], "labels": {"kind": "card"}}
+            for i, dish in enumerate(["lentil soup", "onion tart", "plum cake", "pea risotto", "fig jam", "rye bread"])]
+    client.add_documents(docs)
+    try:
+        context = ["Recipe card 9: barley stew."]
+        only_cards = Filter(labels={"kind": "card"})
+        plain = client.predict_next(context, top_k=8, filter=only_cards)
+        texts = [p.text for p in plain.predictions]
+        assert texts.count(notice) > 1  # the corpus does what it says: the notice repeats in the answer
+        distinct = client.predict_next(context, top_k=8, filter={**vars(only_cards), "distinct_texts": True})
+        kept = [p.text for p in distinct.predictions]
+        assert len(kept) == len(set(kept)) == 7 and notice in kept  # 6 cards' first paragraphs and the notice once
+        first = next(p for p in plain.predictions if p.text == notice)  # the notice's best-ranked paragraph stays
+        assert next(p for p in distinct.predictions if p.text == notice).paragraph_id == first.paragraph_id
+        r = run_cli("predict", *context, "--label", "kind=card", "--distinct-texts", "-k", "8", "--json",
+                    env={"NEXTPARA_ADDRESS": server.address})
+        assert r.returncode == 0, r.stderr
+        assert [p["text"] for p in json.loads(r.stdout)["predictions"]] == kept
+        with pytest.raises(TypeError, match="filter.distinct_texts must be True or False, got 1"):
+            client.predict_next(context, filter=Filter(distinct_texts=1))
+    finally:
+        client.delete_documents([d["doc_id"] for d in docs])
+
+
 def test_the_cli_adds_labels_and_predicts_with_a_filter(server, acme, tmp_path):
     path = tmp_path / "labelled.jsonl"
     path.write_text(json.dumps({"doc_id": "cli-labelled", "paragraphs": ["Sweep the floor.", "Mop it after."],

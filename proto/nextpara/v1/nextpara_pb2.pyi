@@ -82,7 +82,7 @@ class PredictNextResponse(_message.Message):
     def __init__(self, predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., context_used: _Optional[int] = ..., context_dropped: _Optional[int] = ..., attention: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ...) -> None: ...
 
 class RetrievalFilter(_message.Message):
-    __slots__ = ("doc_ids", "exclude_doc_ids", "labels", "min_score", "max_per_document")
+    __slots__ = ("doc_ids", "exclude_doc_ids", "labels", "min_score", "max_per_document", "distinct_texts")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -95,12 +95,14 @@ class RetrievalFilter(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
     MAX_PER_DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    DISTINCT_TEXTS_FIELD_NUMBER: _ClassVar[int]
     doc_ids: _containers.RepeatedScalarFieldContainer[str]
     exclude_doc_ids: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
     min_score: float
     max_per_document: int
-    def __init__(self, doc_ids: _Optional[_Iterable[str]] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., min_score: _Optional[float] = ..., max_per_document: _Optional[int] = ...) -> None: ...
+    distinct_texts: bool
+    def __init__(self, doc_ids: _Optional[_Iterable[str]] = ..., exclude_doc_ids: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., min_score: _Optional[float] = ..., max_per_document: _Optional[int] = ..., distinct_texts: _Optional[bool] = ...) -> None: ...
 
 class RerankRequest(_message.Message):
     __slots__ = ("request_id", "context", "candidates", "top_k", "min_index_version", "wait_for_index")
