@@ -82,11 +82,12 @@ def with_basis(judge):
 
 
 @with_basis
-def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
+def decide(figures: dict[str, dict], replaced: str, force: bool, same: bool = False) -> Verdict:
     """What serves after training, by validation MRR@10; a model serves only where it beats cosine, and a tie keeps
     what serves: the new model iff it is above both the replaced model (if any) and B1, or ``force``; else the
     replaced model iff it is at least B1's; else B1, plain cosine. ``replaced`` COSINE_NAME: plain cosine serves
-    already, and the bar is the higher of its own figure and B1's (the same ranking, but for ties in the index)."""
+    already, and the bar is the higher of its own figure and B1's (the same ranking, but for ties in the index).
+    ``same``: the new model's weights are the replaced model's (a retraining of an unchanged store, same settings)."""
     new, b1, old = figures["new"], figures["B1"], figures.get("replaced")
     already_cosine = replaced == COSINE_NAME
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
@@ -114,6 +115,10 @@ def decide(figures: dict[str, dict], replaced: str, force: bool) -> Verdict:
             line += " (the intervals overlap: the gain may be noise)"
         return Verdict(True, line, figures, replaced)
     if already_cosine or (old and old[METRIC] >= b1[METRIC]):
+        if same and not already_cosine:
+            return Verdict(False, f"kept {replaced}: training made it again, weight for weight (the same store and "
+                                  f"settings), so nothing changes: validation MRR@10 {fmt(old)} against {cosine}",
+                           figures, replaced)
         line = (f"kept {replaced}: the new model's validation MRR@10 {fmt(new)} is not above it ({against}); the new "
                 f"model was not saved ({redo})")
         return Verdict(False, line, figures, replaced)

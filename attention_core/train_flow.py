@@ -155,7 +155,8 @@ def judge_and_save(store, seq: ParagraphSequences, model: NextParagraphModel, me
     log.info("guard: the new model%s on the validation split", f" and {COSINE_NAME} (which serves)" if
              replaced == COSINE_NAME else f", {replaced or 'no previous model'} and B1")
     figures = validation_figures(store, seq, {"new": model, **({"replaced": old_model} if old_model else {})})
-    verdict = decide(figures, replaced, force)
+    same = old_model is not None and weights_version(model.state_dict()) == weights_version(old_model.state_dict())
+    verdict = decide(figures, replaced, force, same)
     meta["metrics"]["guard"] = figures
     serving = f"{store.data_dir} is still served by {replaced or 'no model'}"
     with writing_in(store.data_dir, "the new model" if verdict.serve_new else "plain cosine's checkpoint",

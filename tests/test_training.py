@@ -60,6 +60,17 @@ def predictable_store(tmp_path_factory):
 FAST = TrainConfig(phase1_epochs=6, phase2_epochs=2, batch_size=64, lr=3e-3, val_queries=200, n_candidates=30)
 
 
+def test_retraining_an_unchanged_store_says_it_made_the_same_model(tmp_path):
+    store = vector_store(tmp_path, "rotation32", predictable_docs(n_docs=120))
+    cfg = TrainConfig(phase1_epochs=4, phase2_epochs=2, batch_size=32, lr=3e-3, val_queries=50, n_candidates=20)
+    first = train(store, {"d_model": 32, "n_heads": 2, "n_context_layers": 1}, cfg, quiet=True)
+    assert first.served and first.meta["metrics"]["guard"]["new"]["mrr@10"] > 0.5, first.line
+    again = train(store, {"d_model": 32, "n_heads": 2, "n_context_layers": 1}, cfg, quiet=True)
+    assert not again.served and again.meta["model_version"] == first.meta["model_version"]  # seeded: the same weights
+    assert again.line.startswith(f"kept the previous model {first.meta['model_version']}: training made it again, "
+                                 "weight for weight (the same store and settings), so nothing changes"), again.line
+
+
 def test_predictable_sequences_are_learned(predictable_store):
     outcome = train(predictable_store, SMALL_MODEL, FAST, quiet=True)
     assert outcome.served, outcome.line  # no general model for this embedder, and the model beats plain cosine (B1)
