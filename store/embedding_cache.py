@@ -67,11 +67,11 @@ class CachedEmbedder:
         hashes = [text_hash(t) for t in texts]
         found = self._lookup(hashes)
         missing = list(dict.fromkeys(h for h in hashes if h not in found))
-        self.hits += len(texts) - sum(1 for h in hashes if h not in found)
+        self.hits += len(texts) - len(missing)  # a text repeated in the call is embedded once: the rest are hits
         if missing:
             first_text = {h: t for h, t in zip(hashes, texts)}
             vectors = self.inner.embed([first_text[h] for h in missing])
-            self.misses += sum(1 for h in hashes if h not in found)
+            self.misses += len(missing)  # what the model embedded
             with self._db:
                 self._db.executemany(
                     "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)",
