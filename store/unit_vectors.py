@@ -11,6 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 from nextpara.errors import InvalidInputError, Reason
 
+TINY_NORM = 1e-18  # below it float32's squares may have underflowed: such a vector's norm is taken from a rescaled copy
+
 
 def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: str = "",
               name: Callable[[int], str] | None = None, field: Callable[[int], str] | None = None) -> np.ndarray:
@@ -39,9 +41,17 @@ def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: st
     bad = ~np.isfinite(arr).all(axis=1)
     if bad.any():
         raise bad_row(int(np.argmax(bad)), "vector has a NaN or infinite value")
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    if (norms == 0).any():
-        raise bad_row(int(np.argmax(norms[:, 0] == 0)), "vector is all zeros (the zero vector)")
+    with np.errstate(over="ignore", under="ignore"):  # the rows below are rescaled
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    odd = ~np.isfinite(norms[:, 0]) | (norms[:, 0] < TINY_NORM)  # float32's sum of squares over- or underflowed
+    if odd.any():  # such rows scaled by their largest value first (the direction is what counts): 1e30s and 1e-25s
+        arr = arr.copy()
+        peak = np.abs(arr[odd]).max(axis=1, keepdims=True)
+        zero = np.flatnonzero(odd)[peak[:, 0] == 0]
+        if len(zero):
+            raise bad_row(int(zero[0]), "vector is all zeros (the zero vector)")
+        arr[odd] /= peak
+        norms[odd] = np.linalg.norm(arr[odd], axis=1, keepdims=True)
     return np.ascontiguousarray(arr / norms, dtype=np.float32)
 
 

@@ -153,6 +153,19 @@ def test_bad_input_is_refused_and_changes_nothing(tmp_path):
         assert store.generation == gen and store.count_documents() == 3 and store.count_paragraphs() == 6
 
 
+@pytest.mark.parametrize("scale", [1e30, 1e18, 1e-25, 1e-30])
+def test_vectors_of_huge_or_tiny_values_keep_their_direction(tmp_path, scale):
+    """float32's sum of squares overflows (1e30 at 32-d; 1e18 at 1536-d) or underflows (1e-25): such a vector was stored
+    as zeros, or refused as the zero vector, where it has a direction like any other."""
+    direction = unit_vectors(1, DIM, seed=3)[0]
+    with new_store(tmp_path) as store:
+        store.add_documents([Document("big", ["a paragraph of extreme values"])], [(direction * scale)[None, :]])
+        stored_id = int(store.paragraph_table()[0][0])
+        np.testing.assert_allclose(store.vectors([stored_id])[0], direction, atol=1e-6)
+        scores, ids = store.search(direction * scale, 1)
+        assert ids[0][0] == stored_id and scores[0][0] == pytest.approx(1.0, abs=1e-5)
+
+
 def test_exclusion_and_identical_texts(tmp_path):
     docs, vecs = make_docs(4, 3)
     docs[2].paragraphs[1] = docs[0].paragraphs[0]
