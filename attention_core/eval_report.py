@@ -204,14 +204,14 @@ def evaluation_parts(store, model: str | None = None):
     vectors, the RerankPipeline of the model that serves it, or of ``model`` (a checkpoint's path, or "general"), or
     None if no model serves it, and that model's metadata or None)."""
     from nextpara.errors import FailedPreconditionError, Reason
-    from nextpara.store.embedders import PrecomputedEmbedder, embedder_for_store
+    from nextpara.store.embedders import PrecomputedEmbedder
 
     from .general import checkpoint_for_store, general_for_store, served_model
     from .pipeline import RerankPipeline
     from .sequences import ParagraphSequences
 
     seq = ParagraphSequences(store)
-    embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+    embedder = store.query_embedder()
     if isinstance(embedder, PrecomputedEmbedder):
         embedder = None
     meta = None

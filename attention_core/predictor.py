@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 from nextpara.errors import InvalidInputError, NextparaError, Reason
-from nextpara.store.embedders import Embedder, embedder_for_store
+from nextpara.store.embedders import Embedder
 from nextpara.store.filters import RetrievalFilter, doc_id_list
 from nextpara.store.store import ParagraphStore, open_store
 
@@ -106,7 +106,7 @@ class Predictor:
         """A predictor over an open store with the model that serves it: the checkpoint in its data dir, else the
         general model (general.py); FailedPreconditionError if neither fits the store."""
         model, meta = served_model(store)
-        embedder = embedder or embedder_for_store(store.embedder_spec, store.embedder_name, store.dim, **embedder_options)
+        embedder = embedder or store.query_embedder(**embedder_options)
         return cls(store, RerankPipeline(model, store, n_candidates), meta, embedder)
 
     @property

@@ -21,7 +21,6 @@ from nextpara.attention_core.predictor import Predictor
 from nextpara.attention_core.served import CHECKPOINT, describe_served
 from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
 from nextpara.store.backup import BackupReport
-from nextpara.store.embedders import embedder_for_store
 from nextpara.store.filters import RetrievalFilter, doc_id_list
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
@@ -105,7 +104,7 @@ class Runtime:
         store, model and generations that served before, and a read waiting for the new generation waits for its model."""
         store = open_store(self.data_dir, readonly=self.settings.read_only)
         try:
-            embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+            embedder = store.query_embedder()
             prepared = self._prepare_model(store, embedder)
         except BaseException:
             store.close()

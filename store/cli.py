@@ -32,8 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="minilm (default), minilm-int8, sentence-transformers:PATH, precomputed:NAME (vectors in the corpus) "
                         "or openai:MODEL")
     p.add_argument("--embedder-url", default=None,
-                   help="base URL of an OpenAI-compatible API for openai:MODEL (default: $NEXTPARA_EMBEDDINGS_URL or OpenAI)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+                   help="base URL of an OpenAI-compatible API for openai:MODEL (default: $NEXTPARA_EMBEDDINGS_URL or "
+                        "OpenAI's); the store remembers it, and its queries' texts are embedded there too (a later build "
+                        "with another changes it)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                   help="environment variable holding the API key (its name, never the key, is remembered as the URL is)")
     p.add_argument("--index", default=None,
                    help="auto (default: exact below 50,000 paragraphs, HNSW from there), flat, hnsw, ivf or a FAISS "
                         "factory string; used when the store is created (an existing store keeps its own: a warning "
@@ -102,13 +105,12 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
 def cmd_search(args: argparse.Namespace) -> int:
     from nextpara.errors import InvalidInputError
 
-    from .embedders import embedder_for_store
     from .store import open_store
 
     if not args.text.strip():  # as predict refuses an empty paragraph: there is nothing to be near
         raise InvalidInputError("the text to search for is empty")
     with open_store(args.data_dir, readonly=True) as store:
-        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+        embedder = store.query_embedder()
         scores, ids = store.search(embedder.embed([args.text]), args.k)
         hits = [(s, i) for s, i in zip(scores[0], ids[0]) if i >= 0]
         paragraphs = store.get_paragraphs([i for _, i in hits])

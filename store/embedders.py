@@ -210,7 +210,8 @@ class PrecomputedEmbedder:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
         raise InvalidInputError(
             f"embedder {self.name!r} holds precomputed vectors and cannot embed text; "
-            "give vectors (or stored paragraph ids) instead, or configure a text embedder of the same name",
+            "give vectors (or stored paragraph ids) instead (a store of vectors from an OpenAI-compatible endpoint's "
+            "MODEL embeds texts there when it is built with --embedder precomputed:openai:MODEL)",
             reason=Reason.VECTORS_REQUIRED)
 
 
@@ -245,16 +246,34 @@ def make_embedder(spec: str = DEFAULT_EMBEDDER, *, base_url: str | None = None,
     )
 
 
-def embedder_for_store(spec: str, name: str, dim: int, **kwargs) -> Embedder:
-    """The embedder that embeds query text for a store built with embedder ``spec`` (named ``name``).
+QUERY_RETRIES, QUERY_TIMEOUT = 2, 20.0  # a query's remote embedding fails within seconds, not a build's ~16 s of
+#                                      retries: the caller's deadline (30 s by default) and its own retries come after
+
+
+def remote_model(spec: str, name: str) -> str | None:
+    """The model of an OpenAI-compatible endpoint that embeds text for a store built with embedder ``spec`` (named
+    ``name``; ``precomputed:openai:MODEL`` too: vectors brought from that model), else None."""
+    for s in (spec, name):
+        if s.startswith("openai:"):
+            return s.partition(":")[2]
+    return None
+
+
+def embedder_for_store(spec: str, name: str, dim: int, **options) -> Embedder:
+    """The embedder that embeds query text for a store built with embedder ``spec`` (named ``name``, of dimension
+    ``dim``). ``options``: a remote endpoint's ``base_url`` and ``api_key_env``, as the store remembers them
+    (ParagraphStore.embedder_options), so that queries go where its paragraphs were embedded.
 
     Stores built from precomputed vectors whose name is not a known text model get a
     PrecomputedEmbedder: ids and vectors work as queries, text does not.
     """
     if name in (MINILM_NAME, MINILM_INT8_NAME):
         return make_embedder(name)
-    if spec.startswith(("openai:", "sentence-transformers:")):
-        return make_embedder(spec, **kwargs)
-    if name.startswith("openai:"):
-        return make_embedder(name, **kwargs)
+    model = remote_model(spec, name)
+    if model is not None:
+        from .http_embedder import OpenAIEmbedder
+
+        return OpenAIEmbedder(model, dim=dim, max_retries=QUERY_RETRIES, timeout=QUERY_TIMEOUT, **options)
+    if spec.startswith("sentence-transformers:"):
+        return make_embedder(spec)
     return PrecomputedEmbedder(name, dim=dim)

@@ -39,8 +39,12 @@ class EmbeddingServiceError(NextparaError):
 
 
 class OpenAIEmbedder:
+    """``dim``: the dimension its answers must have (a store's), else the first answer's. An answer nextpara cannot
+    use (another dimension, NaN, a zero vector) is the endpoint's failure, EmbeddingServiceError, never the caller's."""
+
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 batch_size: int = 256, max_retries: int = 5, timeout: float = 60.0, backoff: float = 0.5):
+                 batch_size: int = 256, max_retries: int = 5, timeout: float = 60.0, backoff: float = 0.5,
+                 dim: int | None = None):
         self.model = model
         self.name = f"openai:{model}"
         self.base_url = (base_url or os.environ.get("NEXTPARA_EMBEDDINGS_URL") or DEFAULT_BASE_URL).rstrip("/")
@@ -49,7 +53,7 @@ class OpenAIEmbedder:
         self.max_retries = max_retries
         self.timeout = timeout
         self.backoff = backoff
-        self.dim: int | None = None
+        self.dim: int | None = dim
         self.requests_sent = 0
 
     def _post(self, texts: list[str]) -> list[list[float]]:
@@ -94,8 +98,12 @@ class OpenAIEmbedder:
             rows.extend(self._post(list(texts[start:start + self.batch_size])))
         if not rows:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        dims = {len(r) for r in rows}
-        if len(dims) != 1 or (self.dim is not None and self.dim not in dims):
-            raise InvalidInputError(f"{self.name}: expected vectors of dimension {self.dim}, got {sorted(dims)}")
-        self.dim = dims.pop()
-        return unit_rows(rows, where=f"{self.name} answer")
+        try:
+            vectors = unit_rows(rows, self.dim, where=f"{self.base_url}/embeddings answer")
+        except InvalidInputError as e:
+            dims = sorted({len(r) for r in rows if isinstance(r, list)})
+            why = (f"vectors of dimension {', '.join(map(str, dims))} where {self.dim} were expected (the store's)"
+                   if self.dim is not None and dims != [self.dim] else str(e))
+            raise EmbeddingServiceError(f"{self.name}: {self.base_url}/embeddings answered {why}") from e
+        self.dim = vectors.shape[1]
+        return vectors

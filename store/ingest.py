@@ -21,7 +21,7 @@ from nextpara.progress import progress_bar
 
 from .corpus import CorpusReader, Document, validate_document
 from .data_dir import DataDir
-from .embedders import Embedder, PrecomputedEmbedder, make_embedder
+from .embedders import Embedder, PrecomputedEmbedder, make_embedder, remote_model
 from .embedding_cache import CachedEmbedder
 from .store import open_store
 
@@ -76,6 +76,16 @@ def _embedder_for(spec: str, docs: Sequence[Document], use_cache: bool, **kwargs
     return CachedEmbedder(embedder) if use_cache else embedder
 
 
+def _endpoint(spec: str, emb: Embedder, given: dict) -> dict | None:
+    """What a store remembers of a remote embedder (the endpoint it was built against and the variable holding its
+    key) for its queries (ParagraphStore.query_embedder); None for a local one. For ``precomputed:openai:MODEL`` (vectors
+    brought, none embedded here) what the build was given."""
+    if remote_model(spec, emb.name) is None:
+        return None
+    inner = getattr(emb, "inner", emb)  # under the embedding cache
+    return {k: getattr(inner, k, None) or given.get(k) for k in ("base_url", "api_key_env")}
+
+
 PROGRESS_CHUNK = 256  # paragraphs embedded per call when a build's bar follows the embedding
 
 
@@ -128,7 +138,8 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     dim = emb.dim
     if dim is None:  # a remote model tells its dimension by answering
         dim = emb.embed([docs[0].paragraphs[0]]).shape[1]
-    store = open_store(data_dir, embedder_name=emb.name, dim=dim, embedder_spec=embedder, index=index)
+    store = open_store(data_dir, embedder_name=emb.name, dim=dim, embedder_spec=embedder, index=index,
+                       embedder_options=_endpoint(embedder, emb, embedder_options or {}))
     try:
         skip = store.unchanged(docs)
         report.documents_unchanged = len(skip)

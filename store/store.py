@@ -26,6 +26,7 @@ from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, 
 
 from .corpus import Document, validate_document
 from .data_dir import DB_FILE, FORMAT_VERSION, DataDir, disk_full
+from .embedders import Embedder, embedder_for_store
 from .filters import Allowed, RetrievalFilter, resolve
 from .labels import add_labels, has_labels
 from .tables import (
@@ -37,6 +38,7 @@ from .tables import (
     add_generation_column,
     content_hash,
     has_generation_column,
+    remember_options,
 )
 from .unit_vectors import unit_rows
 from .vector_index import check_index
@@ -48,10 +50,13 @@ log = logging.getLogger(__name__)
 
 
 def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool = False, embedder_name: str | None = None,
-               dim: int | None = None, embedder_spec: str | None = None, index: str | None = None) -> "ParagraphStore":
+               dim: int | None = None, embedder_spec: str | None = None, index: str | None = None,
+               embedder_options: dict | None = None) -> "ParagraphStore":
     """Open the store in ``data_dir`` (None: the default location); create it when ``embedder_name`` and ``dim``
     are given, with the index ``index`` asks for (None: "auto"); an existing store keeps the index it was created
-    with, and an ``index`` that differs is said in a warning. A store built by another embedder, dimension or a newer
+    with, and an ``index`` that differs is said in a warning. ``embedder_options`` (a remote embedder's ``base_url`` and
+    ``api_key_env``, as a build was given them) are remembered by a writable open, so that the store's queries are
+    embedded where its paragraphs were (ParagraphStore.embedder_options). A store built by another embedder, dimension or a newer
     format is refused with a StoreMismatchError naming the expected and the actual, before anything is touched."""
     data_dir = DataDir(DataDir.resolve(data_dir))  # a fresh view: its manifest is read once, by this open
     creating = not readonly and embedder_name is not None and dim is not None
@@ -82,6 +87,8 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
         if exists and index is not None and index != meta["index"]:
             log.warning("%s keeps the index it was created with (%s): --index %s applies to a new store only (build into "
                         "another --data-dir to change it)", data_dir, meta["index"], index)
+        if not readonly and remember_options(db, meta, embedder_options):
+            meta = data_dir.read_meta(db)
         if not readonly and not has_generation_column(db):
             add_generation_column(db)
         if not readonly and not has_labels(db):
@@ -111,11 +118,17 @@ class ParagraphStore:
         self._lock_fd = lock_fd
         self._mutex = threading.RLock()
         self.embedder_name, self.embedder_spec, self.dim = tables.embedder_name, tables.embedder_spec, tables.dim
+        self.embedder_options = tables.embedder_options  # a remote embedder's base_url and api_key_env, if remembered
         self.requested_index = tables.requested_index
         with tables.read_transaction():  # the index and its generation from one view of SQLite (a writer may be
             self.vector_table = VectorTable.load(data_dir, tables)  # committing meanwhile, for a read-only open)
             self._index_generation = tables.generation
         self.words = WordIndex(tables.db)
+
+    def query_embedder(self, **options) -> Embedder:
+        """The embedder of query text for this store (embedders.embedder_for_store): its own embedder, a remote one at
+        the endpoint it remembers unless ``options`` (base_url, api_key_env) say otherwise."""
+        return embedder_for_store(self.embedder_spec, self.embedder_name, self.dim, **{**self.embedder_options, **options})
 
     # ---- properties ------------------------------------------------------------------
     @property

@@ -119,11 +119,31 @@ def unknown_ids(what: str, missing: Sequence) -> NotFoundError:
                                    "missingIds": json.dumps(listed, ensure_ascii=False)})
 
 
+OPTION_KEYS = {"base_url": "embedder_url", "api_key_env": "embedder_key_env"}  # embedder option -> its key in meta
+
+
+def remember_options(db, meta: dict[str, str], options: dict | None) -> bool:
+    """Write the given remote embedder options (not None) that differ from ``meta``'s into it; whether any did. The key
+    itself is never stored: only the name of the environment variable that holds it."""
+    changed = [(OPTION_KEYS[k], str(v)) for k, v in (options or {}).items()
+               if k in OPTION_KEYS and v is not None and meta.get(OPTION_KEYS[k]) != str(v)]
+    if changed:  # one transaction (the connection is in autocommit mode)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", changed)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    return bool(changed)
+
+
 class ParagraphTables:
     def __init__(self, db: sqlite3.Connection, meta: dict[str, str]):
         self.db = db
         self.embedder_name: str = meta["embedder"]
         self.embedder_spec: str = meta.get("embedder_spec", meta["embedder"])
+        self.embedder_options: dict[str, str] = {k: meta[key] for k, key in OPTION_KEYS.items() if meta.get(key)}
         self.dim: int = int(meta["dim"])
         self.requested_index: str = meta["index"]
         self.refresh_schema()

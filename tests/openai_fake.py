@@ -2,7 +2,8 @@
 
 Stands in for the remote API, which cannot be reached from here. Vectors are a
 deterministic function of the text (seeded by its hash), so equal texts get equal
-vectors. ``fail_next`` makes the next requests answer with the given status codes.
+vectors. ``fail_next`` makes the next requests answer with the given status codes; ``dim`` may change between
+requests, and ``zeros`` answers zero vectors (an endpoint gone wrong).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class FakeEmbeddingsServer:
         self.dim = dim
         self.api_key = api_key
         self.fail_next: list[int] = []
+        self.zeros = False
         self.requests: list[dict] = []
         outer = self
 
@@ -53,7 +55,9 @@ class FakeEmbeddingsServer:
                     code = outer.fail_next.pop(0)
                     return self._send(code, {"error": {"message": f"simulated {code}"}}, {"Retry-After": "0"})
                 inputs = body["input"]
-                data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, outer.dim)} for i, t in enumerate(inputs)]
+                data = [{"object": "embedding", "index": i,
+                         "embedding": [0.0] * outer.dim if outer.zeros else fake_vector(t, outer.dim)}
+                        for i, t in enumerate(inputs)]
                 self._send(200, {"object": "list", "data": data[::-1], "model": body["model"],
                                  "usage": {"prompt_tokens": 0, "total_tokens": 0}})
 

@@ -1,5 +1,9 @@
 """Embedders: the real MiniLM model, the cache, and the OpenAI-compatible HTTP embedder."""
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from nextpara.errors import FailedPreconditionError, InvalidInputError
@@ -100,6 +104,16 @@ def test_openai_wire_format_batching_and_retries(monkeypatch):
         emb.max_retries = 2
         with pytest.raises(EmbeddingServiceError, match="failed 3 times, last: HTTP 500"):
             emb.embed(["y"])
+        # an answer it cannot use is the endpoint's failure, and the next good answer is taken: nothing is pinned by it
+        store_side = OpenAIEmbedder("text-embedding-ada-002", base_url=server.base_url, api_key_env="TEST_KEY", dim=1536)
+        server.dim = 1000
+        with pytest.raises(EmbeddingServiceError, match="answered vectors of dimension 1000 where 1536 were expected"):
+            store_side.embed(["w"])
+        server.dim, server.zeros = 1536, True
+        with pytest.raises(EmbeddingServiceError, match="answered .*all zeros"):
+            store_side.embed(["w"])
+        server.zeros = False
+        assert store_side.embed(["w"]).shape == (1, 1536) and store_side.dim == 1536
     monkeypatch.delenv("TEST_KEY")
     with pytest.raises(FailedPreconditionError, match="TEST_KEY is not set"):
         emb.embed(["z"])
@@ -107,6 +121,7 @@ def test_openai_wire_format_batching_and_retries(monkeypatch):
 
 def test_build_with_openai_embedder(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.delenv("NEXTPARA_EMBEDDINGS_URL", raising=False)
     corpus = tmp_path / "docs"
     corpus.mkdir()
     (corpus / "a.md").write_text("# A\n\nFirst paragraph of a.\n\nSecond paragraph of a.\n")
@@ -126,6 +141,18 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
                       embedder_options=options, use_cache=False)
         assert again.documents_unchanged == 2 and again.paragraphs_embedded == 0
         assert len(server.requests) == n + 1  # only the dimension probe; unchanged documents are not embedded
+        # the store remembers the endpoint (and the key's variable, not the key): its queries' texts go there, not to
+        # OpenAI's default URL, with no option or variable set
+        with open_store(tmp_path / "store", readonly=True) as store:
+            assert store.embedder_options == {"base_url": server.base_url, "api_key_env": "OPENAI_API_KEY"}
+            query = store.query_embedder()
+            assert (query.base_url, query.dim, query.max_retries) == (server.base_url, 1536, 2)
+        found = subprocess.run([sys.executable, "-m", "nextpara", "search", "Second paragraph of a.", "--data-dir",
+                                str(tmp_path / "store"), "-k", "1", "--json"], capture_output=True, text=True, timeout=120)
+        assert found.returncode == 0, found.stderr
+        assert json.loads(found.stdout)["results"][0]["text"] == "Second paragraph of a."
+        assert server.requests[-1]["body"]["input"] == ["Second paragraph of a."]
+        assert not [f for f in (tmp_path / "store").rglob("*") if f.is_file() and b"test-key" in f.read_bytes()]
 
 
 def test_local_sentence_transformers_directory(minilm):

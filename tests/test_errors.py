@@ -288,6 +288,13 @@ def test_remote_embedder_refusals(tmp_path, monkeypatch):
                 e = refusal(lambda: c.add_documents([{"doc_id": "b", "paragraphs": ["Refused upstream."]}]))
                 assert e.reason == "EMBEDDING_SERVICE_FAILED" and e.code == grpc.StatusCode.UNAVAILABLE
                 fake.fail_next = []
+                fake.dim = 8  # an answer of another dimension than the store's: the endpoint's failure, not the caller's
+                e = refusal(lambda: c.add_documents([{"doc_id": "d", "paragraphs": ["Answered wrongly upstream."]}]))
+                assert e.reason == "EMBEDDING_SERVICE_FAILED" and e.code == grpc.StatusCode.UNAVAILABLE
+                assert "answered vectors of dimension 8 where 16 were expected" in e.details, e.details
+                fake.dim = 16  # and once it answers right again, so does the server (nothing pinned to the bad answer)
+                assert c.add_documents([{"doc_id": "d", "paragraphs": ["Answered rightly upstream."]}]).documents_added == 1
+                c.delete_documents(["d"])
                 monkeypatch.delenv("OPENAI_API_KEY")
                 e = refusal(lambda: c.add_documents([{"doc_id": "c", "paragraphs": ["No key to send."]}]))
                 assert (e.reason, e.code) == ("FAILED_PRECONDITION", grpc.StatusCode.FAILED_PRECONDITION)
