@@ -41,7 +41,17 @@ from . import lexical
 from .checkpoint import load_checkpoint, save_checkpoint, weights_version
 from .model import NextParagraphModel
 from .model_config import RerankerConfig
-from .served import CHECKPOINT, COSINE, COSINE_NAME, GENERAL_CHECKPOINT, SHIPPED, START_CHECKPOINT, fits
+from .served import (
+    CHECKPOINT,
+    COSINE,
+    COSINE_NAME,
+    GENERAL_CHECKPOINT,
+    SHIPPED,
+    START_CHECKPOINT,
+    fallback_line,
+    fits,
+    read_checkpoint_meta,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +138,8 @@ def checkpoint_for_store(path, store: ParagraphStore) -> tuple[NextParagraphMode
 
 
 def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
-    """The store's own model if it has one (a trained one, or cosine_model()), else the general model;
-    ``meta["source"]`` says which: "trained", COSINE or "general"."""
+    """The store's own model if it has one (a trained one, or cosine_model()), else the general model, else (a store
+    of another embedder's vectors) cosine_model(); ``meta["source"]`` says which: "trained", COSINE or "general"."""
     own = store.data_dir / CHECKPOINT
     if own.exists():
         model, meta = load_checkpoint(own, store.embedder_name, store.dim)
@@ -138,7 +148,16 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
         return model, {**meta, "source": meta.get("kind", "trained")}
     try:
         model, meta = general_for_store(store)
-    except StoreMismatchError as e:
-        raise FailedPreconditionError(str(e), reason=Reason.NO_MODEL) from e
+    except StoreMismatchError:  # vectors of another embedder (1536-d ones callers bring, say): plain cosine serves
+        model = cosine_model(store.dim)
+        meta = {"kind": COSINE, "source": COSINE, "model_version": weights_version(model.state_dict()),
+                "line": fallback_line(fits(read_checkpoint_meta(GENERAL_CHECKPOINT), store))}
+        log.info("%s serves %s: %s", COSINE_NAME, store.data_dir, meta["line"])
+        return model, meta
     log.info("no trained model in %s: serving the general model %s", store.data_dir, meta["model_version"])
     return model, meta
+
+
+def cosine_version(dim: int) -> str:
+    """The model_version of cosine_model(dim) (its weights are fixed: the same every time)."""
+    return weights_version(cosine_model(dim).state_dict())

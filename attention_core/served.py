@@ -52,6 +52,12 @@ def fits(meta: dict, store: ParagraphStore | StoreFacts) -> str:
             f"({store.dim}-d)")
 
 
+def fallback_line(mismatch: str) -> str:
+    """Why plain cosine serves a store that has no model of its own and that the general model does not fit."""
+    return (f"no model of its own, and {mismatch}: plain cosine to the last paragraph (B1) serves it until `nextpara "
+            "train` trains a model that beats it")
+
+
 def read_checkpoint_meta(path: str | os.PathLike) -> dict:
     """A checkpoint's nextpara metadata (its safetensors header; no tensor is read). FailedPreconditionError for a
     file that is not a nextpara safetensors checkpoint."""
@@ -101,8 +107,9 @@ def fmt(f: dict, metric: str = METRIC) -> str:
 
 def describe_served(store: ParagraphStore | StoreFacts) -> dict:
     """Which model serves ``store`` (an open store, or only its facts: data_dir, embedder_name and dim are all it reads)
-    and its validation figures beside B1's, without loading any weights:
-    ``source`` "trained", COSINE (with ``reason``: the guard's line), "general" or "none" (with ``reason``),
+    and its validation figures beside B1's, without loading any weights (nor torch, but for a store no general model
+    fits): ``source`` "trained", COSINE (with ``reason``: the guard's line, or why no model fits), "general" or "none"
+    (with ``reason``),
     ``model_version``, ``scorer`` (model_config.SCORERS' name of its configuration, COSINE, or "custom"), and ``validation``
     ({"model": ..., "B1": ...}, summarize() dicts) when a guard (`nextpara train`'s, or for the general model
     `nextpara build`'s) measured them on this store."""
@@ -133,8 +140,11 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
     except FailedPreconditionError as e:
         return {"source": "none", "reason": str(e)}
     mismatch = fits(meta, store)
-    if mismatch:
-        return {"source": "none", "reason": f"no trained model, and {mismatch}: run `nextpara train`"}
+    if mismatch:  # as general.served_model serves it
+        from .general import cosine_version  # (torch: only for a store no general model fits)
+
+        return {"source": COSINE, "model_version": cosine_version(store.dim), "scorer": COSINE,
+                "reason": fallback_line(mismatch)}
     out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
     report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
     if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):

@@ -191,7 +191,7 @@ def test_queue_full_asks_for_a_delay_and_the_clients_retry_after_it(server_store
         s.stop()
 
 
-# ---- a store of precomputed vectors without a model: VECTORS_REQUIRED, NO_MODEL, and bad models on Reload ----------
+# ---- a store of precomputed vectors without a model: VECTORS_REQUIRED, plain cosine, and bad models on Reload -----
 
 def test_precomputed_store_without_a_model(trained_store, tmp_path):
     from safetensors.torch import load_file, save_file
@@ -203,8 +203,14 @@ def test_precomputed_store_without_a_model(trained_store, tmp_path):
         with Client(s.address, timeout=60) as c:
             e = refusal(lambda: c.add_documents([{"doc_id": "t", "paragraphs": ["Text needs an embedder."]}]))
             assert (e.reason, e.field) == ("VECTORS_REQUIRED", "documents[0].vectors")
-            assert refusal(lambda: c.rerank([vecs[4].tolist()], ["A text."])).reason == "NO_MODEL"
-            assert refusal(lambda: c.predict_next([vecs[4].tolist()])).reason == "NO_MODEL"
+            # no model fits 8-d vectors (the general model is MiniLM's): plain cosine serves, and says why
+            assert refusal(lambda: c.rerank([vecs[4].tolist()], ["A text."])).reason == "VECTORS_REQUIRED"
+            served = c.info().model
+            assert served.source == "cosine" and "no model of its own, and the general model is for" in served.reason
+            predicted = c.predict_next([vecs[4].tolist()], top_k=2)
+            assert predicted.model_version == served.version and len(predicted.predictions) == 2
+            ranked = c.rerank([vecs[4].tolist()], [vecs[5].tolist(), vecs[4].tolist()])
+            assert ranked.order == [1, 0]  # cosine to the last paragraph: the same vector first
             (store / "model.safetensors").write_bytes(b"not a checkpoint at all")
             e = refusal(c.reload)
             assert e.reason == "MODEL_UNREADABLE" and e.code == grpc.StatusCode.FAILED_PRECONDITION

@@ -4,8 +4,11 @@ import copy
 
 import numpy as np
 import pytest
+from conftest import unit_vectors
 from nextpara.attention_core.predictor import Predictor
-from nextpara.errors import FailedPreconditionError, InvalidInputError, NotFoundError
+from nextpara.attention_core.served import describe_served
+from nextpara.errors import InvalidInputError, NotFoundError
+from nextpara.store.corpus import Document
 from nextpara.store.store import open_store
 
 
@@ -154,11 +157,19 @@ def test_bad_top_k(predictor, top_k):
         predictor.predict_next([1], top_k=top_k)
 
 
-def test_no_model_is_a_failed_precondition(tmp_path):
-    docs_store = open_store(tmp_path, embedder_name="e", dim=4)
-    docs_store.close()
-    with pytest.raises(FailedPreconditionError, match="no trained model .*nextpara train"):
-        Predictor.open(tmp_path)
+def test_a_store_no_model_fits_is_served_by_plain_cosine(tmp_path):
+    vecs = unit_vectors(6, 4, seed=2)
+    with open_store(tmp_path, embedder_name="e", dim=4) as store:  # 4-d vectors: the general model is for MiniLM's
+        store.add_documents([Document("d", [f"p{i}" for i in range(6)])], [vecs])
+    with Predictor.open(tmp_path) as predictor:
+        assert predictor.meta["source"] == "cosine" and "no model of its own, and the general model is for" in predictor.meta["line"]
+        ids = [int(i) for i in predictor.store.paragraph_table()[0]]
+        result = predictor.predict_next([ids[4]], top_k=3)  # B1: cosine to the last paragraph, the context excluded
+        expected = [ids[j] for j in np.argsort(-(vecs @ vecs[4]), kind="stable") if j != 4][:3]
+        assert [p.paragraph_id for p in result.predictions] == expected
+    with open_store(tmp_path, readonly=True) as store:  # and `nextpara info` / GetInfo say so, with the same version
+        described = describe_served(store)
+    assert (described["source"], described["model_version"]) == ("cosine", result.model_version)
 
 
 def test_a_request_reads_each_stored_row_once(trained_store):
@@ -332,7 +343,6 @@ def test_a_replica_asked_for_a_paragraph_written_since_it_loaded_says_it_is_behi
     import shutil
 
     from nextpara.errors import IndexBehindError
-    from nextpara.store.corpus import Document
 
     shutil.copytree(trained_store, tmp_path / "store")
     with Predictor.open(tmp_path / "store", readonly=True) as replica:

@@ -301,7 +301,7 @@ def test_health_through_startup_reload_and_shutdown(server_store, tmp_path):
     s = LiveServer(store).start()
     try:
         with Client(s.address) as c:
-            # no model of its own: the general model serves (a store no model fits stays NOT_SERVING: test_errors.py)
+            # no model of its own: the general model serves (plain cosine where it does not fit: test_errors.py)
             assert c.health() == "SERVING" and c.info().model.source == "general"
             assert c.predict_next([1]).model_version == c.info().model.version
             shutil.copyfile(server_store / "model.safetensors", store / "model.safetensors")
