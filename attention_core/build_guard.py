@@ -93,7 +93,8 @@ def _guard(store, again: bool) -> BuildGuard:
         load_general()  # raises: the general model is missing from this installation, and what to do
     mismatch = fits(read_checkpoint_meta(GENERAL_CHECKPOINT), store)
     if mismatch:
-        return BuildGuard(False, f"the general model was not judged: {mismatch}", mine is not None)
+        return BuildGuard(False, f"{COSINE_NAME} serves {data_dir}, not judged: {mismatch} (`nextpara train` trains a "
+                                 "model that serves if it beats cosine)", True)
     seq = ParagraphSequences(store)
     if not seq.queries("validation", 1, limit=1):
         serves = COSINE_NAME if mine is not None else general_name(GENERAL_VERSION)

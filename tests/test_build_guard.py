@@ -216,7 +216,8 @@ def test_a_build_judges_nothing_it_cannot_or_need_not(tmp_path):
     vectors = vector_store(tmp_path / "vec", "rand32", ((f"v{d}", [f"v {d} {p}" for p in range(6)],
                                                         rng.standard_normal((6, 32))) for d in range(40)))
     outcome = guard_general(vectors)
-    assert not outcome.judged and outcome.line.startswith("the general model was not judged: ")
+    assert not outcome.judged and outcome.cosine and outcome.line.startswith(f"plain cosine (B1) serves {vectors}, not "
+                                                                             "judged: the general model is for ")
     assert "rand32" in outcome.line and not (vectors / CHECKPOINT).exists()
 
 
@@ -256,7 +257,7 @@ def test_the_guards_of_build_and_train_take_turns_and_train_judges_what_serves_w
                            f"print(guard_general({str(store)!r}).line)"])
     os.close(fd)  # released: the guard goes on (and judges nothing here: the general model is of another dimension)
     out, err = guard.communicate(timeout=120)
-    assert guard.returncode == 0 and out.startswith("the general model was not judged: "), err
+    assert guard.returncode == 0 and out.startswith(f"plain cosine (B1) serves {store}, not judged: "), err
 
     fd = os.open(store / "model.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
