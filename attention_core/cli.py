@@ -221,7 +221,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         v = model["validation"]
         serves += (f"\nvalidation    MRR@10 {fmt(v['model'])}, Recall@1 {fmt(v['model'], 'recall@1')}; "
                    f"B1 (cosine to the last paragraph) {fmt(v['B1'])}, {fmt(v['B1'], 'recall@1')}")
-    print(f"data dir      {info['data_dir']}\n"
+    print(f"data dir      {info['data_dir']} (store_id {info['store_id']})\n"
           f"embedder      {info['embedder']} (dim {info['dim']})\n"
           f"documents     {info['documents']}\n"
           f"paragraphs    {info['paragraphs']}\n"

@@ -89,6 +89,9 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"INPUT {args.input} is not a file")
     if Path(args.input).resolve() == Path(args.output).resolve():
         raise InvalidInputError("INPUT and OUTPUT are the same file")
+    if Path(args.output).suffix.lower() in (".parquet", ".pq"):
+        raise InvalidInputError(f"OUTPUT {args.output}: rows are written as JSON Lines, whatever the name; name it "
+                                ".jsonl (Parquet is read as INPUT only)")
     check_top_k(args.top_k, "--top-k")
     engine = make_engine(args)
     try:

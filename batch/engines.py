@@ -45,6 +45,10 @@ class InProcessEngine:
     def model_version(self) -> str:
         return self.predictor.model_version
 
+    @property
+    def store_id(self) -> str:
+        return self.predictor.store.store_id
+
     def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
         from .scoring import score_rows, vectors_as_arrays
 
@@ -69,7 +73,8 @@ class ServiceEngine:
         # the service asked first, so that one that cannot be reached stops the job before its OUTPUT is opened (an
         # --overwrite emptied it, then found no server)
         try:
-            self.model_version = client.info().model_version
+            info = client.info()
+            self.model_version, self.store_id = info.model_version, info.store_id
         except BaseException:
             client.close()
             raise
@@ -130,6 +135,7 @@ class RayEngine:
         from nextpara.attention_core.served import CHECKPOINT, check_embedder, describe_served, read_checkpoint_meta
         from nextpara.errors import FailedPreconditionError, Reason
         from nextpara.store.data_dir import DataDir
+        from nextpara.store.tables import store_id
 
         self.data_dir = str(Path(data_dir).resolve())
         # fail before starting Ray, not in every actor; from the store's meta alone (a large store's vectors stay put)
@@ -142,6 +148,7 @@ class RayEngine:
             raise FailedPreconditionError(f"nothing can serve {self.data_dir}: {served['reason']} (with --ray the path "
                                           "must hold the store on every node)", reason=Reason.NO_MODEL)
         self.model_version = served["model_version"]
+        self.store_id = store_id(DataDir(self.data_dir).read_store_meta())
         import ray
 
         self._started = not ray.is_initialized()

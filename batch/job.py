@@ -62,7 +62,7 @@ def run_job(input_path: str | Path, output_path: str | Path, engine, default_top
     total = count_rows(input_path)
     out = ResumableOutput(output_path, overwrite=overwrite, settings={  # what the rows depend on, beside the input
         "top_k": default_top_k, "with_text": getattr(engine, "with_text", True),
-        "model_version": getattr(engine, "model_version", "")})
+        "model_version": getattr(engine, "model_version", ""), "store_id": getattr(engine, "store_id", "")})
     summary.torn_bytes = out.torn_bytes
     started = time.perf_counter()
     try:

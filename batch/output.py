@@ -5,7 +5,8 @@ writing it) is cut off, and the ids (or, for rows without a readable id, the inp
 answered are counted so the rerun skips them and appends the rest. Each chunk of rows is
 written with one write, then flushed and fsynced before the job reads on: a row on disk is done.
 
-What made the rows (the default top_k, whether they carry texts, the model's version) is written beside OUTPUT, as
+What made the rows (the default top_k, whether they carry texts, the model's version, the store's identity) is written
+beside OUTPUT, as
 ``OUTPUT.job.json``, before its first row; a rerun with other settings is refused rather than mixing two kinds of
 row in one file (an OUTPUT without it, from before, resumes as it did).
 """
@@ -31,15 +32,19 @@ class ResumableOutput:
         self.done_keys: Counter[str] = Counter()  # json.dumps(id) -> rows with that id already in OUTPUT
         self.done_lines: set[int] = set()  # input lines of error rows that had no readable id
         self.torn_bytes = 0  # bytes of a partial last line removed on open
-        if overwrite or not self.path.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if settings is not None:
-                self._write_settings(settings)
-            self._file = open(self.path, "wb")
-        else:
-            self._check_settings(settings)
-            self._scan()
-            self._file = open(self.path, "ab")
+        try:
+            if overwrite or not self.path.exists():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                if settings is not None:
+                    self._write_settings(settings)
+                self._file = open(self.path, "wb")
+            else:
+                self._check_settings(settings)
+                self._scan()
+                self._file = open(self.path, "ab")
+        except OSError as e:  # a folder, a read-only place, a file where a folder should be: OUTPUT, not a helper file
+            raise OutputError(f"OUTPUT {self.path} cannot be written: {e.strerror or e}"
+                              + (f" ({e.filename})" if e.filename and str(e.filename) != str(self.path) else "")) from e
 
     def _write_settings(self, settings: dict) -> None:
         """OUTPUT.job.json, whole or not at all (a temporary file renamed over it), before OUTPUT's first row."""
@@ -72,6 +77,8 @@ class ResumableOutput:
                     break
                 try:
                     row = json.loads(line)
+                    if "results" not in row and "error" not in row:  # an input file, say (arguments swapped)
+                        raise ValueError("neither results nor error")
                     key = json.dumps(row["id"]) if row["id"] is not None else None
                 except (ValueError, KeyError, TypeError) as e:
                     raise OutputError(f"{self.path}:{n}: not a row this job wrote ({e}); "
@@ -82,6 +89,9 @@ class ResumableOutput:
                     self.done_keys[key] += 1
                 end += len(line)
         size = self.path.stat().st_size
+        if end < size and not end and not self.settings_path.exists():  # one line, whole or torn, of someone else's
+            raise OutputError(f"{self.path} holds no row this job wrote and was not begun by rerank-batch (no "
+                              f"{self.settings_path.name}): give another OUTPUT, or --overwrite to start over")
         if end < size:  # only now that the file is known to be ours
             self.torn_bytes = size - end
             with open(self.path, "rb+") as f:

@@ -351,7 +351,7 @@ def info_result(r: pb.GetInfoResponse) -> Info:
                       _figures(m.cosine_validation) if m.HasField("cosine_validation") else None,
                       m.scorer) if r.HasField("model") else None
     return Info(r.embedder, r.dim, r.documents, r.paragraphs, r.index_type, r.index_factory, r.model_version,
-                r.index_version, r.max_context, r.max_message_bytes, r.server_version, model)
+                r.index_version, r.max_context, r.max_message_bytes, r.server_version, model, r.store_id)
 
 
 def backup_result(r: pb.BackupResponse) -> BackupResult:

@@ -152,6 +152,7 @@ class Info:
     max_message_bytes: int
     server_version: str
     model: ModelInfo | None = None  # None from a server older than this field
+    store_id: str = ""  # the store's identity (the same on its replicas and backups); "" from a server older than it
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,8 @@ def info_response(info: ServiceInfo) -> pb.GetInfoResponse:
         embedder=store["embedder"], dim=store["dim"], documents=store["documents"], paragraphs=store["paragraphs"],
         index_type=store["index"]["requested"], index_factory=store["index"]["factory"],
         model_version=info.model_version, index_version=info.index_version, max_context=info.max_context,
-        max_message_bytes=info.max_message_bytes, server_version=__version__, model=model_info(info.model))
+        max_message_bytes=info.max_message_bytes, server_version=__version__, model=model_info(info.model),
+        store_id=store["store_id"])
 
 
 def validation_figures(f: dict | None) -> pb.ValidationFigures | None:

@@ -119,6 +119,7 @@ class ParagraphStore:
         self._mutex = threading.RLock()
         self.embedder_name, self.embedder_spec, self.dim = tables.embedder_name, tables.embedder_spec, tables.dim
         self.embedder_options = tables.embedder_options  # a remote embedder's base_url and api_key_env, if remembered
+        self.store_id = tables.store_id  # which store this is (tables.store_id), the same on every open of it
         self.requested_index = tables.requested_index
         with tables.read_transaction():  # the index and its generation from one view of SQLite (a writer may be
             self.vector_table = VectorTable.load(data_dir, tables)  # committing meanwhile, for a read-only open)
@@ -402,6 +403,7 @@ class ParagraphStore:
         index = self.index
         return {
             "data_dir": str(self.data_dir),
+            "store_id": self.store_id,
             "format_version": FORMAT_VERSION,
             "embedder": self.embedder_name,
             "dim": self.dim,

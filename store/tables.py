@@ -138,12 +138,21 @@ def remember_options(db, meta: dict[str, str], options: dict | None) -> bool:
     return bool(changed)
 
 
+def store_id(meta: dict[str, str]) -> str:
+    """A store's identity: set when it was created (its meta's creation time, embedder and dimension), the same for every
+    open of its data dir, its replicas and its backups, and another for any other store."""
+    import hashlib
+
+    return hashlib.sha256(f"{meta.get('created_at', '')}|{meta['embedder']}|{meta['dim']}".encode()).hexdigest()[:12]
+
+
 class ParagraphTables:
     def __init__(self, db: sqlite3.Connection, meta: dict[str, str]):
         self.db = db
         self.embedder_name: str = meta["embedder"]
         self.embedder_spec: str = meta.get("embedder_spec", meta["embedder"])
         self.embedder_options: dict[str, str] = {k: meta[key] for k, key in OPTION_KEYS.items() if meta.get(key)}
+        self.store_id = store_id(meta)
         self.dim: int = int(meta["dim"])
         self.requested_index: str = meta["index"]
         self.refresh_schema()

@@ -260,12 +260,46 @@ def test_ray_refuses_a_model_of_another_embedder_before_starting_ray(trained_sto
     pytest.importorskip("ray")
     path, _ = batch_input
     (tmp_path / "other").mkdir()
+    (tmp_path / "other").mkdir()
     other = vector_store(tmp_path / "other", "rand8", [("d1", ["a", "b"], unit_vectors(2, 8))])
     shutil.copy(trained_store / CHECKPOINT, other / CHECKPOINT)
     # a cluster address where none listens: a check made after joining would say "cannot join the Ray cluster"
     r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(other), "--ray", "127.0.0.1:1")
     assert r.returncode == 2 and f"was trained on embedder {MINILM_NAME!r}, the store uses 'rand8'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "cannot join" not in r.stderr
+
+
+def test_an_output_of_another_store_or_no_job_is_refused_not_taken_over(trained_store, batch_input, tmp_path):
+    """A rerun on another store was taken for a resume (stores served by the general model share its version), and an
+    existing OUTPUT of other lines was resumed into: its last line cut as torn, its ids taken for rows answered."""
+    path, _ = batch_input
+    small = tmp_path / "in.jsonl"
+    small.write_text("".join(path.read_text().splitlines(keepends=True)[:6]))
+    out = tmp_path / "out.jsonl"
+    assert run_cli("rerank-batch", str(small), str(out), "--data-dir", str(trained_store)).returncode == 0
+    with open_store(trained_store, readonly=True) as store:
+        assert json.loads((tmp_path / "out.jsonl.job.json").read_text())["store_id"] == store.store_id
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:3]))  # as if interrupted
+    (tmp_path / "other").mkdir()
+    other = vector_store(tmp_path / "other", "rand8", [(f"o{i}", [f"Other {i}.{j}" for j in range(4)],
+                                                        unit_vectors(4, 8, seed=i)) for i in range(3)])
+    before = out.read_bytes()
+    r = run_cli("rerank-batch", str(small), str(out), "--data-dir", str(other))
+    assert r.returncode == 2 and "was begun with other settings (" in r.stderr and "store_id '" in r.stderr, r.stderr
+    assert out.read_bytes() == before
+
+    mine = tmp_path / "mydata.jsonl"
+    for text in ('{"id": "a", "v": 1}\n{"id": "b", "v": 2}', '{"id": "a", "v": 1}',  # the user's own lines
+                 small.read_text()):  # or INPUT and OUTPUT swapped
+        mine.write_text(text)
+        r = run_cli("rerank-batch", str(small), str(mine), "--data-dir", str(trained_store))
+        assert r.returncode == 2 and "give another OUTPUT, or --overwrite" in r.stderr, r.stderr
+        assert mine.read_text() == text
+    r = run_cli("rerank-batch", str(small), str(tmp_path / "ranked.parquet"), "--data-dir", str(trained_store))
+    assert r.returncode == 2 and "rows are written as JSON Lines, whatever the name" in r.stderr
+    (tmp_path / "adir").mkdir()
+    r = run_cli("rerank-batch", str(small), str(tmp_path / "adir"), "--data-dir", str(trained_store))
+    assert r.returncode == 2 and f"OUTPUT {tmp_path / 'adir'} cannot be written: Is a directory" in r.stderr, r.stderr
 
 
 def test_a_text_row_on_a_store_of_precomputed_vectors_is_its_error(tmp_path):

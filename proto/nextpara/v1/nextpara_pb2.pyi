@@ -336,7 +336,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, min_index_version: _Optional[int] = ..., wait_for_index: _Optional[bool] = ...) -> None: ...
 
 class GetInfoResponse(_message.Message):
-    __slots__ = ("embedder", "dim", "documents", "paragraphs", "index_type", "index_factory", "model_version", "index_version", "max_context", "max_message_bytes", "server_version", "model")
+    __slots__ = ("embedder", "dim", "documents", "paragraphs", "index_type", "index_factory", "model_version", "index_version", "max_context", "max_message_bytes", "server_version", "model", "store_id")
     EMBEDDER_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
@@ -349,6 +349,7 @@ class GetInfoResponse(_message.Message):
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
     embedder: str
     dim: int
     documents: int
@@ -361,7 +362,8 @@ class GetInfoResponse(_message.Message):
     max_message_bytes: int
     server_version: str
     model: ModelInfo
-    def __init__(self, embedder: _Optional[str] = ..., dim: _Optional[int] = ..., documents: _Optional[int] = ..., paragraphs: _Optional[int] = ..., index_type: _Optional[str] = ..., index_factory: _Optional[str] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., max_context: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...
+    store_id: str
+    def __init__(self, embedder: _Optional[str] = ..., dim: _Optional[int] = ..., documents: _Optional[int] = ..., paragraphs: _Optional[int] = ..., index_type: _Optional[str] = ..., index_factory: _Optional[str] = ..., model_version: _Optional[str] = ..., index_version: _Optional[int] = ..., max_context: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., store_id: _Optional[str] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("source", "version", "started_from", "reason", "validation", "cosine_validation", "scorer")
