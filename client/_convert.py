@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers as numbers_abc
 import operator
 from collections import deque
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -96,20 +97,28 @@ def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
         raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got bool")
     if isinstance(item, int) or (hasattr(item, "__index__") and not hasattr(item, "__len__")):  # numpy's integers too
         return pb.ContextParagraph(paragraph_id=whole(item, where, INT64))
-    try:
-        return pb.ContextParagraph(vector=vector_message(item, where))
-    except TypeError:
-        raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got {type(item).__name__}") from None
+    if isinstance(item, (list, tuple)) or hasattr(item, "tolist"):  # a vector (a numpy row too): its own message
+        return pb.ContextParagraph(vector=vector_message(item, where, f"{where}.vector"))
+    raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got {type(item).__name__}")
 
 
-def vector_message(values, where: str) -> pb.Vector:
-    """A sequence of numbers (a numpy row too) as a Vector; a TypeError naming ``where`` if it is not one."""
+def vector_message(values, where: str, field: str | None = None) -> pb.Vector:
+    """A sequence of numbers (a numpy row too) as a Vector; a TypeError naming ``where`` if it is not one (a text or
+    a bool among them too, which float() would take), an InvalidInputError if a number is too large for a float."""
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}")
     try:
-        return pb.Vector(values=[float(x) for x in (values.tolist() if hasattr(values, "tolist") else values)])
-    except (TypeError, ValueError):
+        numbers = values.tolist() if hasattr(values, "tolist") else list(values)
+    except TypeError:
         raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}") from None
+    odd = [t for t in set(map(type, numbers)) - {float, int} if t is bool or not issubclass(t, numbers_abc.Real)]
+    if odd:  # (float() takes "0.1" and True)
+        raise TypeError(f"{where}: a vector must be a sequence of numbers, and it holds a {odd[0].__name__}")
+    try:
+        return pb.Vector(values=[float(x) for x in numbers])
+    except OverflowError:  # an integer beyond any float (10**400): the item's error, not the caller's whole job's
+        raise InvalidInputError(f"{where}: a value is too large for a float", reason=Reason.INVALID_VECTOR,
+                                field=field or where) from None
 
 
 def paragraphs(items: Sequence[ContextItem], field: str) -> list[pb.ContextParagraph]:

@@ -28,11 +28,17 @@ def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: st
         return InvalidInputError(f"{name(i)}: {problem}", reason=reason, field=field(i) if field else None,
                                  metadata=metadata)
 
-    arr = _matrix(rows, dim)
+    try:
+        arr = _matrix(rows, dim)
+    except OverflowError:  # the row is found below
+        arr = None
     if arr is None or (dim is not None and arr.shape[1] != dim):
         for i, row in enumerate(rows):  # say which row is wrong, and how
-            if not is_vector(row) or _matrix([row], None) is None:
-                raise bad_row(i, "a vector must be a list of numbers")
+            try:
+                if not is_vector(row) or _matrix([row], None) is None:
+                    raise bad_row(i, "a vector must be a list of numbers")
+            except OverflowError:  # an integer beyond any float (10**400)
+                raise bad_row(i, "a value is too large for a float") from None
             if dim is not None and len(row) != dim:
                 whose = f"this store's embedder {embedder} has" if embedder else "expected"
                 raise bad_row(i, f"vector of dimension {len(row)}, {whose} dimension {dim}", Reason.DIMENSION_MISMATCH,
@@ -60,7 +66,8 @@ def _matrix(rows, dim: int | None) -> np.ndarray | None:
     if not len(rows):
         return np.zeros((0, dim or 0), np.float32)
     try:
-        arr = np.asarray(rows, dtype=np.float32)
+        with np.errstate(over="ignore"):  # a float beyond float32 becomes inf, which the caller refuses by name
+            arr = np.asarray(rows, dtype=np.float32)
     except (ValueError, TypeError):
         return None
     return arr if arr.ndim == 2 else None

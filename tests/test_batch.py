@@ -115,7 +115,7 @@ def test_in_process_output_follows_input(batch_input, in_process_output):
             assert not excluded & {r["paragraph_id"] for r in results}
 
 
-def test_service_engine_matches_in_process(server_store, batch_input, in_process_output):
+def test_service_engine_matches_in_process(server_store, batch_input, in_process_output, tmp_path):
     path, _ = batch_input
     server = LiveServer(server_store).start()
     try:
@@ -123,6 +123,13 @@ def test_service_engine_matches_in_process(server_store, batch_input, in_process
         r = run_cli("rerank-batch", str(path), str(out), "--address", server.address, "--in-flight", "8")
         assert r.returncode == 0, r.stderr
         assert_same_output(in_process_output, load(out))
+        # a row the client cannot send (a number beyond any float) is its own error: the job went down with it
+        (tmp_path / "huge.jsonl").write_bytes(b'{"id": "huge", "context": [[1' + b"0" * 400 + b', 1]]}\n'
+                                              b'{"id": "ok", "context": [1]}\n')
+        r = run_cli("rerank-batch", str(tmp_path / "huge.jsonl"), str(tmp_path / "o.jsonl"), "--address", server.address)
+        assert r.returncode == 0, r.stderr
+        huge, ok = load(tmp_path / "o.jsonl")
+        assert huge["error"] == "context[0]: a value is too large for a float" and "results" in ok
     finally:
         server.stop()
 
@@ -191,8 +198,10 @@ BAD_ROWS = [
     (b'{"id": "l", "context": [[1e999' + b', 0.0' * 383 + b']]}', "context[0]: vector has a NaN or infinite value"),
     (b'{"id": "m", "context": [1]}\xff', "not UTF-8"),
     (b'[1, 2, 3]', "expected a JSON object"),
+    (b'{"id": "n", "context": [[1' + b'0' * 400 + b', 0.0]]}', "context[0]: a value is too large for a float"),
+    (b'{"id": "o", "context": [1], "candidates": [[1' + b'0' * 400 + b', 0.0]]}', "candidates[0]: a value is too large"),
     (b'{"id": "ok", "context": [1]}', None),
-    (b'{"id": "ok", "context": [2]}', "duplicate id (first at line 18)"),
+    (b'{"id": "ok", "context": [2]}', "duplicate id (first at line 20)"),
 ]
 
 

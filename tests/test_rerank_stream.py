@@ -72,9 +72,10 @@ def test_an_item_the_client_cannot_send_is_its_error_in_its_place(server, client
         assert "items[1].context must be a list of paragraphs, not a single string" in str(answers[1])
         assert "items[2] must have a context and candidates, has ['context']" in str(answers[2])
         assert str(answers[4]).startswith("items[4].candidates[0] must be -9223372036854775808 to")
+        assert str(answers[6]) == "items[6].context[0]: a value is too large for a float"
         return [type(a) for a in answers]
 
-    want = [RerankResult, TypeError, TypeError, RerankResult, InvalidInputError, TypeError, OverflowError]
+    want = [RerankResult, TypeError, TypeError, RerankResult, InvalidInputError, TypeError, InvalidInputError]
     assert kinds(list(client.rerank_many(sent, return_errors=True))) == want
 
     async def go():
@@ -118,6 +119,10 @@ def test_arguments_are_checked_before_anything_is_sent(client):
             lambda: client.add_documents([{"doc_id": "t0", "paragraphs": ["a"]}, ("t1", ["b"])]),
         "documents[0].vectors[0]: a vector must be a sequence of numbers, got str":
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": ["abc"]}]),
+        "context[0]: a vector must be a sequence of numbers, and it holds a str": lambda: client.predict_next([["0.1"] * 384]),
+        "documents[0].vectors[0]: a vector must be a sequence of numbers, and it holds a bool":  # float() took them
+            lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": [[True] * 384]}]),
+        "candidates[0]: a value is too large for a float": lambda: client.rerank([1], [[10**400] * 384]),
         "documents[0].vectors must be a list of vectors, not a single string":
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": "abc"}]),
         "max_in_flight must be at least 1, got 0": lambda: list(client.rerank_many([([1], [2, 3])], max_in_flight=0)),
