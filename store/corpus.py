@@ -30,6 +30,7 @@ from typing import Iterator, Sequence
 from nextpara.errors import CorpusFormatError, InvalidInputError, Reason, not_utf8
 
 from .labels import check_labels
+from .unit_vectors import unit_rows
 
 BUILTIN = "builtin"
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
@@ -54,9 +55,13 @@ class Document:
     labels: dict[str, str] = field(default_factory=dict)  # string -> string, e.g. {"tenant": "acme"}
 
 
-def validate_document(doc: Document, where: str = "") -> None:
+def validate_document(doc: Document, where: str = "", dim: int | None = None, embedder: str = "") -> None:
     """Raise InvalidInputError if ``doc`` cannot be stored; ``where`` prefixes the message. The error's reason says
-    what is wrong, and its field where (under ``doc.request_path``, when the document came in a request)."""
+    what is wrong, and its field where (under ``doc.request_path``, when the document came in a request).
+
+    Its vectors pass the store's own check (unit_vectors.unit_rows: a zero vector, a value float32 cannot hold, rows
+    of different lengths), so that a corpus line the store would refuse is refused as it is read, with its FILE:LINE;
+    ``dim`` (of the embedder named ``embedder``), when known, is the dimension they must have."""
     at = f"{where}: " if where else ""
 
     def bad(message: str, reason: Reason, part: str) -> InvalidInputError:
@@ -86,6 +91,9 @@ def validate_document(doc: Document, where: str = "") -> None:
     doc.labels = check_labels(doc.labels, f"{doc.request_path}.labels" if doc.request_path else None,
                  f"{where + ': ' if where else ''}document {doc.doc_id!r:.80}")
     if doc.vectors is not None:
+        if not isinstance(doc.vectors, (list, tuple)):
+            raise bad(f"document {doc.doc_id!r} vectors must be a list of vectors, one per paragraph, not "
+                      f"{type(doc.vectors).__name__}", Reason.INVALID_VECTOR, "vectors")
         if len(doc.vectors) != len(doc.paragraphs):
             raise bad(f"document {doc.doc_id!r} has {len(doc.paragraphs)} paragraphs but {len(doc.vectors)} vectors",
                       Reason.INVALID_VECTOR, "vectors")
@@ -96,9 +104,8 @@ def validate_document(doc: Document, where: str = "") -> None:
             if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vec):
                 raise bad(f"document {doc.doc_id!r} vector {i} has a non-numeric, NaN or inf value", Reason.INVALID_VECTOR,
                           f"vectors[{i}]")
-            if len(vec) != len(doc.vectors[0]):
-                raise bad(f"document {doc.doc_id!r} vector {i} has {len(vec)} values, vector 0 has {len(doc.vectors[0])}",
-                          Reason.INVALID_VECTOR, f"vectors[{i}]")
+        unit_rows(doc.vectors, dim, embedder=embedder, name=lambda i: f"{at}document {doc.doc_id!r} vector {i}",
+                  field=(lambda i: f"{doc.request_path}.vectors[{i}]") if doc.request_path else None)
 
 
 def _document_from_json(obj: object) -> Document:

@@ -93,10 +93,12 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> 
     """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call (with
     ``progress``, in calls of PROGRESS_CHUNK paragraphs, ``progress(n)`` after each: a build's bar moves as it embeds).
 
-    Documents are validated first, so bad input costs no model time.
+    Documents are validated first, so bad input costs no model time; supplied vectors against the embedder's dimension
+    (asked only where a document brings them: a model that does not declare it is loaded to tell it).
     """
+    dim = embedder.dim if any(d.vectors is not None for d in docs) else None
     for d in docs:
-        validate_document(d, where=d.source)
+        validate_document(d, where=d.source, dim=dim, embedder=embedder.name)
     todo = [d for d in docs if d.vectors is None]
     if todo and isinstance(embedder, PrecomputedEmbedder):
         d = todo[0]

@@ -166,7 +166,7 @@ class ParagraphStore:
             raise FailedPreconditionError(f"store {self.data_dir} is open read-only")
 
     def _check(self, doc: Document, vectors) -> Checked:
-        validate_document(doc, where=doc.source)
+        validate_document(doc, where=doc.source, dim=self.dim, embedder=self.embedder_name)
         if vectors is None:
             raise InvalidInputError(f"document {doc.doc_id!r} has no vectors", reason=Reason.VECTORS_REQUIRED)
         if len(vectors) != len(doc.paragraphs):

@@ -20,7 +20,8 @@ def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: st
 
     Raises InvalidInputError naming the first bad row as ``name(i)`` (default ``"{where} row {i}"``)
     and what is wrong with it (reason DIMENSION_MISMATCH or INVALID_VECTOR, and ``field(i)`` as its field when
-    given); ``embedder`` names whose dimension ``dim`` is.
+    given); ``embedder`` names whose dimension ``dim`` is. Without ``dim`` the first row's is every row's: a row of
+    another length is a DIMENSION_MISMATCH too.
     """
     name = name or (lambda i: f"{where} row {i}")
 
@@ -33,16 +34,20 @@ def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: st
     except OverflowError:  # the row is found below
         arr = None
     if arr is None or (dim is not None and arr.shape[1] != dim):
+        want = dim
         for i, row in enumerate(rows):  # say which row is wrong, and how
             try:
                 if not is_vector(row) or _matrix([row], None) is None:
                     raise bad_row(i, "a vector must be a list of numbers")
             except OverflowError:  # an integer beyond any float (10**400)
                 raise bad_row(i, "a value is too large for a float") from None
-            if dim is not None and len(row) != dim:
-                whose = f"this store's embedder {embedder} has" if embedder else "expected"
-                raise bad_row(i, f"vector of dimension {len(row)}, {whose} dimension {dim}", Reason.DIMENSION_MISMATCH,
-                              expectedDim=dim, actualDim=len(row))
+            if want is None:  # no dimension asked: the rows' is the first one's (ragged rows differ from it)
+                want = len(row)
+            elif len(row) != want:
+                whose = ("the first has" if dim is None else f"this store's embedder {embedder} has" if embedder
+                         else "expected")
+                raise bad_row(i, f"vector of dimension {len(row)}, {whose} dimension {want}", Reason.DIMENSION_MISMATCH,
+                              expectedDim=want, actualDim=len(row))
         raise InvalidInputError(f"{where}: expected a list of vectors, got {np.shape(rows)}", reason=Reason.INVALID_VECTOR)
     bad = ~np.isfinite(arr).all(axis=1)
     if bad.any():

@@ -32,6 +32,8 @@ def test_jsonl_keeps_order_and_fields(tmp_path):
     (json.dumps([1, 2]), "expected a JSON object"),
     (json.dumps({"doc_id": "x", "paragraphs": ["a", "b"], "vectors": [[1.0]]}), "2 paragraphs but 1 vectors"),
     ('{"doc_id": "x", "paragraphs": ["a"], "vectors": [[NaN]]}', "NaN or inf"),
+    ('{"doc_id": "x", "paragraphs": ["a"], "vectors": [[0, 0.0]]}', "vector 0: vector is all zeros"),  # was: at store time
+    ('{"doc_id": "x", "paragraphs": ["a"], "vectors": 5}', "vectors must be a list of vectors, one per paragraph, not int"),
     ('{"doc_id": "x", "paragraphs": ["a", "b \\ud800"]}', "paragraph 1 holds a lone surrogate ('\\ud800' at character 2)"),
     ('{"doc_id": "x\\udfff", "paragraphs": ["a"]}', "doc_id 'x\\udfff' holds a lone surrogate"),
     ('{"doc_id": "x", "title": "\\ud800", "paragraphs": ["a"]}', "title holds a lone surrogate"),

@@ -61,7 +61,7 @@ def test_the_proto_documents_every_reason_with_its_code():
     (lambda c: c.rerank([1], [2, [float("nan")] * 384]), "INVALID_VECTOR", "candidates[1].vector", {}),
     (lambda c: c.predict_next([[0.0] * 384]), "INVALID_VECTOR", "context[0].vector", {}),
     (lambda c: c.add_documents([{"doc_id": "ragged", "paragraphs": ["a", "b"], "vectors": [[1.0] * 384, [1.0, 2.0]]}]),
-     "INVALID_VECTOR", "documents[0].vectors[1]", {}),
+     "DIMENSION_MISMATCH", "documents[0].vectors[1]", {"expectedDim": "384", "actualDim": "2"}),  # was INVALID_VECTOR
     (lambda c: c.predict_next(["A text.", "  "]), "INVALID_TEXT", "context[1].text", {}),
     (lambda c: c.predict_next(["A text.", "a\x00b"]), "INVALID_TEXT", "context[1].text", {}),
     (lambda c: c.add_documents([{"doc_id": "nul", "paragraphs": ["fine", "a\x00b"]}]), "INVALID_TEXT",

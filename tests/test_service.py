@@ -98,7 +98,7 @@ def test_every_rpc_from_the_async_client(server):
      InvalidArgument, "has no paragraphs"),
     # found by bench/reliability/fuzz_service.py: vectors of different lengths in one document were INTERNAL
     (lambda c: c.add_documents([{"doc_id": "ragged", "paragraphs": ["a", "b"], "vectors": [[1.0] * 384, [1.0, 2.0]]}]),
-     InvalidArgument, "vector 1 has 2 values, vector 0 has 384"),
+     InvalidArgument, "'ragged' vector 1: vector of dimension 2, this store's embedder .* has dimension 384"),
 ])
 def test_bad_input_gets_the_documented_status_and_changes_nothing(client, call, error, message):
     before = client.info()

@@ -53,9 +53,10 @@ class NextParagraphServiceStub:
     OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list, doc_id length, labels per document or
     filter, a label's length, a filter's doc_ids or min_score (not
     finite) out of range; min, max
-    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension (a document's vectors
+    of different lengths too); expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
-    per paragraph or not of one length
+    per paragraph
     INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character (a label's key or value too)
     DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
@@ -193,9 +194,10 @@ class NextParagraphServiceServicer:
     OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list, doc_id length, labels per document or
     filter, a label's length, a filter's doc_ids or min_score (not
     finite) out of range; min, max
-    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension (a document's vectors
+    of different lengths too); expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
-    per paragraph or not of one length
+    per paragraph
     INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character (a label's key or value too)
     DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder
@@ -428,9 +430,10 @@ class NextParagraphService:
     OUT_OF_RANGE              INVALID_ARGUMENT     top_k, items per list, doc_id length, labels per document or
     filter, a label's length, a filter's doc_ids or min_score (not
     finite) out of range; min, max
-    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension; expectedDim, actualDim
+    DIMENSION_MISMATCH        INVALID_ARGUMENT     a vector's length is not the store's dimension (a document's vectors
+    of different lengths too); expectedDim, actualDim
     INVALID_VECTOR            INVALID_ARGUMENT     a NaN, infinite or zero vector; a document whose vectors are not one
-    per paragraph or not of one length
+    per paragraph
     INVALID_TEXT              INVALID_ARGUMENT     a blank text, or one with a NUL character (a label's key or value too)
     DUPLICATE_DOC_ID          INVALID_ARGUMENT     a doc_id twice in one AddDocuments message
     VECTORS_REQUIRED          INVALID_ARGUMENT     a text (or a document without vectors) for a store whose embedder

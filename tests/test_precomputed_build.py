@@ -1,0 +1,67 @@
+"""A build of vectors the user brings (``--embedder precomputed:NAME``): every problem of a document's vectors is a
+malformed line, named FILE:LINE before anything is stored (or skipped with --skip-bad), and a refused build creates
+no store."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import run_cli, unit_vectors
+from nextpara.errors import CorpusFormatError, InvalidInputError, Reason
+from nextpara.store.corpus import CorpusReader, Document
+from nextpara.store.data_dir import DB_FILE
+from nextpara.store.ingest import build
+from nextpara.store.store import open_store
+
+
+def write_corpus(path, dims, bad: dict | None = None):
+    """One document of two paragraphs per entry of ``dims`` (its vectors' dimension; None: no vectors); ``bad``
+    replaces a document's vectors by the given ones (by its index)."""
+    with open(path, "w") as f:
+        for i, dim in enumerate(dims):
+            doc = {"doc_id": f"doc-{i}", "paragraphs": [f"Paragraph {p} of document {i}." for p in range(2)]}
+            if dim is not None:
+                doc["vectors"] = np.round(unit_vectors(2, dim, seed=i), 6).tolist()
+            if i in (bad or {}):
+                doc["vectors"] = bad[i]
+            f.write(json.dumps(doc) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("vectors, says", [
+    ([[0.0] * 8, [1.0] * 8], "vector 0: vector is all zeros"),
+    ([[1.0] * 8, [1e39] * 8], "vector 1: vector has a NaN or infinite value"),  # finite in JSON, not in float32
+    ([[1.0] * 8, [1.0] * 4], "vector 1: vector of dimension 4, the first has dimension 8"),
+])
+def test_vectors_the_store_would_refuse_are_a_malformed_line(tmp_path, vectors, says):
+    """A zero vector was caught only while storing: no FILE:LINE, the documents of earlier batches committed, and
+    --skip-bad could not skip it."""
+    corpus = write_corpus(tmp_path / "c.jsonl", [8, 8, 8, 8], bad={2: vectors})
+    with pytest.raises(CorpusFormatError) as err:
+        build(str(corpus), tmp_path / "store", embedder="precomputed:toy", batch_paragraphs=2, quiet=True)
+    assert err.value.line == 3 and says in str(err.value) and str(err.value).startswith(f"{corpus}:3: ")
+    assert not (tmp_path / "store" / DB_FILE).exists()  # nothing stored, no store made
+    report = build(str(corpus), tmp_path / "store", embedder="precomputed:toy", batch_paragraphs=2, skip_bad=True,
+                   quiet=True)
+    assert (report.documents_read, report.documents_added, report.documents_skipped_bad) == (3, 3, 1)
+    assert says in report.skipped_reasons[0]
+
+
+def test_ragged_vectors_of_one_document_are_a_dimension_mismatch(tmp_path):
+    """Vectors of different lengths in one document were INVALID_VECTOR ("vector 1 has 16 values, vector 0 has 8");
+    the other dimension errors are DIMENSION_MISMATCH, naming the vector that differs from the store's dimension."""
+    with open_store(tmp_path / "store", embedder_name="toy", dim=16) as store:
+        doc = Document("ragged", ["a", "b", "c"], vectors=[[1.0] * 8, [1.0] * 16, [1.0] * 16])
+        with pytest.raises(InvalidInputError) as err:
+            store.add_documents([doc], [doc.vectors])
+        assert "document 'ragged' vector 0: vector of dimension 8, this store's embedder toy has dimension 16" in str(err.value)
+        assert err.value.reason == Reason.DIMENSION_MISMATCH
+        assert err.value.metadata == {"expectedDim": "16", "actualDim": "8"}
+        assert store.count_documents() == 0
+
+
+def test_the_reader_refuses_ragged_vectors_by_the_first_ones_dimension(tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", [8], bad={0: [[1.0] * 8, [1.0] * 16]})
+    with pytest.raises(CorpusFormatError, match=r":1: document 'doc-0' vector 1: vector of dimension 16, the first has "
+                                                r"dimension 8"):
+        list(CorpusReader(corpus))
