@@ -143,12 +143,15 @@ class CorpusReader:
         seen: dict[str, str] = {}
         for doc in self._documents():
             if doc.doc_id in seen:
-                self._bad(InvalidInputError(f"{doc.source}: duplicate doc_id {doc.doc_id!r} (first at {seen[doc.doc_id]})"))
+                self.reject(InvalidInputError(f"{doc.source}: duplicate doc_id {doc.doc_id!r} (first at {seen[doc.doc_id]})"))
                 continue
             seen[doc.doc_id] = doc.source
             yield doc
 
-    def _bad(self, error: Exception) -> None:
+    def reject(self, error: Exception) -> None:
+        """A malformed document (``error`` names its FILE:LINE and what is wrong): raised, or with ``skip_bad``
+        counted in ``skipped`` and said in ``skipped_reasons``. Public for what only a build can judge (ingest.py:
+        vectors of another dimension than the others', none where the embedder cannot embed text)."""
         if not self.skip_bad:
             raise error
         self.skipped += 1
@@ -181,13 +184,13 @@ class CorpusReader:
                     doc.source = f"{path}:{lineno}"
                     validate_document(doc)
                 except UnicodeDecodeError as e:
-                    self._bad(CorpusFormatError(path, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
+                    self.reject(CorpusFormatError(path, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
                     continue
                 except json.JSONDecodeError as e:
-                    self._bad(CorpusFormatError(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})"))
+                    self.reject(CorpusFormatError(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})"))
                     continue
                 except (ValueError, TypeError) as e:
-                    self._bad(CorpusFormatError(path, lineno, str(e)))
+                    self.reject(CorpusFormatError(path, lineno, str(e)))
                     continue
                 yield doc
 
@@ -202,11 +205,11 @@ class CorpusReader:
             try:
                 text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no part of the first paragraph
             except UnicodeDecodeError as e:
-                self._bad(CorpusFormatError(str(path), 0, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
+                self.reject(CorpusFormatError(str(path), 0, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
                 continue
             paragraphs = split_paragraphs(text, markdown=path.suffix.lower() != ".txt")
             if not paragraphs:
-                self._bad(CorpusFormatError(str(path), 0, "no paragraphs after dropping headings and code"))
+                self.reject(CorpusFormatError(str(path), 0, "no paragraphs after dropping headings and code"))
                 continue
             doc_id = path.relative_to(root).as_posix()
             yield Document(doc_id=doc_id, paragraphs=paragraphs, title=path.stem, source=str(path))

@@ -23,7 +23,7 @@ from .corpus import CorpusReader, Document, validate_document
 from .data_dir import DataDir
 from .embedders import Embedder, PrecomputedEmbedder, make_embedder, remote_model
 from .embedding_cache import CachedEmbedder
-from .store import open_store
+from .store import open_store, refuse_another_embedder
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +61,42 @@ def _batches(docs: Sequence[Document], batch_paragraphs: int) -> Iterator[list[D
         yield batch
 
 
-def _embedder_for(spec: str, docs: Sequence[Document], use_cache: bool, **kwargs) -> Embedder:
+def _embedder_for(spec: str, use_cache: bool, **kwargs) -> Embedder:
+    """The build's embedder (for precomputed vectors, its dimension is theirs: _storable)."""
     if spec.startswith("precomputed"):
-        with_vectors = [d for d in docs if d.vectors is not None]
-        missing = [d.doc_id for d in docs if d.vectors is None]
-        if missing:
-            raise InvalidInputError(f"embedder {spec} needs vectors with every document; {len(missing)} have none, "
-                                    f"first {missing[0]!r} ({next(d.source for d in docs if d.vectors is None)})")
-        dims = {len(v) for d in with_vectors for v in d.vectors}
-        if len(dims) > 1:
-            raise InvalidInputError(f"corpus vectors have mixed dimensions {sorted(dims)}")
-        return PrecomputedEmbedder(spec.partition(":")[2], dim=dims.pop() if dims else None)
+        return PrecomputedEmbedder(spec.partition(":")[2])
     embedder = make_embedder(spec, **kwargs)
     return CachedEmbedder(embedder) if use_cache else embedder
+
+
+def _storable(docs: Sequence[Document], reader: CorpusReader, spec: str, dim: int | None,
+              name: str = "") -> tuple[list[Document], int | None]:
+    """The documents of ``docs`` this build can store, and their vectors' dimension: every document's vectors must be
+    of ``dim`` (the embedder ``name``'s, or the store's), or where it is None (vectors brought to a new store) of the
+    first document's; and a precomputed build needs vectors with every document. Any other document is malformed
+    (CorpusReader.reject): FILE:LINE stops the build before the store is created or written, or --skip-bad skips it
+    and counts it, as a line the reader refused."""
+    precomputed = spec.startswith("precomputed")
+    first, kept = None, []
+    for d in docs:
+        if d.vectors is None:
+            if precomputed:
+                reader.reject(InvalidInputError(f"{d.source}: document {d.doc_id!r} has no vectors, and embedder {spec} "
+                                                "cannot embed text", reason=Reason.VECTORS_REQUIRED))
+                continue
+        elif dim is None:
+            first, dim = d, len(d.vectors[0])
+        elif len(d.vectors[0]) != dim:  # (one document's vectors are of one length: validate_document)
+            whose = (f"the first document's ({first.source}) are of dimension {dim}" if first is not None else
+                     f"this store's are of dimension {dim}" if precomputed else
+                     f"embedder {name} makes vectors of dimension {dim} (vectors of another model: --embedder "
+                     "precomputed:NAME)")
+            reader.reject(InvalidInputError(f"{d.source}: document {d.doc_id!r} has vectors of dimension "
+                                            f"{len(d.vectors[0])}; {whose}", reason=Reason.DIMENSION_MISMATCH,
+                                            metadata={"expectedDim": dim, "actualDim": len(d.vectors[0])}))
+            continue
+        kept.append(d)
+    return kept, dim
 
 
 def _endpoint(spec: str, emb: Embedder, given: dict) -> dict | None:
@@ -132,14 +155,23 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     report = BuildReport(data_dir=str(data_dir))
     reader = CorpusReader(corpus, skip_bad=skip_bad)
     docs = list(progress_bar(reader, desc="read corpus", unit="doc", quiet=quiet))
+    stored = data_dir.read_store_meta()  # {} before the store exists
+    emb = _embedder_for(embedder, use_cache, **(embedder_options or {}))
+    if isinstance(emb, PrecomputedEmbedder):  # vectors brought: of the store's dimension, else of the first document's
+        refuse_another_embedder(data_dir, stored, emb.name, None)
+        docs, dim = _storable(docs, reader, embedder, int(stored["dim"]) if stored else None, emb.name)
+        emb.dim = dim
+    else:
+        dim = emb.dim
+        if dim is None and docs:  # a remote model tells its dimension by answering
+            dim = emb.embed([docs[0].paragraphs[0]]).shape[1]
+        refuse_another_embedder(data_dir, stored, emb.name, dim)
+        docs, _ = _storable(docs, reader, embedder, dim, emb.name)
     report.documents_read, report.documents_skipped_bad = len(docs), reader.skipped
     report.skipped_reasons = reader.skipped_reasons
-    if not docs:
-        raise InvalidInputError(f"corpus {corpus!r} holds no documents")
-    emb = _embedder_for(embedder, docs, use_cache, **(embedder_options or {}))
-    dim = emb.dim
-    if dim is None:  # a remote model tells its dimension by answering
-        dim = emb.embed([docs[0].paragraphs[0]]).shape[1]
+    if not docs:  # (before the store is created: a refused build leaves nothing behind)
+        raise InvalidInputError(f"corpus {corpus!r} holds no documents"
+                                + (f" this build can store ({reader.skipped} skipped as malformed)" if reader.skipped else ""))
     store = open_store(data_dir, embedder_name=emb.name, dim=dim, embedder_spec=embedder, index=index,
                        embedder_options=_endpoint(embedder, emb, embedder_options or {}))
     try:

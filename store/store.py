@@ -78,12 +78,7 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
             check_index(requested, dim)  # before creating anything
             data_dir.create_schema(db, embedder_name, embedder_spec or embedder_name, dim, requested)
             meta = data_dir.read_meta(db)
-        elif embedder_name is not None and embedder_name != meta["embedder"]:
-            raise StoreMismatchError(
-                f"{data_dir} was built by embedder {meta['embedder']!r} (dim {meta['dim']}), not {embedder_name!r}"
-                + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
-        elif dim is not None and dim != int(meta["dim"]):
-            raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
+        refuse_another_embedder(data_dir, meta, embedder_name, dim)
         if exists and index is not None and index != meta["index"]:
             log.warning("%s keeps the index it was created with (%s): --index %s applies to a new store only (build into "
                         "another --data-dir to change it)", data_dir, meta["index"], index)
@@ -106,6 +101,20 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
     if not exists:
         store.snapshot()  # a new store gets its manifest at once
     return store
+
+
+def refuse_another_embedder(data_dir: DataDir, meta: dict[str, str], embedder_name: str | None, dim: int | None) -> None:
+    """StoreMismatchError if the store of ``meta`` (DataDir.read_meta: {} for none yet) was built by another embedder
+    than ``embedder_name`` or holds vectors of another dimension than ``dim`` (None: either not asked). A build asks
+    before it judges its documents' vectors (ingest.py), so that another embedder's store is named first."""
+    if "embedder" not in meta:
+        return
+    if embedder_name is not None and embedder_name != meta["embedder"]:
+        raise StoreMismatchError(
+            f"{data_dir} was built by embedder {meta['embedder']!r} (dim {meta['dim']}), not {embedder_name!r}"
+            + (f" (dim {dim})" if dim else "") + "; use another --data-dir or the same embedder")
+    if dim is not None and dim != int(meta["dim"]):
+        raise StoreMismatchError(f"{data_dir} holds vectors of dimension {meta['dim']}, not {dim}")
 
 
 class ParagraphStore:

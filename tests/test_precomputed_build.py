@@ -47,6 +47,54 @@ def test_vectors_the_store_would_refuse_are_a_malformed_line(tmp_path, vectors, 
     assert says in report.skipped_reasons[0]
 
 
+def test_mixed_dimensions_and_missing_vectors_name_their_line_and_are_skipped_with_skip_bad(tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", [8, 8, 16, None, 8])
+    with pytest.raises(InvalidInputError) as err:
+        build(str(corpus), tmp_path / "store", embedder="precomputed:toy", quiet=True)
+    assert str(err.value).startswith(f"{corpus}:3: document 'doc-2' has vectors of dimension 16; the first document's "
+                                     f"({corpus}:1) are of dimension 8")
+    assert err.value.reason == Reason.DIMENSION_MISMATCH
+    assert not (tmp_path / "store" / DB_FILE).exists()
+    report = build(str(corpus), tmp_path / "store", embedder="precomputed:toy", skip_bad=True, quiet=True)
+    assert (report.documents_read, report.documents_added, report.documents_skipped_bad) == (3, 3, 2)
+    assert report.skipped_reasons[0].startswith(f"{corpus}:3: document 'doc-2' has vectors of dimension 16")
+    assert report.skipped_reasons[1] == (f"{corpus}:4: document 'doc-3' has no vectors, and embedder precomputed:toy "
+                                         "cannot embed text")
+    with open_store(tmp_path / "store", readonly=True) as store:
+        assert (store.count_documents(), store.dim) == (3, 8)
+
+
+def test_an_existing_stores_dimension_is_what_vectors_must_have(tmp_path):
+    """Not the first document's: with --skip-bad, an odd first document is skipped, not every other one."""
+    build(str(write_corpus(tmp_path / "a.jsonl", [8])), tmp_path / "store", embedder="precomputed:toy", quiet=True)
+    corpus = write_corpus(tmp_path / "c.jsonl", [16, 8, 8])
+    with pytest.raises(InvalidInputError, match=f"^{corpus}:1: document 'doc-0' has vectors of dimension 16; this "
+                                                "store's are of dimension 8$"):
+        build(str(corpus), tmp_path / "store", embedder="precomputed:toy", quiet=True)
+    report = build(str(corpus), tmp_path / "store", embedder="precomputed:toy", skip_bad=True, quiet=True)
+    assert (report.documents_skipped_bad, report.documents_added) == (1, 2)
+
+
+def test_everything_skipped_is_no_corpus(tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", [None, None])
+    with pytest.raises(InvalidInputError, match=r"holds no documents this build can store \(2 skipped as malformed\)"):
+        build(str(corpus), tmp_path / "store", embedder="precomputed:toy", skip_bad=True, quiet=True)
+    assert not (tmp_path / "store" / DB_FILE).exists()
+
+
+def test_vectors_of_another_dimension_than_the_embedders_create_no_store(tmp_path):
+    """The user forgot --embedder precomputed:NAME: the refused build made a MiniLM store of nothing, and the right
+    build was then refused as another embedder's."""
+    corpus = write_corpus(tmp_path / "c.jsonl", [16, 16, 16])
+    r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(tmp_path / "store"), "--no-guard")
+    assert r.returncode == 2, r.stderr
+    assert (f"{corpus}:1: document 'doc-0' has vectors of dimension 16; embedder sentence-transformers/all-MiniLM-L6-v2 "
+            "makes vectors of dimension 384 (vectors of another model: --embedder precomputed:NAME)") in r.stderr
+    assert not (tmp_path / "store" / DB_FILE).exists()
+    report = build(str(corpus), tmp_path / "store", embedder="precomputed:ada-002", quiet=True)
+    assert report.documents_added == 3
+
+
 def test_ragged_vectors_of_one_document_are_a_dimension_mismatch(tmp_path):
     """Vectors of different lengths in one document were INVALID_VECTOR ("vector 1 has 16 values, vector 0 has 8");
     the other dimension errors are DIMENSION_MISMATCH, naming the vector that differs from the store's dimension."""
