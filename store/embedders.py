@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_INT8_NAME = MINILM_NAME + ":int8"
+MINILM_DIM = 384
 DEFAULT_EMBEDDER = "minilm"
 
 
@@ -213,6 +214,17 @@ class PrecomputedEmbedder:
             "give vectors (or stored paragraph ids) instead (a store of vectors from an OpenAI-compatible endpoint's "
             "MODEL embeds texts there when it is built with --embedder precomputed:openai:MODEL)",
             reason=Reason.VECTORS_REQUIRED)
+
+
+def refuse_minilm_name(name: str, dim: int | None) -> None:
+    """InvalidInputError for precomputed vectors named after the bundled MiniLM that are not of its dimension: a store
+    of that name embeds its query texts with MiniLM (embedder_for_store), so every text search of it would fail."""
+    if name in (MINILM_NAME, MINILM_INT8_NAME) and dim is not None and dim != MINILM_DIM:
+        raise InvalidInputError(
+            f"precomputed:{name} names the bundled MiniLM, whose vectors are of dimension {MINILM_DIM}, and text queries "
+            f"of its store would be embedded by it; these are of dimension {dim}: name the model that made them, "
+            "precomputed:NAME (precomputed:openai:MODEL for an OpenAI-compatible endpoint's MODEL)",
+            reason=Reason.DIMENSION_MISMATCH, metadata={"expectedDim": MINILM_DIM, "actualDim": dim})
 
 
 def bundled_minilm_path() -> Path:

@@ -21,7 +21,7 @@ from nextpara.progress import progress_bar
 
 from .corpus import CorpusReader, Document, validate_document
 from .data_dir import DataDir
-from .embedders import Embedder, PrecomputedEmbedder, make_embedder, remote_model
+from .embedders import Embedder, PrecomputedEmbedder, make_embedder, refuse_minilm_name, remote_model
 from .embedding_cache import CachedEmbedder
 from .store import open_store, refuse_another_embedder
 
@@ -160,6 +160,7 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     if isinstance(emb, PrecomputedEmbedder):  # vectors brought: of the store's dimension, else of the first document's
         refuse_another_embedder(data_dir, stored, emb.name, None)
         docs, dim = _storable(docs, reader, embedder, int(stored["dim"]) if stored else None, emb.name)
+        refuse_minilm_name(emb.name, dim)
         emb.dim = dim
     else:
         dim = emb.dim

@@ -95,6 +95,20 @@ def test_vectors_of_another_dimension_than_the_embedders_create_no_store(tmp_pat
     assert report.documents_added == 3
 
 
+@pytest.mark.parametrize("name", ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2:int8"])
+def test_a_precomputed_store_may_not_claim_minilm_with_another_dimension(tmp_path, name):
+    """Text queries of a store named after the bundled MiniLM are embedded by it (384-d): 16-d vectors under its
+    name were accepted, and every text search failed."""
+    corpus = write_corpus(tmp_path / "c.jsonl", [16, 16])
+    with pytest.raises(InvalidInputError) as err:
+        build(str(corpus), tmp_path / "store", embedder=f"precomputed:{name}", quiet=True)
+    assert f"precomputed:{name} names the bundled MiniLM, whose vectors are of dimension 384" in str(err.value)
+    assert "these are of dimension 16" in str(err.value) and "precomputed:NAME" in str(err.value)
+    assert not (tmp_path / "store" / DB_FILE).exists()
+    write_corpus(tmp_path / "m.jsonl", [384])  # MiniLM's own vectors, brought: its name is theirs
+    assert build(str(tmp_path / "m.jsonl"), tmp_path / "m", embedder=f"precomputed:{name}", quiet=True).documents_added == 1
+
+
 def test_ragged_vectors_of_one_document_are_a_dimension_mismatch(tmp_path):
     """Vectors of different lengths in one document were INVALID_VECTOR ("vector 1 has 16 values, vector 0 has 8");
     the other dimension errors are DIMENSION_MISMATCH, naming the vector that differs from the store's dimension."""
