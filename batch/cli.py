@@ -80,6 +80,7 @@ def make_engine(args):
 def cmd_rerank_batch(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from nextpara.client.errors import ServiceError
     from nextpara.errors import InvalidInputError
 
     from .job import run_job
@@ -101,6 +102,10 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         print(f"rerank-batch: interrupted; the rows in {args.output} are complete: rerun the same command to resume",
               file=sys.stderr)
         return 130
+    except ServiceError:  # the service went away, or stayed busy: what is written stands
+        print(f"rerank-batch: stopped by the service (below); the rows in {args.output} are complete: rerun the same "
+              "command to resume", file=sys.stderr)
+        raise
     finally:
         engine.close()
     if args.json:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
@@ -24,6 +26,7 @@ from .rows import Row, error_output, predict_output, rerank_output
 
 log = logging.getLogger(__name__)
 MAX_DATASET_BYTES = 256 * 2**20  # of serialized rows per Ray dataset (each dataset starts its actor pool anew)
+QUEUE_PATIENCE = 300.0  # seconds the service engine waits, for one row, on a server that answers QUEUE_FULL
 
 
 def chunked(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
@@ -67,7 +70,7 @@ class ServiceEngine:
         from nextpara.client.errors import InvalidArgument, NotFound
         from nextpara.errors import InvalidInputError
 
-        self.client, self.with_text, self.chunk_rows = client, with_text, chunk_rows
+        self.client, self.with_text, self.chunk_rows, self.in_flight = client, with_text, chunk_rows, in_flight
         # the row's fault (the service's answer, or the client's own check before sending); anything else stops the job
         self.row_errors = (InvalidArgument, NotFound, InvalidInputError)
         # the service asked first, so that one that cannot be reached stops the job before its OUTPUT is opened (an
@@ -81,8 +84,28 @@ class ServiceEngine:
         self.pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="rerank-batch")
 
     def _one(self, row: Row) -> dict:
+        """The row's output; a server whose queue is full (the client's own retries spent) is waited for, as a batch
+        job can, with growing pauses up to QUEUE_PATIENCE seconds for one row."""
         if row.error is not None:
             return error_output(row, row.error)
+        from nextpara.client.errors import ResourceExhausted
+
+        waited, attempt = 0.0, 0
+        while True:
+            try:
+                return self._answer(row)
+            except ResourceExhausted as e:
+                if e.reason != "QUEUE_FULL":  # a message over the server's limit, say: the row's
+                    return error_output(row, e.details or str(e))
+                if waited >= QUEUE_PATIENCE:
+                    raise ResourceExhausted(f"{e.details}; the server has been busy for {waited:.0f} s: lower --in-flight "
+                                            f"(now {self.in_flight}), or run the job when it is quieter (rerunning "
+                                            "the same command resumes it)", reason=e.reason) from e
+                pause = min(5.0, max(e.retry_delay or 0.0, 0.1) * 2 ** attempt) * random.uniform(1.0, 1.5)
+                time.sleep(pause)
+                waited, attempt = waited + pause, attempt + 1
+
+    def _answer(self, row: Row) -> dict:
         try:
             if row.candidates is not None:
                 r = self.client.rerank(row.context, row.candidates, top_k=row.top_k)
@@ -133,7 +156,7 @@ class RayEngine:
                  actors: int | None = None, cpus_per_actor: float = 1, batch_rows: int = 256,
                  chunk_rows: int = 100_000):
         from nextpara.attention_core.served import CHECKPOINT, check_embedder, describe_served, read_checkpoint_meta
-        from nextpara.errors import FailedPreconditionError, Reason
+        from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason
         from nextpara.store.data_dir import DataDir
         from nextpara.store.tables import store_id
 
@@ -167,6 +190,10 @@ class RayEngine:
         ctx.execution_options.preserve_order = True  # outputs come back in input order
         ctx.enable_progress_bars = False  # the job has its own
         cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
+        if cpus_per_actor > cluster_cpus:  # no actor could ever be placed: the job would wait for ever
+            self.close()
+            raise InvalidInputError(f"--ray-cpus {cpus_per_actor:g} is more than the {cluster_cpus} CPUs of the Ray "
+                                    "cluster: no actor could start (give at most that)")
         self.actors = actors or max(1, int(cluster_cpus // cpus_per_actor))
         self.with_text, self.cpus_per_actor = with_text, cpus_per_actor
         self.batch_rows, self.chunk_rows = batch_rows, chunk_rows

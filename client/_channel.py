@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Iterable
 
 import grpc
+from nextpara.errors import InvalidInputError, Reason
 
 from ._retry import SERVICE_CONFIG
 
@@ -68,6 +69,16 @@ def credentials(tls: bool, root_certificates: str | bytes | None) -> grpc.Channe
     if isinstance(roots, str):
         roots = Path(roots).read_bytes()
     return grpc.ssl_channel_credentials(root_certificates=roots)
+
+
+def check_size(request, limit: int) -> None:
+    """An InvalidInputError for a unary request over ``limit`` bytes (the channel's message limit), before it is sent:
+    grpc's own refusal is RESOURCE_EXHAUSTED "CLIENT: Sent message larger than max", as if the server were full."""
+    size = request.ByteSize() if hasattr(request, "ByteSize") else 0  # (a stream's messages: each its own)
+    if size > limit:
+        raise InvalidInputError(f"the request is {size:,} bytes, over the {limit:,}-byte message limit: send fewer or "
+                                "shorter items (or raise max_message_bytes here and --max-message-mb on the server)",
+                                reason=Reason.OUT_OF_RANGE, metadata={"max": limit, "size": size})
 
 
 def check_open(client) -> None:

@@ -10,6 +10,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 from nextpara.errors import InvalidInputError, Reason, not_utf8
 from nextpara.v1 import nextpara_pb2 as pb
 
+from ._channel import check_size
 from .errors import ServiceError, from_status
 from .types import (
     AddResult,
@@ -206,10 +207,12 @@ class StreamOrder:
     pops are atomic, so the two sides need no lock. Without ``return_errors`` the first such error is raised in its
     place instead of being returned."""
 
-    def __init__(self, min_index_version: int, wait_for_index: bool, return_errors: bool, max_in_flight: int):
+    def __init__(self, min_index_version: int, wait_for_index: bool, return_errors: bool, max_in_flight: int,
+                 max_message_bytes: int | None = None):
         self._order: deque[Exception | None] = deque()  # None: an item sent; else why it was not
         self._fresh, self._return_errors = (min_index_version, wait_for_index), return_errors
         self.source_error: Exception | None = None  # what the caller's iterable of items raised, if it did
+        self._limit = max_message_bytes  # an item's request over it is that item's error (grpc's would end the stream)
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
             raise TypeError(f"max_in_flight must be an integer, got {type(max_in_flight).__name__}")
         if max_in_flight < 1:  # 0 waited for ever: no request could be sent
@@ -233,6 +236,8 @@ class StreamOrder:
         """The item's request, or None when it cannot be sent (its error waits in its place)."""
         try:
             request = rerank_item(item, index, *self._fresh)
+            if self._limit:
+                check_size(request, self._limit)
         except Exception as e:  # noqa: BLE001 (OverflowError of a vector's 10**400 too: on grpc's side it ends all)
             self._order.append(e)
             return None

@@ -52,6 +52,7 @@ class AsyncClient:
     async def _call(self, name: str, request, timeout, *, method=None):
         """As Client._call: one call of ``name`` within ``timeout``, retried here where _retry.Backoff says so."""
         _channel.check_open(self)
+        _channel.check_size(request, self.max_message_bytes)
         backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
                                  self.retry_queue_full)
         method = method or getattr(self._stub, name)
@@ -88,7 +89,8 @@ class AsyncClient:
         """As Client.rerank_many: results in input order, at most ``max_in_flight`` unanswered; a refused item raises
         its error, or with ``return_errors`` is yielded in its place (as is an item it cannot send: its TypeError or
         InvalidInputError); an exception of ``items`` itself is raised once the items before it are answered."""
-        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight)
+        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight,
+                                     self.max_message_bytes)
         window = asyncio.Semaphore(max_in_flight)
 
         async def requests():

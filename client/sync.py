@@ -77,6 +77,7 @@ class Client:
         """One call of NextParagraphService's ``name`` within ``timeout``, retried here where _retry.Backoff says so;
         ``method``: another stub's method, not retried."""
         _channel.check_open(self)
+        _channel.check_size(request, self.max_message_bytes)
         backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
                                  self.retry_queue_full)
         method = method or getattr(self._stub, name)
@@ -117,7 +118,8 @@ class Client:
         cannot send (not a pair or a mapping, a bad value): its TypeError or InvalidInputError, never sent. An exception
         of ``items`` itself ends the stream there and is raised once the items before it are answered. ``timeout``
         bounds the whole stream (default: none)."""
-        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight)
+        order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight,
+                                     self.max_message_bytes)
         window = threading.Semaphore(max_in_flight)
         done = threading.Event()
 

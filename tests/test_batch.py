@@ -134,6 +134,27 @@ def test_service_engine_matches_in_process(server_store, batch_input, in_process
         server.stop()
 
 
+def test_the_service_engine_waits_out_a_busy_server_and_a_row_too_large_is_its_error(server_store, batch_input,
+                                                                                    in_process_output, tmp_path):
+    """A server admitting one call at a time answered most of 32 calls in flight QUEUE_FULL, and once the client's own
+    retries were spent the job stopped with no row written; a row over the message limit (grpc's RESOURCE_EXHAUSTED
+    "Sent message larger than max") stopped it too, for good, as every rerun met the same row."""
+    path, _ = batch_input
+    rows = path.read_text().splitlines(keepends=True)[:40]
+    big = json.dumps({"id": "big", "context": [1], "candidates": ["x" * 400_000] * 45}) + "\n"  # 18 MB of request
+    (tmp_path / "in.jsonl").write_text("".join(rows[:20]) + big + "".join(rows[20:]))
+    server = LiveServer(server_store, max_queue=1).start()
+    try:
+        r = run_cli("rerank-batch", str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"), "--address", server.address,
+                    "--in-flight", "32", "--chunk-rows", "64")
+    finally:
+        server.stop()
+    assert r.returncode == 0, r.stderr
+    out = load(tmp_path / "out.jsonl")
+    assert out[20]["id"] == "big" and out[20]["error"].startswith("the request is ") and "message limit" in out[20]["error"]
+    assert_same_output(in_process_output[:40], out[:20] + out[21:])  # every other row answered as in-process
+
+
 def test_ray_engine_matches_in_process_on_a_store_the_general_model_serves(trained_store, batch_input, tmp_path):
     """On a store without a model of its own (the general model serves it, as it serves the default store), as every
     other engine: the Ray job once refused such a store. The in-process engine on a trained store is tested above."""
@@ -276,6 +297,16 @@ def test_ray_refuses_a_model_of_another_embedder_before_starting_ray(trained_sto
     r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(other), "--ray", "127.0.0.1:1")
     assert r.returncode == 2 and f"was trained on embedder {MINILM_NAME!r}, the store uses 'rand8'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "cannot join" not in r.stderr
+
+
+def test_ray_refuses_more_cpus_per_actor_than_the_cluster_has(trained_store, batch_input, tmp_path):
+    """No actor could be placed, and the job waited for ever with an empty OUTPUT."""
+    path, _ = batch_input
+    r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--data-dir", str(trained_store), "--ray",
+                "--ray-cpus", str(os.cpu_count() + 1), timeout=180)
+    assert r.returncode == 2 and f"--ray-cpus {os.cpu_count() + 1} is more than the {os.cpu_count()} CPUs of the Ray " \
+        "cluster: no actor could start" in r.stderr, r.stderr
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_an_output_of_another_store_or_no_job_is_refused_not_taken_over(trained_store, batch_input, tmp_path):
