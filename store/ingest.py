@@ -164,8 +164,12 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         emb.dim = dim
     else:
         dim = emb.dim
-        if dim is None and docs:  # a remote model tells its dimension by answering
+        if dim is None and stored.get("embedder") == emb.name:  # a remote model's store knows its dimension
+            dim = int(stored["dim"])
+        elif dim is None and docs:  # a new one's model tells it by answering
             dim = emb.embed([docs[0].paragraphs[0]]).shape[1]
+            if isinstance(emb, CachedEmbedder):  # the probe's text counts once, when the build embeds it (a cache hit)
+                emb.hits = emb.misses = 0
         refuse_another_embedder(data_dir, stored, emb.name, dim)
         docs, _ = _storable(docs, reader, embedder, dim, emb.name)
     report.documents_read, report.documents_skipped_bad = len(docs), reader.skipped

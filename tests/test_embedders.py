@@ -140,7 +140,11 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
         again = build(str(corpus), tmp_path / "store", embedder="openai:text-embedding-ada-002", quiet=True,
                       embedder_options=options, use_cache=False)
         assert again.documents_unchanged == 2 and again.paragraphs_embedded == 0
-        assert len(server.requests) == n + 1  # only the dimension probe; unchanged documents are not embedded
+        assert len(server.requests) == n  # the store knows its dimension, and unchanged documents are not embedded
+        monkeypatch.setenv("NEXTPARA_CACHE_DIR", str(tmp_path / "cache"))  # a new store, through the cache: the text
+        cached = build(str(corpus), tmp_path / "cached", embedder="openai:text-embedding-ada-002", quiet=True,
+                       embedder_options=options)  # that told the dimension is counted once (it was twice)
+        assert (cached.paragraphs_embedded, cached.cache_hits, cached.paragraphs_written) == (2, 1, 3)
         # the store remembers the endpoint (and the key's variable, not the key): its queries' texts go there, not to
         # OpenAI's default URL, with no option or variable set
         with open_store(tmp_path / "store", readonly=True) as store:
