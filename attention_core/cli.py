@@ -211,7 +211,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         serves = f"none: {model['reason']}"
     elif model["source"] == "cosine":  # plain cosine beat the models the guard judged: its line says so
         serves = (f"plain cosine to the last paragraph (B1), {model['model_version']}\n"
-                  f"guard         {model['reason'] or 'it scored at least as well as the models judged'}")
+                  f"{'why  ' if model.get('fallback') else 'guard'}         "
+                  f"{model['reason'] or 'it scored at least as well as the models judged'}")
     else:
         serves = f"{model['source']} {model['model_version']}" + (
             f" ({model['started_from']})" if model.get("started_from") else

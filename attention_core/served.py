@@ -144,7 +144,7 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
         from .general import cosine_version  # (torch: only for a store no general model fits)
 
         return {"source": COSINE, "model_version": cosine_version(store.dim), "scorer": COSINE,
-                "reason": fallback_line(mismatch)}
+                "reason": fallback_line(mismatch), "fallback": True}  # (no guard chose it)
     out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
     report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
     if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):

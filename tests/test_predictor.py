@@ -4,7 +4,7 @@ import copy
 
 import numpy as np
 import pytest
-from conftest import unit_vectors
+from conftest import run_cli, unit_vectors
 from nextpara.attention_core.predictor import Predictor
 from nextpara.attention_core.served import describe_served
 from nextpara.errors import InvalidInputError, NotFoundError
@@ -170,6 +170,8 @@ def test_a_store_no_model_fits_is_served_by_plain_cosine(tmp_path):
     with open_store(tmp_path, readonly=True) as store:  # and `nextpara info` / GetInfo say so, with the same version
         described = describe_served(store)
     assert (described["source"], described["model_version"]) == ("cosine", result.model_version)
+    info = run_cli("info", "--data-dir", str(tmp_path)).stdout
+    assert f"plain cosine to the last paragraph (B1), {result.model_version}\nwhy           no model of its own" in info
 
 
 def test_a_request_reads_each_stored_row_once(trained_store):
