@@ -25,10 +25,23 @@ BATCH_ROWS = 1024
 ITEM_FIELDS = ("context", "candidates")  # the fields that hold items; any other column is read as Python values
 
 
-def read_parquet(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """(1-based row number, {column: value}) per row, in file order."""
+def checked_file(path: str | Path, fields: tuple[str, ...]) -> pq.ParquetFile:
+    """The file, opened; a column that is none of ``fields`` is the file's error, before any row is read (as each
+    row's unknown field it made every row an error, and the job a success)."""
+    file = pq.ParquetFile(path)
+    unknown = [name for name in file.schema_arrow.names if name not in fields]
+    if unknown:
+        from nextpara.errors import InvalidInputError
+
+        raise InvalidInputError(f"{path}: unknown column{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))} (a row "
+                                f"has {', '.join(fields)})")
+    return file
+
+
+def read_parquet(path: str | Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
+    """(1-based row number, {column: value}) per row, in file order (columns checked: ``checked_file``)."""
     n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+    for batch in checked_file(path, fields).iter_batches(batch_size=BATCH_ROWS):
         names = batch.schema.names
         for values in zip(*(column_cells(column, name in ITEM_FIELDS) for name, column in zip(names, batch.columns))):
             n += 1

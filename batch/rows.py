@@ -68,11 +68,12 @@ def count_rows(path: str | Path) -> int | None:
     if is_parquet(path):
         try:
             import pyarrow as pa
-            import pyarrow.parquet as pq
+
+            from .parquet_rows import checked_file
         except ModuleNotFoundError as e:
             raise needs_pyarrow(path) from e
         try:
-            return pq.ParquetFile(path).metadata.num_rows
+            return checked_file(path, FIELDS).metadata.num_rows
         except pa.ArrowException as e:  # the file is read here first: a damaged or empty one stops the job at once
             raise RowError(f"{path}: not a Parquet file pyarrow can read ({str(e).strip().splitlines()[0]})") from e
     n = 0
@@ -100,7 +101,7 @@ def read_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
             from .parquet_rows import read_parquet
         except ModuleNotFoundError as e:
             raise needs_pyarrow(path) from e
-        yield from read_parquet(path)
+        yield from read_parquet(path, FIELDS)
         return
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):

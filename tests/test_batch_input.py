@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from nextpara.batch import rows as rows_module
-from nextpara.batch.rows import Row, dumps, parse_row, read_raw
+from nextpara.batch.rows import FIELDS, Row, dumps, parse_row, read_raw
 from test_batch import BAD_ROWS, assert_same_output, load, make_input
 
 # lines where orjson alone would read differently, or not at all: json's reading must win
@@ -140,7 +140,7 @@ def test_parquet_fixed_size_float32_vectors_rank_like_jsonl(trained_store, engin
     vectors = pa.list_(pa.list_(pa.float32(), dim))
     schema = pa.schema([("id", pa.string()), ("context", vectors), ("candidates", vectors), ("top_k", pa.int64())])
     table = pa.Table.from_pylist(rows, schema=schema)
-    first = next(parquet_rows.read_parquet(_write(table, tmp_path / "probe.parquet")))[1]
+    first = next(parquet_rows.read_parquet(_write(table, tmp_path / "probe.parquet"), FIELDS))[1]
     assert isinstance(first["context"], np.ndarray) and first["context"].dtype == np.float32  # not Python floats
     expected, got = _same_as_jsonl(engine, tmp_path, rows, table, "fixed")
     assert sum("results" in o for o in got) == 16 and "vector has a NaN" in got[-1]["error"]
@@ -260,6 +260,20 @@ def test_a_file_named_parquet_that_is_not_one_stops_the_job_at_once(tmp_path, co
     path.write_bytes(content)
     with pytest.raises(RowError, match=r"in.parquet: not a Parquet file pyarrow can read \(.+\)"):
         count_rows(path)
+
+
+def test_a_parquet_column_that_is_no_field_is_the_files_error(tmp_path):
+    """Each row got "unknown field 'extra'" and the job exited 0."""
+    pa = pytest.importorskip("pyarrow")
+    from nextpara.batch.rows import count_rows, read_raw
+    from nextpara.errors import InvalidInputError
+
+    path = _write(pa.table({"id": ["a", "b"], "context": [[1], [2]], "extra": [1, 2], "note": ["x", "y"]}),
+                  tmp_path / "in.parquet")
+    for read in (count_rows, lambda p: list(read_raw(p))):
+        with pytest.raises(InvalidInputError, match=r"in.parquet: unknown columns 'extra', 'note' \(a row has id, "
+                                                    r"context, candidates, top_k\)"):
+            read(path)
 
 
 def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
