@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -101,8 +100,8 @@ def validate_document(doc: Document, where: str = "", dim: int | None = None, em
             if not isinstance(vec, (list, tuple)) or not vec:
                 raise bad(f"document {doc.doc_id!r} vector {i} is not a non-empty list of numbers", Reason.INVALID_VECTOR,
                           f"vectors[{i}]")
-            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vec):
-                raise bad(f"document {doc.doc_id!r} vector {i} has a non-numeric, NaN or inf value", Reason.INVALID_VECTOR,
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vec):
+                raise bad(f"document {doc.doc_id!r} vector {i} has a non-numeric value", Reason.INVALID_VECTOR,
                           f"vectors[{i}]")
         unit_rows(doc.vectors, dim, embedder=embedder, name=lambda i: f"{at}document {doc.doc_id!r} vector {i}",
                   field=(lambda i: f"{doc.request_path}.vectors[{i}]") if doc.request_path else None)
@@ -189,7 +188,7 @@ class CorpusReader:
                 except json.JSONDecodeError as e:
                     self.reject(CorpusFormatError(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})"))
                     continue
-                except (ValueError, TypeError) as e:
+                except (ValueError, TypeError, ArithmeticError) as e:  # (an OverflowError of json's too)
                     self.reject(CorpusFormatError(path, lineno, str(e)))
                     continue
                 yield doc

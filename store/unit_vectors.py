@@ -51,7 +51,9 @@ def unit_rows(rows, dim: int | None = None, where: str = "vectors", embedder: st
         raise InvalidInputError(f"{where}: expected a list of vectors, got {np.shape(rows)}", reason=Reason.INVALID_VECTOR)
     bad = ~np.isfinite(arr).all(axis=1)
     if bad.any():
-        raise bad_row(int(np.argmax(bad)), "vector has a NaN or infinite value")
+        i = int(np.argmax(bad))
+        finite = np.isfinite(np.asarray(rows[i], dtype=np.float64)).all()  # 1e39: finite, but not in float32
+        raise bad_row(i, "a value is beyond float32's range (±3.4e38)" if finite else "vector has a NaN or infinite value")
     with np.errstate(over="ignore", under="ignore"):  # the rows below are rescaled
         norms = np.linalg.norm(arr, axis=1, keepdims=True)
     odd = ~np.isfinite(norms[:, 0]) | (norms[:, 0] < TINY_NORM)  # float32's sum of squares over- or underflowed

@@ -30,7 +30,8 @@ def write_corpus(path, dims, bad: dict | None = None):
 
 @pytest.mark.parametrize("vectors, says", [
     ([[0.0] * 8, [1.0] * 8], "vector 0: vector is all zeros"),
-    ([[1.0] * 8, [1e39] * 8], "vector 1: vector has a NaN or infinite value"),  # finite in JSON, not in float32
+    ([[1.0] * 8, [1e39] * 8], "vector 1: a value is beyond float32's range"),  # finite in JSON, not in float32
+    ([[1.0] * 8, [10**400] + [1] * 7], "vector 1: a value is too large for a float"),  # (an OverflowError crashed it)
     ([[1.0] * 8, [1.0] * 4], "vector 1: vector of dimension 4, the first has dimension 8"),
 ])
 def test_vectors_the_store_would_refuse_are_a_malformed_line(tmp_path, vectors, says):
