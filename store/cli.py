@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="base URL of an OpenAI-compatible API for openai:MODEL (default: $NEXTPARA_EMBEDDINGS_URL or "
                         "OpenAI's); the store remembers it, and its queries' texts are embedded there too (a later build "
                         "with another changes it)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable holding the API key (its name, never the key, is remembered as the URL is)")
+    p.add_argument("--api-key-env", default=None,
+                   help="environment variable holding the API key (default: OPENAI_API_KEY, or the one the store "
+                        "remembers: its name, never the key, is remembered as the URL is)")
     p.add_argument("--index", default=None,
                    help="auto (default: exact below 50,000 paragraphs, HNSW from there), flat, hnsw, ivf or a FAISS "
                         "factory string; used when the store is created (an existing store keeps its own: a warning "
@@ -81,7 +82,7 @@ def run_build(args: argparse.Namespace):
     report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
                    batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
                    embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env}
-                   if args.embedder.startswith("openai:") else None)
+                   if args.embedder.startswith(("openai:", "precomputed:openai:")) else None)
     for reason in report.skipped_reasons:
         print(f"skipped: {reason}", file=sys.stderr)
     return report

@@ -24,6 +24,7 @@ from .data_dir import DataDir
 from .embedders import Embedder, PrecomputedEmbedder, make_embedder, refuse_minilm_name, remote_model
 from .embedding_cache import CachedEmbedder
 from .store import open_store, refuse_another_embedder
+from .tables import OPTION_KEYS, stored_options
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def _endpoint(spec: str, emb: Embedder, given: dict) -> dict | None:
     if remote_model(spec, emb.name) is None:
         return None
     inner = getattr(emb, "inner", emb)  # under the embedding cache
-    return {k: getattr(inner, k, None) or given.get(k) for k in ("base_url", "api_key_env")}
+    return {k: getattr(inner, k, None) or given.get(k) for k in OPTION_KEYS}
 
 
 PROGRESS_CHUNK = 256  # paragraphs embedded per call when a build's bar follows the embedding
@@ -156,20 +157,21 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     reader = CorpusReader(corpus, skip_bad=skip_bad)
     docs = list(progress_bar(reader, desc="read corpus", unit="doc", quiet=quiet))
     stored = data_dir.read_store_meta()  # {} before the store exists
-    emb = _embedder_for(embedder, use_cache, **(embedder_options or {}))
+    given = {k: v for k, v in (embedder_options or {}).items() if v is not None}
+    options = {**stored_options(stored), **given}  # a rebuild keeps the endpoint the store remembers unless told another
+    emb = _embedder_for(embedder, use_cache, **options)
     if isinstance(emb, PrecomputedEmbedder):  # vectors brought: of the store's dimension, else of the first document's
         refuse_another_embedder(data_dir, stored, emb.name, None)
         docs, dim = _storable(docs, reader, embedder, int(stored["dim"]) if stored else None, emb.name)
         refuse_minilm_name(emb.name, dim)
         emb.dim = dim
     else:
-        dim = emb.dim
-        if dim is None and stored.get("embedder") == emb.name:  # a remote model's store knows its dimension
-            dim = int(stored["dim"])
-        elif dim is None and docs:  # a new one's model tells it by answering
-            dim = emb.embed([docs[0].paragraphs[0]]).shape[1]
-            if isinstance(emb, CachedEmbedder):  # the probe's text counts once, when the build embeds it (a cache hit)
-                emb.hits = emb.misses = 0
+        dim, inner = emb.dim, getattr(emb, "inner", emb)  # (under the embedding cache)
+        refuse_another_embedder(data_dir, stored, emb.name, None)  # before a remote model is asked anything
+        if dim is None and stored:  # a remote model's store knows its dimension, and its answers are held to it
+            dim = inner.dim = int(stored["dim"])
+        elif dim is None and docs:  # a new one's model tells it by answering (not through the cache: the build
+            dim = inner.embed([docs[0].paragraphs[0]]).shape[1]  # embeds that text again, counted once)
         refuse_another_embedder(data_dir, stored, emb.name, dim)
         docs, _ = _storable(docs, reader, embedder, dim, emb.name)
     report.documents_read, report.documents_skipped_bad = len(docs), reader.skipped
@@ -178,7 +180,7 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         raise InvalidInputError(f"corpus {corpus!r} holds no documents"
                                 + (f" this build can store ({reader.skipped} skipped as malformed)" if reader.skipped else ""))
     store = open_store(data_dir, embedder_name=emb.name, dim=dim, embedder_spec=embedder, index=index,
-                       embedder_options=_endpoint(embedder, emb, embedder_options or {}))
+                       embedder_options=_endpoint(embedder, emb, options))
     try:
         skip = store.unchanged(docs)
         report.documents_unchanged = len(skip)

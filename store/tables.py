@@ -122,6 +122,11 @@ def unknown_ids(what: str, missing: Sequence) -> NotFoundError:
 OPTION_KEYS = {"base_url": "embedder_url", "api_key_env": "embedder_key_env"}  # embedder option -> its key in meta
 
 
+def stored_options(meta: dict[str, str]) -> dict[str, str]:
+    """The remote embedder options a store's ``meta`` remembers (remember_options), by option name."""
+    return {k: meta[key] for k, key in OPTION_KEYS.items() if meta.get(key)}
+
+
 def remember_options(db, meta: dict[str, str], options: dict | None) -> bool:
     """Write the given remote embedder options (not None) that differ from ``meta``'s into it; whether any did. The key
     itself is never stored: only the name of the environment variable that holds it."""
@@ -151,7 +156,7 @@ class ParagraphTables:
         self.db = db
         self.embedder_name: str = meta["embedder"]
         self.embedder_spec: str = meta.get("embedder_spec", meta["embedder"])
-        self.embedder_options: dict[str, str] = {k: meta[key] for k, key in OPTION_KEYS.items() if meta.get(key)}
+        self.embedder_options: dict[str, str] = stored_options(meta)
         self.store_id = store_id(meta)
         self.dim: int = int(meta["dim"])
         self.requested_index: str = meta["index"]

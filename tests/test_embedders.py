@@ -144,7 +144,7 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
         monkeypatch.setenv("NEXTPARA_CACHE_DIR", str(tmp_path / "cache"))  # a new store, through the cache: the text
         cached = build(str(corpus), tmp_path / "cached", embedder="openai:text-embedding-ada-002", quiet=True,
                        embedder_options=options)  # that told the dimension is counted once (it was twice)
-        assert (cached.paragraphs_embedded, cached.cache_hits, cached.paragraphs_written) == (2, 1, 3)
+        assert (cached.paragraphs_embedded, cached.cache_hits, cached.paragraphs_written) == (3, 0, 3)
         # the store remembers the endpoint (and the key's variable, not the key): its queries' texts go there, not to
         # OpenAI's default URL, with no option or variable set
         with open_store(tmp_path / "store", readonly=True) as store:
@@ -157,6 +157,25 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
         assert json.loads(found.stdout)["results"][0]["text"] == "Second paragraph of a."
         assert server.requests[-1]["body"]["input"] == ["Second paragraph of a."]
         assert not [f for f in (tmp_path / "store").rglob("*") if f.is_file() and b"test-key" in f.read_bytes()]
+        # a rebuild with no option keeps the remembered endpoint: a new document is embedded there, not at OpenAI's
+        (corpus / "c.txt").write_text("A paragraph added later.\n")
+        sent = len(server.requests)
+        assert build(str(corpus), tmp_path / "store", embedder="openai:text-embedding-ada-002", quiet=True,
+                     use_cache=False).documents_added == 1
+        assert len(server.requests) == sent + 1 and server.requests[-1]["body"]["input"] == ["A paragraph added later."]
+        with open_store(tmp_path / "store", readonly=True) as store:
+            assert store.embedder_options == {"base_url": server.base_url, "api_key_env": "OPENAI_API_KEY"}
+        # vectors brought from an endpoint's model: the store embeds query texts there (--embedder-url remembered)
+        brought = tmp_path / "brought.jsonl"
+        brought.write_text(json.dumps({"doc_id": "b", "paragraphs": ["Brought."],
+                                       "vectors": [fake_vector("Brought.", 1536)]}) + "\n")
+        made = subprocess.run([sys.executable, "-m", "nextpara", "-q", "build", "--corpus", str(brought), "--data-dir",
+                               str(tmp_path / "brought"), "--embedder", "precomputed:openai:text-embedding-ada-002",
+                               "--embedder-url", server.base_url, "--no-guard"], capture_output=True, text=True,
+                              timeout=120)
+        assert made.returncode == 0, made.stderr
+        with open_store(tmp_path / "brought", readonly=True) as store:
+            assert store.query_embedder().base_url == server.base_url
 
 
 def test_local_sentence_transformers_directory(minilm):
