@@ -150,7 +150,7 @@ def served_model(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
         model, meta = general_for_store(store)
     except StoreMismatchError:  # vectors of another embedder (1536-d ones callers bring, say): plain cosine serves
         model = cosine_model(store.dim)
-        meta = {"kind": COSINE, "source": COSINE, "model_version": weights_version(model.state_dict()),
+        meta = {"kind": COSINE, "source": COSINE, "model_version": cosine_version(store.dim),
                 "line": fallback_line(fits(read_checkpoint_meta(GENERAL_CHECKPOINT), store))}
         log.info("%s serves %s: %s", COSINE_NAME, store.data_dir, meta["line"])
         return model, meta

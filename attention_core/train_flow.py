@@ -24,7 +24,7 @@ from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, 
 from nextpara.store.store import open_store
 
 from .checkpoint import load_checkpoint, save_checkpoint, weights_version, writing_in
-from .general import general_for_store, load_general, save_cosine
+from .general import cosine_model, general_for_store, load_general, save_cosine
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel
 from .model_config import RerankerConfig, store_model_config
@@ -89,8 +89,8 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_m
 
 
 def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
-    """The model that serves the store now (its own, which may be plain cosine, else the general model) and its name
-    in words."""
+    """The model that serves the store now (its own, which may be plain cosine, else the general model, else plain
+    cosine for a store the general model does not fit: general.served_model) and its name in words."""
     own = store.data_dir / CHECKPOINT
     if own.exists():
         try:
@@ -101,7 +101,9 @@ def replaced_model(store) -> tuple[NextParagraphModel | None, str]:
             return model, COSINE_NAME if meta.get("kind") == COSINE else f"the previous model {meta['model_version']}"
     try:
         model, meta = general_for_store(store)
-    except (FailedPreconditionError, StoreMismatchError):
+    except StoreMismatchError:
+        return cosine_model(store.dim), COSINE_NAME
+    except FailedPreconditionError:  # the general model is missing from the installation
         return None, ""
     return model, general_name(meta["model_version"])
 

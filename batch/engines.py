@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import random
-import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
@@ -82,6 +82,7 @@ class ServiceEngine:
             client.close()
             raise
         self.pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="rerank-batch")
+        self._stopping = threading.Event()  # set by close(): a row waiting out a busy server gives up at once
 
     def _one(self, row: Row) -> dict:
         """The row's output; a server whose queue is full (the client's own retries spent) is waited for, as a batch
@@ -102,7 +103,8 @@ class ServiceEngine:
                                             f"(now {self.in_flight}), or run the job when it is quieter (rerunning "
                                             "the same command resumes it)", reason=e.reason) from e
                 pause = min(5.0, max(e.retry_delay or 0.0, 0.1) * 2 ** attempt) * random.uniform(1.0, 1.5)
-                time.sleep(pause)
+                if self._stopping.wait(pause):  # the job is ending (Ctrl-C, another row's failure)
+                    raise
                 waited, attempt = waited + pause, attempt + 1
 
     def _answer(self, row: Row) -> dict:
@@ -122,6 +124,7 @@ class ServiceEngine:
             yield list(self.pool.map(self._one, chunk))
 
     def close(self) -> None:
+        self._stopping.set()
         self.pool.shutdown(cancel_futures=True)
         self.client.close()
 

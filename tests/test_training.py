@@ -65,6 +65,8 @@ def test_retraining_an_unchanged_store_says_it_made_the_same_model(tmp_path):
     cfg = TrainConfig(phase1_epochs=4, phase2_epochs=2, batch_size=32, lr=3e-3, val_queries=50, n_candidates=20)
     first = train(store, {"d_model": 32, "n_heads": 2, "n_context_layers": 1}, cfg, quiet=True)
     assert first.served and first.meta["metrics"]["guard"]["new"]["mrr@10"] > 0.5, first.line
+    # judged against what served before it: plain cosine, as for any store the general model does not fit
+    assert json.loads((store / "train_report.json").read_text())["replaced"] == "plain cosine (B1)"
     again = train(store, {"d_model": 32, "n_heads": 2, "n_context_layers": 1}, cfg, quiet=True)
     assert not again.served and again.meta["model_version"] == first.meta["model_version"]  # seeded: the same weights
     assert again.line.startswith(f"kept the previous model {first.meta['model_version']}: training made it again, "
