@@ -290,7 +290,6 @@ def test_ray_refuses_a_model_of_another_embedder_before_starting_ray(trained_sto
     pytest.importorskip("ray")
     path, _ = batch_input
     (tmp_path / "other").mkdir()
-    (tmp_path / "other").mkdir()
     other = vector_store(tmp_path / "other", "rand8", [("d1", ["a", "b"], unit_vectors(2, 8))])
     shutil.copy(trained_store / CHECKPOINT, other / CHECKPOINT)
     # a cluster address where none listens: a check made after joining would say "cannot join the Ray cluster"
