@@ -193,10 +193,11 @@ class RayEngine:
         ctx.execution_options.preserve_order = True  # outputs come back in input order
         ctx.enable_progress_bars = False  # the job has its own
         cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
-        if cpus_per_actor > cluster_cpus:  # no actor could ever be placed: the job would wait for ever
+        node_cpus = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=cluster_cpus)
+        if cpus_per_actor > node_cpus:  # an actor runs on one node: none could ever be placed, the job waited for ever
             self.close()
-            raise InvalidInputError(f"--ray-cpus {cpus_per_actor:g} is more than the {cluster_cpus} CPUs of the Ray "
-                                    "cluster: no actor could start (give at most that)")
+            raise InvalidInputError(f"--ray-cpus {cpus_per_actor:g} is more than the {node_cpus:g} CPUs of the Ray "
+                                    "cluster's largest node: no actor could start (give at most that)")
         self.actors = actors or max(1, int(cluster_cpus // cpus_per_actor))
         self.with_text, self.cpus_per_actor = with_text, cpus_per_actor
         self.batch_rows, self.chunk_rows = batch_rows, chunk_rows

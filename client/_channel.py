@@ -71,10 +71,17 @@ def credentials(tls: bool, root_certificates: str | bytes | None) -> grpc.Channe
     return grpc.ssl_channel_credentials(root_certificates=roots)
 
 
-def check_size(request, limit: int) -> None:
-    """An InvalidInputError for a unary request over ``limit`` bytes (the channel's message limit), before it is sent:
-    grpc's own refusal is RESOURCE_EXHAUSTED "CLIENT: Sent message larger than max", as if the server were full."""
-    size = request.ByteSize() if hasattr(request, "ByteSize") else 0  # (a stream's messages: each its own)
+def send_limit(max_message_bytes: int, extra: Iterable[tuple[str, object]] = ()) -> int | None:
+    """The largest message the channel sends: the client's limit, or the caller's grpc.max_send_message_length option
+    (None: -1, no limit)."""
+    limit = int(dict(options(max_message_bytes, extra))["grpc.max_send_message_length"])
+    return limit if limit >= 0 else None
+
+
+def check_size(request, limit: int | None) -> None:
+    """An InvalidInputError for a unary request over ``limit`` bytes (send_limit), before it is sent: grpc's own
+    refusal is RESOURCE_EXHAUSTED "CLIENT: Sent message larger than max", as if the server were full."""
+    size = request.ByteSize() if limit is not None and hasattr(request, "ByteSize") else 0  # (a stream: per message)
     if size > limit:
         raise InvalidInputError(f"the request is {size:,} bytes, over the {limit:,}-byte message limit: send fewer or "
                                 "shorter items (or raise max_message_bytes here and --max-message-mb on the server)",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers as numbers_abc
 import operator
 from collections import deque
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -98,25 +97,27 @@ def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
         raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got bool")
     if isinstance(item, int) or (hasattr(item, "__index__") and not hasattr(item, "__len__")):  # numpy's integers too
         return pb.ContextParagraph(paragraph_id=whole(item, where, INT64))
-    if isinstance(item, (list, tuple)) or hasattr(item, "tolist"):  # a vector (a numpy row too): its own message
+    if isinstance(item, Iterable) and not isinstance(item, Mapping):  # a vector (a numpy row too): its own message
         return pb.ContextParagraph(vector=vector_message(item, where, f"{where}.vector"))
     raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got {type(item).__name__}")
 
 
 def vector_message(values, where: str, field: str | None = None) -> pb.Vector:
     """A sequence of numbers (a numpy row too) as a Vector; a TypeError naming ``where`` if it is not one (a text or
-    a bool among them too, which float() would take), an InvalidInputError if a number is too large for a float."""
-    if isinstance(values, (str, bytes)):
+    a bool among them too, which protobuf would take as 1.0), an InvalidInputError if a number is too large for a float."""
+    if isinstance(values, (str, bytes, Mapping)):
         raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}")
+    numeric_array = getattr(values, "ndim", None) == 1 and getattr(values.dtype, "kind", "") in "fiu"
     try:
         numbers = values.tolist() if hasattr(values, "tolist") else list(values)
     except TypeError:
         raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}") from None
-    odd = [t for t in set(map(type, numbers)) - {float, int} if t is bool or not issubclass(t, numbers_abc.Real)]
-    if odd:  # (float() takes "0.1" and True)
-        raise TypeError(f"{where}: a vector must be a sequence of numbers, and it holds a {odd[0].__name__}")
+    if not numeric_array and bool in set(map(type, numbers)):
+        raise TypeError(f"{where}: a vector must be a sequence of numbers, and it holds a bool")
     try:
-        return pb.Vector(values=[float(x) for x in numbers])
+        return pb.Vector(values=numbers)  # (protobuf refuses what is not a real number)
+    except TypeError as e:
+        raise TypeError(f"{where}: a vector must be a sequence of numbers ({e})") from None
     except OverflowError:  # an integer beyond any float (10**400): the item's error, not the caller's whole job's
         raise InvalidInputError(f"{where}: a value is too large for a float", reason=Reason.INVALID_VECTOR,
                                 field=field or where) from None
@@ -145,13 +146,15 @@ def doc_ids(values: Sequence[str], field: str) -> list[str]:
 
 def fresh(min_index_version: int, wait_for_index: bool) -> dict:
     """A read's read-your-writes fields (min_index_version, wait_for_index)."""
-    return {"min_index_version": whole(min_index_version, "min_index_version", INT64), "wait_for_index": bool(wait_for_index)}
+    return {"min_index_version": whole(min_index_version, "min_index_version", INT64),
+            "wait_for_index": flag(wait_for_index, "wait_for_index")}
 
 
 def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter=None,
                     min_index_version: int = 0, wait_for_index: bool = False) -> pb.PredictNextRequest:
     return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=whole(top_k, "top_k"),
-                                 include_attention=include_attention, omit_text=omit_text, filter=filter_message(filter),
+                                 include_attention=flag(include_attention, "include_attention"),
+                                 omit_text=flag(omit_text, "omit_text"), filter=filter_message(filter),
                                  exclude_doc_ids=doc_ids(exclude_doc_ids, "exclude_doc_ids"),
                                  **fresh(min_index_version, wait_for_index))
 

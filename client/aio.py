@@ -48,11 +48,12 @@ class AsyncClient:
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
         self._closed = False
+        self._send_limit = _channel.send_limit(max_message_bytes, options)  # requests over it are refused unsent
 
     async def _call(self, name: str, request, timeout, *, method=None):
         """As Client._call: one call of ``name`` within ``timeout``, retried here where _retry.Backoff says so."""
         _channel.check_open(self)
-        _channel.check_size(request, self.max_message_bytes)
+        _channel.check_size(request, self._send_limit)
         backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
                                  self.retry_queue_full)
         method = method or getattr(self._stub, name)
@@ -90,7 +91,7 @@ class AsyncClient:
         its error, or with ``return_errors`` is yielded in its place (as is an item it cannot send: its TypeError or
         InvalidInputError); an exception of ``items`` itself is raised once the items before it are answered."""
         order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight,
-                                     self.max_message_bytes)
+                                     self._send_limit)
         window = asyncio.Semaphore(max_in_flight)
 
         async def requests():

@@ -72,12 +72,13 @@ class Client:
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
         self._metadata = _channel.metadata(token)
         self._closed = False
+        self._send_limit = _channel.send_limit(max_message_bytes, options)  # requests over it are refused unsent
 
     def _call(self, name: str, request, timeout, *, method=None):
         """One call of NextParagraphService's ``name`` within ``timeout``, retried here where _retry.Backoff says so;
         ``method``: another stub's method, not retried."""
         _channel.check_open(self)
-        _channel.check_size(request, self.max_message_bytes)
+        _channel.check_size(request, self._send_limit)
         backoff = _retry.Backoff(_channel.deadline(timeout, self.timeout), None if method else name, request,
                                  self.retry_queue_full)
         method = method or getattr(self._stub, name)
@@ -119,7 +120,7 @@ class Client:
         of ``items`` itself ends the stream there and is raised once the items before it are answered. ``timeout``
         bounds the whole stream (default: none)."""
         order = _convert.StreamOrder(min_index_version, wait_for_index, return_errors, max_in_flight,
-                                     self.max_message_bytes)
+                                     self._send_limit)
         window = threading.Semaphore(max_in_flight)
         done = threading.Event()
 

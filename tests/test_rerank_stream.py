@@ -119,7 +119,10 @@ def test_arguments_are_checked_before_anything_is_sent(client):
             lambda: client.add_documents([{"doc_id": "t0", "paragraphs": ["a"]}, ("t1", ["b"])]),
         "documents[0].vectors[0]: a vector must be a sequence of numbers, got str":
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": ["abc"]}]),
-        "context[0]: a vector must be a sequence of numbers, and it holds a str": lambda: client.predict_next([["0.1"] * 384]),
+        "context[0]: a vector must be a sequence of numbers (must be real number, not str)":
+            lambda: client.predict_next([["0.1"] * 384]),
+        "wait_for_index must be True or False, got 'no'": lambda: client.info(wait_for_index="no"),  # bool() took it
+        "omit_text must be True or False, got 1": lambda: client.predict_next([1], omit_text=1),
         "documents[0].vectors[0]: a vector must be a sequence of numbers, and it holds a bool":  # float() took them
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": [[True] * 384]}]),
         "candidates[0]: a value is too large for a float": lambda: client.rerank([1], [[10**400] * 384]),

@@ -47,14 +47,13 @@ def embed_seconds(path: str, n: int = SAMPLE, seed: int = 0) -> tuple[float, int
     """(seconds MiniLM would take to embed every paragraph of the store, from a timed sample; paragraphs)."""
     import numpy as np
     from nextpara.attention_core.sequences import ParagraphSequences
-    from nextpara.store.embedders import embedder_for_store
     from nextpara.store.store import open_store
 
     with open_store(path, readonly=True) as store:
         ids = ParagraphSequences(store).ids
         pick = sorted(int(i) for i in np.random.default_rng(seed).choice(ids, size=min(n, len(ids)), replace=False))
         texts = [p.text for p in store.get_paragraphs(pick)]
-        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+        embedder = store.query_embedder()
     count = len(ids)
     embedder.embed(texts[:16])  # the model loaded and warm
     t0 = time.perf_counter()

@@ -150,12 +150,11 @@ def references(data_dir, texts, seconds):
     """(MiniLM paragraphs/s, util.semantic_search p50 ms of one stored vector over the store). MiniLM embeds the text
     workload's paragraphs 128 per call (what a coalesced batch of 32 four-paragraph calls hands it)."""
     import torch
-    from nextpara.store.embedders import embedder_for_store
     from nextpara.store.store import open_store
     from sentence_transformers import util
 
     with open_store(data_dir, readonly=True) as store:
-        embedder = embedder_for_store(store.embedder_spec, store.embedder_name, store.dim)
+        embedder = store.query_embedder()
         paragraphs = list(dict.fromkeys(t for c in texts for t in c))
         embedder.embed(paragraphs[:32])  # loads the model
         done, start, i = 0, time.perf_counter(), 0

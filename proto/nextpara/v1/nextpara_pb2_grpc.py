@@ -68,8 +68,10 @@ class NextParagraphServiceStub:
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
     NO_MODEL                  FAILED_PRECONDITION  no model can serve: the store has none of its own and the
-    general model is for another embedder (GetInfo.model.reason);
-    run `nextpara train`, then Reload
+    general model is missing from the installation
+    (GetInfo.model.reason); reinstall, or run `nextpara train`, then
+    Reload (a store of another embedder's vectors, which the general
+    model cannot read, is served by plain cosine)
     MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
     in use stays)
     EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
@@ -209,8 +211,10 @@ class NextParagraphServiceServicer:
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
     NO_MODEL                  FAILED_PRECONDITION  no model can serve: the store has none of its own and the
-    general model is for another embedder (GetInfo.model.reason);
-    run `nextpara train`, then Reload
+    general model is missing from the installation
+    (GetInfo.model.reason); reinstall, or run `nextpara train`, then
+    Reload (a store of another embedder's vectors, which the general
+    model cannot read, is served by plain cosine)
     MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
     in use stays)
     EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
@@ -445,8 +449,10 @@ class NextParagraphService:
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
     NO_MODEL                  FAILED_PRECONDITION  no model can serve: the store has none of its own and the
-    general model is for another embedder (GetInfo.model.reason);
-    run `nextpara train`, then Reload
+    general model is missing from the installation
+    (GetInfo.model.reason); reinstall, or run `nextpara train`, then
+    Reload (a store of another embedder's vectors, which the general
+    model cannot read, is served by plain cosine)
     MODEL_UNREADABLE          FAILED_PRECONDITION  Reload found a model file that is not a nextpara checkpoint (the model
     in use stays)
     EMBEDDER_MISMATCH         FAILED_PRECONDITION  Reload found a model trained on another embedder or dimension than the
