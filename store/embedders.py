@@ -258,8 +258,9 @@ def make_embedder(spec: str = DEFAULT_EMBEDDER, *, base_url: str | None = None,
     )
 
 
-QUERY_RETRIES, QUERY_TIMEOUT = 2, 20.0  # a query's remote embedding fails within seconds, not a build's ~16 s of
-#                                      retries: the caller's deadline (30 s by default) and its own retries come after
+QUERY_RETRIES, QUERY_TIMEOUT = 2, 20.0  # a server's remote embedding (queries, AddDocuments) gives up after ~1.5 s of
+#                                      backoff where a build waits ~16 s: an endpoint that refuses is reported within the
+#                                      caller's deadline (30 s by default); one that hangs takes up to 3 x 20 s
 
 
 def remote_model(spec: str, name: str) -> str | None:
