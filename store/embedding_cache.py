@@ -42,6 +42,9 @@ class CachedEmbedder:
             " dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (embedder, text_hash)) WITHOUT ROWID")
         self.hits = 0
         self.misses = 0
+        # whose vectors a row holds: the model's name, and for a remote model the endpoint too (two endpoints may serve
+        # different models under one name)
+        self.key = getattr(inner, "cache_key", inner.name)
 
     @property
     def name(self) -> str:
@@ -58,7 +61,7 @@ class CachedEmbedder:
             chunk = unique[start:start + _CHUNK]
             rows = self._db.execute(
                 f"SELECT text_hash, vector FROM embeddings WHERE embedder = ? AND text_hash IN ({','.join('?' * len(chunk))})",
-                [self.name, *chunk])
+                [self.key, *chunk])
             for h, blob in rows:
                 found[h] = np.frombuffer(blob, dtype=np.float32)
         return found
@@ -75,7 +78,7 @@ class CachedEmbedder:
             with self._db:
                 self._db.executemany(
                     "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)",
-                    [(self.name, h, vectors.shape[1], vectors[i].tobytes()) for i, h in enumerate(missing)])
+                    [(self.key, h, vectors.shape[1], vectors[i].tobytes()) for i, h in enumerate(missing)])
             found.update({h: vectors[i] for i, h in enumerate(missing)})
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)

@@ -56,6 +56,11 @@ class OpenAIEmbedder:
         self.dim: int | None = dim
         self.requests_sent = 0
 
+    @property
+    def cache_key(self) -> str:
+        """Whose vectors the embedding cache keeps for this embedder: the model at this endpoint."""
+        return f"{self.name}@{self.base_url}"
+
     def _post(self, texts: list[str]) -> list[list[float]]:
         key = os.environ.get(self.api_key_env)
         if not key:

@@ -145,6 +145,13 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
         cached = build(str(corpus), tmp_path / "cached", embedder="openai:text-embedding-ada-002", quiet=True,
                        embedder_options=options)  # that told the dimension is counted once (it was twice)
         assert (cached.paragraphs_embedded, cached.cache_hits, cached.paragraphs_written) == (3, 0, 3)
+        with FakeEmbeddingsServer(dim=1536) as elsewhere:  # another endpoint, one model name: no vector of the first's
+            other = build(str(corpus), tmp_path / "elsewhere", embedder="openai:text-embedding-ada-002", quiet=True,
+                          embedder_options={"base_url": elsewhere.base_url})
+            assert (other.paragraphs_embedded, other.cache_hits) == (3, 0)
+        again = build(str(corpus), tmp_path / "cached2", embedder="openai:text-embedding-ada-002", quiet=True,
+                      embedder_options=options)  # the same endpoint: its vectors are cached
+        assert (again.paragraphs_embedded, again.cache_hits) == (0, 3)
         # the store remembers the endpoint (and the key's variable, not the key): its queries' texts go there, not to
         # OpenAI's default URL, with no option or variable set
         with open_store(tmp_path / "store", readonly=True) as store:
