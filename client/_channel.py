@@ -81,7 +81,9 @@ def send_limit(max_message_bytes: int, extra: Iterable[tuple[str, object]] = ())
 def check_size(request, limit: int | None) -> None:
     """An InvalidInputError for a unary request over ``limit`` bytes (send_limit), before it is sent: grpc's own
     refusal is RESOURCE_EXHAUSTED "CLIENT: Sent message larger than max", as if the server were full."""
-    size = request.ByteSize() if limit is not None and hasattr(request, "ByteSize") else 0  # (a stream: per message)
+    if limit is None or not hasattr(request, "ByteSize"):  # no limit; a stream's requests are checked one by one
+        return
+    size = request.ByteSize()
     if size > limit:
         raise InvalidInputError(f"the request is {size:,} bytes, over the {limit:,}-byte message limit: send fewer or "
                                 "shorter items (or raise max_message_bytes here and --max-message-mb on the server)",

@@ -82,6 +82,17 @@ def test_a_closed_client_says_so_in_both_clients(server):
             c.get_document("idem-closed")
 
 
+def test_a_request_over_the_send_limit_is_refused_unsent_and_no_limit_means_none(server):
+    from nextpara.errors import InvalidInputError
+
+    with Client(server.address, timeout=60, options=[("grpc.max_send_message_length", 2000)]) as small:
+        with pytest.raises(InvalidInputError, match="the request is [0-9,]+ bytes, over the 2,000-byte message limit"):
+            small.predict_next(["A paragraph of some length. " * 100])
+        assert small.predict_next(["A short paragraph."], top_k=1).predictions  # under it: sent
+    with Client(server.address, timeout=60, options=[("grpc.max_send_message_length", -1)]) as unlimited:
+        assert unlimited.predict_next(["A paragraph of some length. " * 100], top_k=1).predictions  # -1: no limit
+
+
 def test_cli_delete_allow_missing(server, client):
     add(client, "idem-cli")
     r = run_cli("delete", "idem-cli", "idem-cli-gone", "--allow-missing", "--address", server.address, timeout=60)
