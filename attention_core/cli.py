@@ -205,7 +205,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    index, model = info["index"], info["model"]
+    index, model, remote = info["index"], info["model"], info.get("embedder_options")
     params = ", ".join(f"{k}={v}" for k, v in index["params"].items())
     if model["source"] == "none":
         serves = f"none: {model['reason']}"
@@ -224,7 +224,9 @@ def cmd_info(args: argparse.Namespace) -> int:
                    f"B1 (cosine to the last paragraph) {fmt(v['B1'])}, {fmt(v['B1'], 'recall@1')}")
     print(f"data dir      {info['data_dir']} (store_id {info['store_id']})\n"
           f"embedder      {info['embedder']} (dim {info['dim']})\n"
-          f"documents     {info['documents']}\n"
+          + (f"endpoint      {remote.get('base_url', '$NEXTPARA_EMBEDDINGS_URL, else OpenAI')}, key in "
+             f"${remote.get('api_key_env', 'OPENAI_API_KEY')} (query texts are embedded there)\n" if remote else "")
+          + f"documents     {info['documents']}\n"
           f"paragraphs    {info['paragraphs']}\n"
           f"index         {index['requested']}: {index['factory']}{f' ({params})' if params else ''}, {index['vectors']} vectors\n"
           f"generation    {info['generation']} (snapshot at {info['snapshot_generation']})\n"

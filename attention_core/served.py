@@ -143,8 +143,12 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
     if mismatch:  # as general.served_model serves it
         from .general import cosine_version  # (torch: only for a store no general model fits)
 
-        return {"source": COSINE, "model_version": cosine_version(store.dim), "scorer": COSINE,
-                "reason": fallback_line(mismatch), "fallback": True}  # (no guard chose it)
+        out = {"source": COSINE, "model_version": cosine_version(store.dim), "scorer": COSINE}
+        report = read_report(store.data_dir)  # a training that kept it: its line and figures
+        if report and report.get("replaced") == COSINE_NAME and not report.get("serve_new") and report.get("figures"):
+            return {**out, "reason": report["line"], "validation": {"model": report["figures"]["replaced"],
+                                                                    "B1": report["figures"]["B1"]}}
+        return {**out, "reason": fallback_line(mismatch), "fallback": True}  # (no guard chose it)
     out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
     report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
     if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):

@@ -8,7 +8,7 @@ written with one write, then flushed and fsynced before the job reads on: a row 
 What made the rows (the default top_k, whether they carry texts, the model's version, the store's identity) is written
 beside OUTPUT, as
 ``OUTPUT.job.json``, before its first row; a rerun with other settings is refused rather than mixing two kinds of
-row in one file (an OUTPUT without it, from before, resumes as it did).
+row in one file, and so are rows with no readable job file beside them.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class ResumableOutput:
                     self._write_settings(settings)
                 self._file = open(self.path, "wb")
             else:
+                if self.path.is_dir():
+                    raise IsADirectoryError(21, "Is a directory", str(self.path))
                 self._check_settings(settings)
                 self._scan()
                 self._file = open(self.path, "ab")
@@ -56,18 +58,29 @@ class ResumableOutput:
         os.replace(tmp, self.settings_path)
 
     def _check_settings(self, settings: dict | None) -> None:
-        """Refuse to resume with settings other than those OUTPUT was begun with (OutputError naming each)."""
-        if settings is None or not self.settings_path.exists():
+        """Refuse to resume with settings other than those OUTPUT was begun with (OutputError naming each), or rows
+        whose settings are unknown (no readable OUTPUT.job.json: they could be of another store or model); an older
+        job file gets the settings it lacks."""
+        if settings is None:
             return
         try:
-            begun = json.loads(self.settings_path.read_text())
-        except ValueError:
-            return  # unreadable: as if absent, as before it existed
+            begun = json.loads(self.settings_path.read_text()) if self.settings_path.exists() else None
+        except (ValueError, OSError):
+            begun = None
+        if not isinstance(begun, dict):
+            if self.path.stat().st_size == 0:  # nothing to mix with: this job's settings from now on
+                self._write_settings(settings)
+                return
+            raise OutputError(f"{self.path} holds rows but no readable {self.settings_path.name} saying what made them "
+                              "(the store, the model, -k, --no-text): they may not be this job's to resume; give another "
+                              "OUTPUT, or --overwrite to start over")
         changed = [f"{name} {begun[name]!r} then, {settings[name]!r} now" for name in sorted(settings)
                    if name in begun and begun[name] != settings[name]]
         if changed:
             raise OutputError(f"{self.path} was begun with other settings ({'; '.join(changed)}; "
                               f"{self.settings_path.name}): rerun with those, or --overwrite to start over")
+        if set(settings) - set(begun):  # a job file from before a setting was kept (store_id): completed
+            self._write_settings({**settings, **begun})
 
     def _scan(self) -> None:
         end = 0  # bytes of complete lines; what follows the last newline is a torn write

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import AbstractSet, Iterable, Iterator, Mapping, Sequence
 
 from nextpara.errors import InvalidInputError, Reason, not_utf8
 from nextpara.v1 import nextpara_pb2 as pb
@@ -97,7 +97,7 @@ def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
         raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got bool")
     if isinstance(item, int) or (hasattr(item, "__index__") and not hasattr(item, "__len__")):  # numpy's integers too
         return pb.ContextParagraph(paragraph_id=whole(item, where, INT64))
-    if isinstance(item, Iterable) and not isinstance(item, Mapping):  # a vector (a numpy row too): its own message
+    if isinstance(item, Iterable) and not isinstance(item, (Mapping, AbstractSet)):  # a vector (a numpy row too)
         return pb.ContextParagraph(vector=vector_message(item, where, f"{where}.vector"))
     raise TypeError(f"{where}: expected a text, a paragraph id or a vector, got {type(item).__name__}")
 
@@ -105,9 +105,9 @@ def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
 def vector_message(values, where: str, field: str | None = None) -> pb.Vector:
     """A sequence of numbers (a numpy row too) as a Vector; a TypeError naming ``where`` if it is not one (a text or
     a bool among them too, which protobuf would take as 1.0), an InvalidInputError if a number is too large for a float."""
-    if isinstance(values, (str, bytes, Mapping)):
+    if isinstance(values, (str, bytes, Mapping, AbstractSet)):  # (a set has no order)
         raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}")
-    numeric_array = getattr(values, "ndim", None) == 1 and getattr(values.dtype, "kind", "") in "fiu"
+    numeric_array = getattr(values, "ndim", None) == 1 and getattr(getattr(values, "dtype", None), "kind", "") in "fiu"
     try:
         numbers = values.tolist() if hasattr(values, "tolist") else list(values)
     except TypeError:

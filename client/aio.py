@@ -130,7 +130,8 @@ class AsyncClient:
                 raise
             except ServiceError:  # refused (it will be again): this client's limit from now on
                 self._server_max = 0
-        return _channel.upload_bytes(self.max_message_bytes, self._server_max)
+        return _channel.upload_bytes(min(self._send_limit or self.max_message_bytes, self.max_message_bytes),
+                                     self._server_max)
 
     async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the
@@ -185,6 +186,7 @@ class AsyncClient:
     async def health(self, *, timeout: float | None = None) -> str:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+        _channel.check_open(self)  # before a stub is made on the closed channel
         request = health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService")
         response = await self._call("Check", request, timeout, method=health_pb2_grpc.HealthStub(self._channel).Check)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

@@ -161,7 +161,8 @@ class Client:
                 raise
             except ServiceError:  # refused (it will be again): this client's limit from now on
                 self._server_max = 0
-        return _channel.upload_bytes(self.max_message_bytes, self._server_max)
+        return _channel.upload_bytes(min(self._send_limit or self.max_message_bytes, self.max_message_bytes),
+                                     self._server_max)
 
     def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """Upsert documents, streamed in messages under the message size limit as ``documents`` is read; each
@@ -227,6 +228,7 @@ class Client:
         """The standard health status of the service: SERVING, NOT_SERVING, ..."""
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+        _channel.check_open(self)  # before a stub is made on the closed channel (grpc then crashed the process)
         request = health_pb2.HealthCheckRequest(service="nextpara.v1.NextParagraphService")
         response = self._call("Check", request, timeout, method=health_pb2_grpc.HealthStub(self._channel).Check)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

@@ -104,11 +104,11 @@ class OpenAIEmbedder:
         if not rows:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
         try:
-            vectors = unit_rows(rows, self.dim, where=f"{self.base_url}/embeddings answer")
+            vectors = unit_rows(rows, self.dim, name=lambda i: f"its vector {i}")
         except InvalidInputError as e:
             dims = sorted({len(r) for r in rows if isinstance(r, list)})
             why = (f"vectors of dimension {', '.join(map(str, dims))} where {self.dim} were expected (the store's)"
-                   if self.dim is not None and dims != [self.dim] else str(e))
+                   if self.dim is not None and dims != [self.dim] else f"what nextpara cannot use ({e})")
             raise EmbeddingServiceError(f"{self.name}: {self.base_url}/embeddings answered {why}") from e
         self.dim = vectors.shape[1]
         return vectors

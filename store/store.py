@@ -413,6 +413,7 @@ class ParagraphStore:
         return {
             "data_dir": str(self.data_dir),
             "store_id": self.store_id,
+            "embedder_options": self.embedder_options,  # a remote embedder's endpoint and key variable (never the key)
             "format_version": FORMAT_VERSION,
             "embedder": self.embedder_name,
             "dim": self.dim,

@@ -275,7 +275,7 @@ def test_cli_refuses_bad_setups(trained_store, batch_input, tmp_path):
         assert r.returncode == 2 and said in r.stderr, (flags, r.stderr)
     (tmp_path / "foreign.jsonl").write_text("not json\n")
     r = run_cli("rerank-batch", str(path), str(tmp_path / "foreign.jsonl"), "--data-dir", str(trained_store))
-    assert r.returncode == 2 and "not a row this job wrote" in r.stderr
+    assert r.returncode == 2 and "holds rows but no readable foreign.jsonl.job.json" in r.stderr
     assert (tmp_path / "foreign.jsonl").read_text() == "not json\n"  # left as it was
     assert not os.path.exists(tmp_path / "o.jsonl")
     r = run_cli("rerank-batch", str(path), str(tmp_path / "foreign.jsonl"), "--overwrite", "--address", "127.0.0.1:9",
@@ -326,6 +326,19 @@ def test_an_output_of_another_store_or_no_job_is_refused_not_taken_over(trained_
     r = run_cli("rerank-batch", str(small), str(out), "--data-dir", str(other))
     assert r.returncode == 2 and "was begun with other settings (" in r.stderr and "store_id '" in r.stderr, r.stderr
     assert out.read_bytes() == before
+    job = tmp_path / "out.jsonl.job.json"
+    settings = json.loads(job.read_text())
+    for damaged in ("garbage{", None):  # rows whose settings are unknown: the other store's run went on with them
+        job.unlink()
+        if damaged:
+            job.write_text(damaged)
+        r = run_cli("rerank-batch", str(small), str(out), "--data-dir", str(other))
+        assert r.returncode == 2 and "holds rows but no readable out.jsonl.job.json" in r.stderr, r.stderr
+        assert out.read_bytes() == before
+    job.write_text(json.dumps({k: v for k, v in settings.items() if k != "store_id"}))  # a job file from before store_id
+    r = run_cli("rerank-batch", str(small), str(out), "--data-dir", str(trained_store))
+    assert r.returncode == 0 and "3 already in OUTPUT skipped" in r.stdout, r.stdout + r.stderr
+    assert json.loads(job.read_text()) == settings  # completed, so that the next rerun is checked for its store
 
     mine = tmp_path / "mydata.jsonl"
     for text in ('{"id": "a", "v": 1}\n{"id": "b", "v": 2}', '{"id": "a", "v": 1}',  # the user's own lines

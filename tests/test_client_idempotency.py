@@ -62,15 +62,15 @@ def test_a_closed_client_says_so_in_both_clients(server):
     closed = re.escape("is closed (by close() or the end of its with block): open a new one")
     with Client(server.address, timeout=60) as c:
         assert c.info().documents > 0
-    for call in (c.info, lambda: c.predict_next(["A paragraph."]), lambda: list(c.rerank_many([(["a"], ["b"])])),
-                 lambda: add(c, "idem-closed")):
+    for call in (c.health, c.info, lambda: c.predict_next(["A paragraph."]),  # health first: it crashed the process
+                 lambda: list(c.rerank_many([(["a"], ["b"])])), lambda: add(c, "idem-closed")):
         with pytest.raises(ValueError, match=f"this Client {closed}"):
             call()
 
     async def go():
         async with AsyncClient(server.address, timeout=60) as a:
             assert (await a.info()).documents > 0
-        for call in (a.info, lambda: a.rerank(["a"], ["b"]), lambda: a.add_documents([{"doc_id": "idem-closed",
+        for call in (a.health, a.info, lambda: a.rerank(["a"], ["b"]), lambda: a.add_documents([{"doc_id": "idem-closed",
                                                                                            "paragraphs": ["x"]}])):
             with pytest.raises(ValueError, match=f"this AsyncClient {closed}"):
                 await call()

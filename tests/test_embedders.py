@@ -162,6 +162,9 @@ def test_build_with_openai_embedder(tmp_path, monkeypatch):
                                 str(tmp_path / "store"), "-k", "1", "--json"], capture_output=True, text=True, timeout=120)
         assert found.returncode == 0, found.stderr
         assert json.loads(found.stdout)["results"][0]["text"] == "Second paragraph of a."
+        info = subprocess.run([sys.executable, "-m", "nextpara", "info", "--data-dir", str(tmp_path / "store")],
+                              capture_output=True, text=True, timeout=120).stdout
+        assert f"endpoint      {server.base_url}, key in $OPENAI_API_KEY (query texts are embedded there)" in info
         assert server.requests[-1]["body"]["input"] == ["Second paragraph of a."]
         assert not [f for f in (tmp_path / "store").rglob("*") if f.is_file() and b"test-key" in f.read_bytes()]
         # a rebuild with no option keeps the remembered endpoint: a new document is embedded there, not at OpenAI's

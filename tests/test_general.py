@@ -112,6 +112,21 @@ def drifting_docs(n_docs=120, n_par=10, dim=32, seed=0):
         yield f"drift-{d}", [f"drift {d} step {p}" for p in range(n_par)], np.array(vecs)
 
 
+def test_a_store_no_model_fits_shows_the_training_that_kept_its_cosine(tmp_path):
+    """Plain cosine serves a store of another embedder's vectors; a training that keeps it said so in its report, but
+    info went on saying only why no model fits."""
+    from nextpara.attention_core.served import describe_served
+
+    store = vector_store(tmp_path, "drift32", drifting_docs())
+    outcome = train(store, SMALL_MODEL, TINY, quiet=True)
+    assert not outcome.served and outcome.cosine and outcome.line.startswith("kept plain cosine (B1)"), outcome.line
+    report = json.loads((store / TRAIN_REPORT).read_text())
+    with open_store(store, readonly=True) as s:
+        served = describe_served(s)
+    assert (served["source"], served["reason"]) == ("cosine", report["line"]) and "fallback" not in served
+    assert served["validation"] == {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}
+
+
 def test_training_that_cannot_beat_cosine_serves_cosine(tmp_path):
     store = vector_store(tmp_path, "drift32", drifting_docs())
     first = train(store, SMALL_MODEL, TINY, quiet=True, force=True)  # a previous model of the store's own
