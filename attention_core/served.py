@@ -105,6 +105,12 @@ def fmt(f: dict, metric: str = METRIC) -> str:
     return f"{f[metric]:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def kept_cosine(report: dict | None) -> bool:
+    """Whether a guard's report is of a training that kept plain cosine serving (its figures: "replaced" and "B1")."""
+    return bool(report and report.get("replaced") == COSINE_NAME and not report.get("serve_new")
+                and "replaced" in report.get("figures", {}))
+
+
 def describe_served(store: ParagraphStore | StoreFacts) -> dict:
     """Which model serves ``store`` (an open store, or only its facts: data_dir, embedder_name and dim are all it reads)
     and its validation figures beside B1's, without loading any weights (nor torch, but for a store no general model
@@ -123,8 +129,7 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
         guard = meta.get("metrics", {}).get("guard", {})
         if meta.get("kind") == COSINE:  # the figures and line of the last `nextpara train` that judged it, if that kept it
             report = read_report(store.data_dir)  # (a report older than the checkpoint is of another training)
-            if (report and report.get("replaced") == COSINE_NAME and not report.get("serve_new")
-                    and report.get("date", "") >= meta.get("saved_at", "")):
+            if kept_cosine(report) and report.get("date", "") >= meta.get("saved_at", ""):
                 figures, line = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}, report["line"]
             else:
                 figures, line = {"model": guard["B1"], "B1": guard["B1"]} if guard else None, meta.get("line", "")
@@ -145,7 +150,7 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
 
         out = {"source": COSINE, "model_version": cosine_version(store.dim), "scorer": COSINE}
         report = read_report(store.data_dir)  # a training that kept it: its line and figures
-        if report and report.get("replaced") == COSINE_NAME and not report.get("serve_new") and report.get("figures"):
+        if kept_cosine(report):
             return {**out, "reason": report["line"], "validation": {"model": report["figures"]["replaced"],
                                                                     "B1": report["figures"]["B1"]}}
         return {**out, "reason": fallback_line(mismatch), "fallback": True}  # (no guard chose it)

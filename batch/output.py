@@ -26,7 +26,7 @@ class OutputError(InvalidInputError):
 
 
 class ResumableOutput:
-    def __init__(self, path: str | Path, overwrite: bool = False, settings: dict | None = None):
+    def __init__(self, path: str | Path, settings: dict, overwrite: bool = False):
         self.path = Path(path)
         self.settings_path = self.path.with_name(self.path.name + ".job.json")
         self.done_keys: Counter[str] = Counter()  # json.dumps(id) -> rows with that id already in OUTPUT
@@ -35,8 +35,7 @@ class ResumableOutput:
         try:
             if overwrite or not self.path.exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                if settings is not None:
-                    self._write_settings(settings)
+                self._write_settings(settings)
                 self._file = open(self.path, "wb")
             else:
                 if self.path.is_dir():
@@ -57,12 +56,10 @@ class ResumableOutput:
             os.fsync(f.fileno())
         os.replace(tmp, self.settings_path)
 
-    def _check_settings(self, settings: dict | None) -> None:
+    def _check_settings(self, settings: dict) -> None:
         """Refuse to resume with settings other than those OUTPUT was begun with (OutputError naming each), or rows
         whose settings are unknown (no readable OUTPUT.job.json: they could be of another store or model); an older
         job file gets the settings it lacks."""
-        if settings is None:
-            return
         try:
             begun = json.loads(self.settings_path.read_text()) if self.settings_path.exists() else None
         except (ValueError, OSError):
@@ -102,10 +99,7 @@ class ResumableOutput:
                     self.done_keys[key] += 1
                 end += len(line)
         size = self.path.stat().st_size
-        if end < size and not end and not self.settings_path.exists():  # one line, whole or torn, of someone else's
-            raise OutputError(f"{self.path} holds no row this job wrote and was not begun by rerank-batch (no "
-                              f"{self.settings_path.name}): give another OUTPUT, or --overwrite to start over")
-        if end < size:  # only now that the file is known to be ours
+        if end < size:  # only now that the file is known to be ours (its job file read: _check_settings)
             self.torn_bytes = size - end
             with open(self.path, "rb+") as f:
                 f.truncate(end)

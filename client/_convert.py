@@ -187,11 +187,7 @@ def rerank_item(item, index: int, min_index_version: int = 0, wait_for_index: bo
         if "context" not in item or "candidates" not in item:
             raise TypeError(f"items[{index}] must have a context and candidates, has {sorted(map(str, item))}")
         request_id = item.get("request_id")  # None: the item's index; a number: as str() writes it, as before
-        if request_id is None:
-            request_id = str(index)
-        elif not isinstance(request_id, str):
-            request_id = str(request_id)
-        text(request_id, f"items[{index}].request_id")
+        request_id = text(str(index) if request_id is None else str(request_id), f"items[{index}].request_id")
         return rerank_request(item["context"], item["candidates"], item.get("top_k", 0), request_id,
                               pb.RerankStreamRequest, min_index_version, wait_for_index, where)
     try:
@@ -239,8 +235,7 @@ class StreamOrder:
         """The item's request, or None when it cannot be sent (its error waits in its place)."""
         try:
             request = rerank_item(item, index, *self._fresh)
-            if self._limit:
-                check_size(request, self._limit)
+            check_size(request, self._limit)
         except Exception as e:  # noqa: BLE001 (OverflowError of a vector's 10**400 too: on grpc's side it ends all)
             self._order.append(e)
             return None

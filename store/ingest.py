@@ -160,14 +160,13 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     given = {k: v for k, v in (embedder_options or {}).items() if v is not None}
     options = {**stored_options(stored), **given}  # a rebuild keeps the endpoint the store remembers unless told another
     emb = _embedder_for(embedder, use_cache, **options)
+    refuse_another_embedder(data_dir, stored, emb.name, None)  # before a remote model is asked anything
     if isinstance(emb, PrecomputedEmbedder):  # vectors brought: of the store's dimension, else of the first document's
-        refuse_another_embedder(data_dir, stored, emb.name, None)
         docs, dim = _storable(docs, reader, embedder, int(stored["dim"]) if stored else None, emb.name)
         refuse_minilm_name(emb.name, dim)
         emb.dim = dim
     else:
         dim, inner = emb.dim, getattr(emb, "inner", emb)  # (under the embedding cache)
-        refuse_another_embedder(data_dir, stored, emb.name, None)  # before a remote model is asked anything
         if dim is None and stored:  # a remote model's store knows its dimension, and its answers are held to it
             dim = inner.dim = int(stored["dim"])
         elif dim is None and docs:  # a new one's model tells it by answering (not through the cache: the build
