@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 import numpy as np
 from nextpara.errors import IndexBehindError, InvalidInputError, NextparaError, NotFoundError, Reason, not_utf8
@@ -198,9 +198,21 @@ class ItemResolver:
             start = end
         return out
 
+    def texts_of(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None) -> list[str]:
+        """The distinct texts ``resolve_many`` would embed for ``lists`` (a list it would refuse gives none)."""
+        texts: dict[str, None] = {}
+        for items in lists:
+            if not any(isinstance(item, str) for item in items):  # (ids and vectors: no text, no check needed)
+                continue
+            try:
+                texts.update(dict.fromkeys(self.parse(items, where, keep_last).texts.values()))
+            except InvalidInputError:
+                continue
+        return list(texts)
+
     def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None,
-                     exclusions: bool = True, stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True
-                     ) -> list[ResolvedItems | NextparaError]:
+                     exclusions: bool = True, stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True,
+                     embedded: Mapping[str, np.ndarray] | None = None) -> list[ResolvedItems | NextparaError]:
         """Resolve every list; a list with a bad item gets its error in its place. ``exclusions``: find the stored
         paragraphs each list stands for (its ids and every paragraph of the same text: what retrieval must not return;
         one lookup by text hash per item); reranking given candidates searches nothing and leaves ``exclude`` empty.
@@ -210,7 +222,8 @@ class ItemResolver:
         operations; on a read-only replica whose writer has written since it loaded (its vectors are those of the
         index it loaded), also against SQLite (ids only, no text), so that a paragraph its writer deleted is unknown.
         A function: the texts of the ids it returns (of the sorted ids asked) are read, as with True
-        (RerankPipeline.uncached_words: those not cached)."""
+        (RerankPipeline.uncached_words: those not cached). ``embedded``: vectors of texts embedded already (text ->
+        unit vector, from this resolver's embedder): only the other texts are embedded."""
         if exclusions and stored_texts is not True:
             raise ValueError("exclusions need every stored id's text (its copies are excluded too): stored_texts=True")
         parsed: list[_Parsed | NextparaError] = []
@@ -233,8 +246,10 @@ class ItemResolver:
         known, id_vectors = (self.store.present_vectors(asked) if len(asked)
                              else (asked, np.zeros((0, self.store.dim), np.float32)))
         texts = list(dict.fromkeys(t for p in ok for t in p.texts.values()))
+        given = {t: embedded[t] for t in texts if t in embedded} if embedded else {}
         try:
-            text_vectors, embed_error = dict(zip(texts, self.embed(texts))), None
+            missing = [t for t in texts if t not in given]
+            text_vectors, embed_error = {**given, **dict(zip(missing, self.embed(missing)))}, None
         except InvalidInputError as e:  # a store of precomputed vectors: each list with a text gets this error
             if e.reason != Reason.VECTORS_REQUIRED:  # (an embedding service down stops the call, as before)
                 raise

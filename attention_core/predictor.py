@@ -110,6 +110,19 @@ class Predictor:
         return cls(store, RerankPipeline(model, store, n_candidates), meta, embedder)
 
     @property
+    def embeds_remotely(self) -> bool:
+        """Its query texts are embedded over the network: a server embeds them ahead (``embed_ahead``), off the
+        workers that serve other calls, so an endpoint that hangs holds no worker."""
+        return self.embedder.remote
+
+    def embed_ahead(self, context: Sequence[Item], candidates: Sequence[Item] = ()) -> dict[str, np.ndarray]:
+        """The vectors of the texts a call with these items would embed (text -> vector, through the embedding cache),
+        to pass as its ``embedded``; a list with a bad item gives none (its call refuses it before any embedding)."""
+        texts = [*self._items.texts_of([context], "context", self.max_context),
+                 *self._items.texts_of([candidates], "candidates")]
+        return dict(zip(texts, self._embed(texts)))
+
+    @property
     def model_version(self) -> str:
         return self.meta["model_version"]
 
@@ -138,19 +151,20 @@ class Predictor:
 
     def predict_next_batch(self, contexts: Sequence[Sequence[Item]], top_k: int | Sequence[int] = 10,
                            include_attention: bool = False, exclude_doc_ids: Sequence[str] = (),
-                           return_errors: bool = False, filter: RetrievalFilter | None = None) -> list:
+                           return_errors: bool = False, filter: RetrievalFilter | None = None,
+                           embedded: dict[str, np.ndarray] | None = None) -> list:
         """predict_next for many contexts: one resolution, one FAISS search per source, one read of the candidate
         rows, one model call. ``top_k`` is one number or one per context. With ``return_errors`` a context with a
         bad item gets its error (a NextparaError) in its place and the others are answered; otherwise it raises.
         ``filter`` (one for all the contexts) restricts what is retrieved and limits what is kept; ``exclude_doc_ids``
-        adds to its deny-list."""
+        adds to its deny-list. ``embedded``: vectors of the contexts' texts embedded already (``embed_ahead``)."""
         top_ks = list(top_k) if isinstance(top_k, (list, tuple, np.ndarray)) else [top_k] * len(contexts)
         if len(top_ks) != len(contexts):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(top_ks)} top_k values")
         for k in top_ks:
             check_top_k(k)
         exclude_doc_ids = doc_id_list(exclude_doc_ids, "exclude_doc_ids")  # checked as the filter's deny-list is
-        resolved = self._resolve(contexts, "context", self.max_context, return_errors)
+        resolved = self._resolve(contexts, "context", self.max_context, return_errors, embedded=embedded)
         ok = [i for i, r in enumerate(resolved) if isinstance(r, ResolvedItems)]
         if not ok:
             return resolved
@@ -183,16 +197,18 @@ class Predictor:
         return out
 
     def rerank_batch(self, contexts: Sequence[Sequence[Item]], candidate_lists: Sequence[Sequence[Item]],
-                     return_errors: bool = False) -> list:
-        """Score caller-given candidates for each context in one batched model call (``return_errors`` as in
-        predict_next_batch)."""
+                     return_errors: bool = False, embedded: dict[str, np.ndarray] | None = None) -> list:
+        """Score caller-given candidates for each context in one batched model call (``return_errors`` and
+        ``embedded`` as in predict_next_batch)."""
         if len(contexts) != len(candidate_lists):
             raise InvalidInputError(f"{len(contexts)} contexts but {len(candidate_lists)} candidate lists")
         # no search; items by id: vectors from memory, word rows from the lexicon's cache (texts read only for the rows
         # not kept yet; the other ids checked in SQLite only on a replica whose writer has written since it loaded)
         words = self.pipeline.uncached_words
-        ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False, stored_texts=words)
-        cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False, stored_texts=words)
+        ctx = self._resolve(contexts, "context", self.max_context, return_errors, exclusions=False, stored_texts=words,
+                            embedded=embedded)
+        cands = self._resolve(candidate_lists, "candidates", None, return_errors, exclusions=False, stored_texts=words,
+                              embedded=embedded)
         out = [c if isinstance(c, NextparaError) else k for c, k in zip(ctx, cands)]
         ok = [i for i, r in enumerate(out) if isinstance(r, ResolvedItems)]
         if not ok:
@@ -211,8 +227,9 @@ class Predictor:
         return out
 
     def _resolve(self, lists, where: str, keep_last: int | None, return_errors: bool, exclusions: bool = True,
-                 stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True) -> list:
-        resolved = self._items.resolve_many(lists, where, keep_last, exclusions, stored_texts)
+                 stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True,
+                 embedded: dict[str, np.ndarray] | None = None) -> list:
+        resolved = self._items.resolve_many(lists, where, keep_last, exclusions, stored_texts, embedded)
         if not return_errors:
             for r in resolved:
                 if isinstance(r, NextparaError):

@@ -2,14 +2,16 @@
 
 The servicer reaches the store and the predictor only through a Runtime. Reads' CPU work runs in a
 bounded thread pool (``--workers``); PredictNext and Rerank go through the Coalescer, which forms a
-batch when a worker is free. Writes are serialized by one asyncio lock and run on a thread of their
-own, so they do not queue behind reads. The predictor is swapped atomically
+batch when a worker is free. A remote embedder's query texts are embedded before the batch, on threads
+of their own, so an endpoint that hangs holds no worker. Writes are serialized by one asyncio lock and
+run on a thread of their own, so they do not queue behind reads. The predictor is swapped atomically
 on reload, so a response's model and index versions always come from one predictor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,7 @@ from .metrics import Metrics
 from .warm_up import WarmUp
 
 log = logging.getLogger(__name__)
+EMBED_THREADS = 8  # calls whose texts a remote embedder embeds at once (each waits on its endpoint, not on the cores)
 
 
 @dataclass
@@ -80,6 +83,8 @@ class Runtime:
         # writes (one at a time: the write lock) on a thread of their own: a long AddDocuments does not queue reads
         # behind it (both still share the cores)
         self.write_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nextpara-write")
+        # a remote embedder's query texts, embedded before their call's batch: waiting on an endpoint holds no worker
+        self.embed_executor = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="nextpara-embed")
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
@@ -225,6 +230,7 @@ class Runtime:
         await self.snapshot_if_changed(closing=True)
         self.executor.shutdown(wait=True)
         self.write_executor.shutdown(wait=True)
+        self.embed_executor.shutdown(wait=False, cancel_futures=True)  # (a try at a hung endpoint ends by its timeout)
         if self._warm_up is not None:  # it reads the store: stopped (within a chunk) before the store closes
             self._warm_up.stop()
             await asyncio.get_running_loop().run_in_executor(None, self._warm_up.join)
@@ -241,23 +247,41 @@ class Runtime:
         return self.predictor
 
     def _run_batch(self, key, payloads: list):
+        """Payloads are (context, candidates, embedded ahead: None or (predictor, text -> vector))."""
         predictor = self._require_model()
+        embedded = {}
+        for _, _, ahead in payloads:
+            if ahead is not None and ahead[0] is predictor:  # (after a reload, the predictor now serving embeds them)
+                embedded.update(ahead[1])
+        contexts = [p[0] for p in payloads]
         if key[0] == "predict":
             _, top_k, include_attention, exclude, retrieval_filter = key
-            return predictor.predict_next_batch(payloads, top_k, include_attention, list(exclude),
-                                                filter=retrieval_filter)
-        return predictor.rerank_batch([p[0] for p in payloads], [p[1] for p in payloads])
+            return predictor.predict_next_batch(contexts, top_k, include_attention, list(exclude),
+                                                filter=retrieval_filter, embedded=embedded)
+        return predictor.rerank_batch(contexts, [p[1] for p in payloads], embedded=embedded)
+
+    async def _embed_ahead(self, payload: tuple) -> tuple:
+        """A call's texts, when a remote embedder embeds them, embedded before its batch on threads of their own:
+        an endpoint that hangs holds none of the workers that serve the other calls (a local model embeds in the
+        batch, all its calls' texts in one model call)."""
+        context, candidates, _ = payload
+        predictor = self.predictor
+        if (predictor is None or not predictor.embeds_remotely
+                or not any(isinstance(item, str) for item in itertools.chain(context, candidates))):
+            return payload
+        vectors = await self.run(predictor.embed_ahead, context, candidates, executor=self.embed_executor)
+        return context, candidates, (predictor, vectors)
 
     async def predict(self, context: list, top_k: int, include_attention: bool, exclude_doc_ids: list[str],
                       retrieval_filter: RetrievalFilter | None, timeout: float | None):
         """Calls with the same options (filter included: equal filters compare equal) are batched together."""
         self._require_model()
         key = ("predict", top_k, include_attention, doc_id_list(exclude_doc_ids, "exclude_doc_ids"), retrieval_filter)
-        return await self.coalescer.submit(key, context, timeout)
+        return await self.coalescer.submit(key, (context, (), None), timeout, prepare=self._embed_ahead)
 
     async def rerank(self, context: list, candidates: list, timeout: float | None):
         self._require_model()
-        return await self.coalescer.submit(("rerank",), (context, candidates), timeout)
+        return await self.coalescer.submit(("rerank",), (context, candidates, None), timeout, prepare=self._embed_ahead)
 
     async def get_paragraphs(self, ids: list[int], include_vectors: bool) -> tuple[list, np.ndarray | None]:
         """The stored paragraphs in the order asked, and their vectors (None unless ``include_vectors``)."""

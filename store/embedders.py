@@ -50,6 +50,7 @@ DEFAULT_EMBEDDER = "minilm"
 class Embedder(Protocol):
     name: str
     dim: int | None
+    remote: bool  # embeds over the network (waits on I/O, may hang): a server embeds its query texts off its workers
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return a (len(texts), dim) float32 array of unit vectors."""
@@ -133,6 +134,8 @@ class SentenceTransformerEmbedder:
     four-paragraph PredictNext calls) and 1.15x for a build's one big call, vectors within 2e-7 of batch 32's;
     bfloat16 batch 16 runs 1.5x float32 batch 8 for calls of 64 and 1.8x for a build (bench/results/embed_batch.md)."""
 
+    remote = False
+
     def __init__(self, model_path: str | os.PathLike, name: str, batch_size: int | None = None, int8: bool = False,
                  bf16: bool | None = None):
         self.model_path = str(model_path)
@@ -199,6 +202,8 @@ def quantize_linear_int8(model):
 
 class PrecomputedEmbedder:
     """Vectors that arrive with the corpus; text cannot be embedded."""
+
+    remote = False
 
     def __init__(self, name: str, dim: int | None = None):
         if not name:

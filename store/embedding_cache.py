@@ -54,6 +54,10 @@ class CachedEmbedder:
     def dim(self) -> int | None:
         return self.inner.dim
 
+    @property
+    def remote(self) -> bool:
+        return self.inner.remote
+
     def _lookup(self, hashes: list[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         unique = list(dict.fromkeys(hashes))

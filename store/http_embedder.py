@@ -42,6 +42,8 @@ class OpenAIEmbedder:
     """``dim``: the dimension its answers must have (a store's), else the first answer's. An answer nextpara cannot
     use (another dimension, NaN, a zero vector) is the endpoint's failure, EmbeddingServiceError, never the caller's."""
 
+    remote = True
+
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  batch_size: int = 256, max_retries: int = 5, timeout: float = 60.0, backoff: float = 0.5,
                  dim: int | None = None):

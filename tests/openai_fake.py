@@ -3,7 +3,8 @@
 Stands in for the remote API, which cannot be reached from here. Vectors are a
 deterministic function of the text (seeded by its hash), so equal texts get equal
 vectors. ``fail_next`` makes the next requests answer with the given status codes; ``dim`` may change between
-requests, and ``zeros`` answers zero vectors (an endpoint gone wrong).
+requests, and ``zeros`` answers zero vectors (an endpoint gone wrong). ``answering`` cleared holds every answer
+until it is set again (an endpoint that hangs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class FakeEmbeddingsServer:
         self.api_key = api_key
         self.fail_next: list[int] = []
         self.zeros = False
+        self.answering = threading.Event()
+        self.answering.set()
         self.requests: list[dict] = []
         outer = self
 
@@ -47,6 +50,7 @@ class FakeEmbeddingsServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                outer.answering.wait()
                 if self.path != "/v1/embeddings":
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 if self.headers.get("Authorization") != f"Bearer {outer.api_key}":
@@ -70,5 +74,6 @@ class FakeEmbeddingsServer:
         return self
 
     def __exit__(self, *exc):
+        self.answering.set()
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -309,6 +309,44 @@ def test_remote_embedder_refusals(tmp_path, monkeypatch):
             s.stop()
 
 
+def test_an_endpoint_that_hangs_holds_no_worker(tmp_path, monkeypatch):
+    """A remote embedder's query texts are embedded off the one worker: while the endpoint holds a call's texts,
+    calls by ids and vectors are answered, and the held call is answered once the endpoint answers."""
+    from nextpara.store.ingest import build
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("First of a.\n\nSecond of a.\n\nThird of a.\n")
+    (corpus / "b.md").write_text("First of b.\n\nSecond of b.\n")
+    with FakeEmbeddingsServer(dim=16) as fake:
+        build(str(corpus), tmp_path / "store", embedder="openai:fake-model", quiet=True,
+              embedder_options={"base_url": fake.base_url}, use_cache=False)
+        s = LiveServer(tmp_path / "store", workers=1).start()
+        try:
+            with Client(s.address, timeout=60) as c:
+                ids = [p.paragraph_id for p in c.get_document("a.md").paragraphs]
+                fake.answering.clear()
+                sent = len(fake.requests)
+                held: dict = {}
+                by_text = threading.Thread(target=lambda: held.update(result=c.predict_next(["A query by text."])))
+                by_text.start()
+                deadline = time.monotonic() + 30
+                while len(fake.requests) == sent and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert len(fake.requests) > sent, "the text never reached the endpoint"
+                by_ids = c.predict_next(ids[:2], top_k=3)
+                reranked = c.rerank([ids[0]], [ids[1], ids[2]])
+                assert by_text.is_alive() and "result" not in held  # answered while the endpoint held the texts
+                assert by_ids.predictions and sorted(reranked.order) == [0, 1]
+                fake.answering.set()
+                by_text.join(60)
+                assert held["result"].predictions
+        finally:
+            fake.answering.set()
+            s.stop()
+
+
 def test_details_survive_a_stream_of_many_refusals(client):
     """The details of many concurrent refusals do not mix: each names its own field."""
     errors = [None] * 8
