@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from collections import deque
 from typing import AbstractSet, Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,8 @@ from .types import (
     StoredDocument,
     ValidationFigures,
 )
+
+FLOAT32_MAX = 3.4028234663852886e38  # a Vector holds float32s: a larger value is sent as inf
 
 UINT32, INT64 = (0, 2**32 - 1), (-2**63, 2**63 - 1)  # the ranges of the messages' integer fields
 
@@ -104,7 +107,8 @@ def paragraph_message(item: ContextItem, where: str) -> pb.ContextParagraph:
 
 def vector_message(values, where: str, field: str | None = None) -> pb.Vector:
     """A sequence of numbers (a numpy row too) as a Vector; a TypeError naming ``where`` if it is not one (a text or
-    a bool among them too, which protobuf would take as 1.0), an InvalidInputError if a number is too large for a float."""
+    a bool among them too, which protobuf would take as 1.0), an InvalidInputError if a number is too large for a float
+    or for the message's float32 (which would send it as inf)."""
     if isinstance(values, (str, bytes, Mapping, AbstractSet)):  # (a set has no order)
         raise TypeError(f"{where}: a vector must be a sequence of numbers, got {type(values).__name__}")
     numeric_array = getattr(values, "ndim", None) == 1 and getattr(getattr(values, "dtype", None), "kind", "") in "fiu"
@@ -115,12 +119,17 @@ def vector_message(values, where: str, field: str | None = None) -> pb.Vector:
     if not numeric_array and bool in set(map(type, numbers)):
         raise TypeError(f"{where}: a vector must be a sequence of numbers, and it holds a bool")
     try:
-        return pb.Vector(values=numbers)  # (protobuf refuses what is not a real number)
+        message = pb.Vector(values=numbers)  # (protobuf refuses what is not a real number)
     except TypeError as e:
         raise TypeError(f"{where}: a vector must be a sequence of numbers ({e})") from None
     except OverflowError:  # an integer beyond any float (10**400): the item's error, not the caller's whole job's
         raise InvalidInputError(f"{where}: a value is too large for a float", reason=Reason.INVALID_VECTOR,
                                 field=field or where) from None
+    peak = max(max(numbers), -min(numbers)) if numbers else 0.0
+    if FLOAT32_MAX < peak < math.inf:  # finite here, infinite as the message's float (the server would name inf)
+        raise InvalidInputError(f"{where}: a value is beyond float32's range (±3.4e38)", reason=Reason.INVALID_VECTOR,
+                                field=field or where)
+    return message
 
 
 def paragraphs(items: Sequence[ContextItem], field: str) -> list[pb.ContextParagraph]:

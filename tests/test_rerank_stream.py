@@ -126,6 +126,7 @@ def test_arguments_are_checked_before_anything_is_sent(client):
         "documents[0].vectors[0]: a vector must be a sequence of numbers, and it holds a bool":  # float() took them
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": [[True] * 384]}]),
         "candidates[0]: a value is too large for a float": lambda: client.rerank([1], [[10**400] * 384]),
+        "candidates[1]: a value is beyond float32's range": lambda: client.rerank([1], [2, [1.0] * 383 + [-1e39]]),
         "documents[0].vectors must be a list of vectors, not a single string":
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": "abc"}]),
         "max_in_flight must be at least 1, got 0": lambda: list(client.rerank_many([([1], [2, 3])], max_in_flight=0)),
