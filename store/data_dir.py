@@ -242,6 +242,22 @@ class DataDir(os.PathLike):
             raise self.no_store_error()
         return StoreFacts(self, meta["embedder"], int(meta["dim"]))
 
+    def never_written(self, db: sqlite3.Connection | None = None) -> bool:
+        """Whether the store exists but no write ever reached it (generation 0, no document): what a first build leaves
+        when it stops or fails before its first batch commits. A build with another embedder makes it anew
+        (open_store's ``replace_blank``). ``db``: a connection to ask (else a read-only one of its own)."""
+        if db is None:
+            with self._read_only_db() as (own, meta):
+                return "embedder" in meta and self.never_written(own)
+        generation = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return generation == ("0",) and db.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is None
+
+    def drop_manifest(self) -> None:
+        """Remove the manifest (a store made anew: its snapshot is of the store it replaces; the store is loadable
+        without one, from SQLite)."""
+        (self.path / MANIFEST).unlink(missing_ok=True)
+        self._manifest = None
+
     def first_doc_id_outside(self, prefixes: tuple[str, ...]) -> str | None:
         """The first stored doc_id (in doc_id order) that starts with none of ``prefixes``, None if there is none: one
         query on a read-only connection, walking the doc_id index only until it finds one."""
@@ -254,10 +270,12 @@ class DataDir(os.PathLike):
             return row[0] if row else None
 
     def create_schema(self, db: sqlite3.Connection, embedder_name: str, embedder_spec: str, dim: int, index: str) -> None:
-        """Tables and metadata of a new store, in one transaction."""
+        """Tables and metadata of a new store, in one transaction (a store never written, made anew: its metadata
+        replaced)."""
         db.execute("BEGIN IMMEDIATE")
         for statement in SCHEMA:
             db.execute(statement)
+        db.execute("DELETE FROM meta")
         db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
             ("format_version", str(FORMAT_VERSION)), ("embedder", embedder_name), ("embedder_spec", embedder_spec),
             ("dim", str(dim)), ("index", index), ("generation", "0"), ("created_at", str(time.time()))])

@@ -160,6 +160,9 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     given = {k: v for k, v in (embedder_options or {}).items() if v is not None}
     options = {**stored_options(stored), **given}  # a rebuild keeps the endpoint the store remembers unless told another
     emb = _embedder_for(embedder, use_cache, **options)
+    replace_blank = bool(stored) and stored["embedder"] != emb.name and data_dir.never_written()
+    if replace_blank:  # another embedder's store that no write reached (a first build stopped early): made anew
+        stored = {}
     refuse_another_embedder(data_dir, stored, emb.name, None)  # before a remote model is asked anything
     if isinstance(emb, PrecomputedEmbedder):  # vectors brought: of the store's dimension, else of the first document's
         docs, dim = _storable(docs, reader, embedder, int(stored["dim"]) if stored else None, emb.name)
@@ -179,7 +182,7 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         raise InvalidInputError(f"corpus {corpus!r} holds no documents"
                                 + (f" this build can store ({reader.skipped} skipped as malformed)" if reader.skipped else ""))
     store = open_store(data_dir, embedder_name=emb.name, dim=dim, embedder_spec=embedder, index=index,
-                       embedder_options=_endpoint(embedder, emb, options))
+                       embedder_options=_endpoint(embedder, emb, options), replace_blank=replace_blank)
     try:
         skip = store.unchanged(docs)
         report.documents_unchanged = len(skip)

@@ -51,13 +51,14 @@ log = logging.getLogger(__name__)
 
 def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool = False, embedder_name: str | None = None,
                dim: int | None = None, embedder_spec: str | None = None, index: str | None = None,
-               embedder_options: dict | None = None) -> "ParagraphStore":
+               embedder_options: dict | None = None, replace_blank: bool = False) -> "ParagraphStore":
     """Open the store in ``data_dir`` (None: the default location); create it when ``embedder_name`` and ``dim``
     are given, with the index ``index`` asks for (None: "auto"); an existing store keeps the index it was created
     with, and an ``index`` that differs is said in a warning. ``embedder_options`` (a remote embedder's ``base_url`` and
     ``api_key_env``, as a build was given them) are remembered by a writable open, so that the store's queries are
     embedded where its paragraphs were (ParagraphStore.embedder_options). A store built by another embedder, dimension or a newer
-    format is refused with a StoreMismatchError naming the expected and the actual, before anything is touched."""
+    format is refused with a StoreMismatchError naming the expected and the actual, before anything is touched; with
+    ``replace_blank``, one that no write ever reached (DataDir.never_written) is made anew instead."""
     data_dir = DataDir(DataDir.resolve(data_dir))  # a fresh view: its manifest is read once, by this open
     creating = not readonly and embedder_name is not None and dim is not None
     if not data_dir.has_store and not creating:
@@ -71,6 +72,12 @@ def open_store(data_dir: str | os.PathLike | DataDir | None, *, readonly: bool =
         db = data_dir.connect(readonly)
         meta = data_dir.read_meta(db)
         exists = "embedder" in meta  # a file whose first transaction never committed counts as absent
+        if (exists and creating and replace_blank and (meta["embedder"], meta["dim"]) != (embedder_name, str(dim))
+                and data_dir.never_written(db)):  # (under the write lock: no write can reach it meanwhile)
+            log.warning("%s held no document (its first build, by %s, stored nothing): made anew for %s", data_dir,
+                        meta["embedder"], embedder_name)
+            data_dir.drop_manifest()
+            exists = False
         if not exists:
             if not creating:
                 raise data_dir.no_store_error()

@@ -96,6 +96,25 @@ def test_vectors_of_another_dimension_than_the_embedders_create_no_store(tmp_pat
     assert report.documents_added == 3
 
 
+def test_a_store_no_write_reached_is_made_anew_for_another_embedder(tmp_path):
+    """A first build stopped (or failed) before its first batch committed left a store of nothing pinned to its
+    embedder, and every build with another was refused as another embedder's store; one written to stays refused."""
+    from nextpara.errors import StoreMismatchError
+    from nextpara.store.embedders import MINILM_NAME
+
+    open_store(tmp_path / "store", embedder_name=MINILM_NAME, dim=384, embedder_spec="minilm").close()  # as it is left
+    report = build(str(write_corpus(tmp_path / "c.jsonl", [8, 8])), tmp_path / "store", embedder="precomputed:toy",
+                   quiet=True)
+    assert report.documents_added == 2
+    with open_store(tmp_path / "store", readonly=True) as store:
+        assert (store.embedder_name, store.dim, store.count_paragraphs()) == ("toy", 8, 4)
+        assert store.search(unit_vectors(1, 8, seed=0), 1)[1][0, 0] >= 0
+    with open_store(tmp_path / "store") as store:  # emptied by a write: no longer a store no write reached
+        store.delete_documents(["doc-0", "doc-1"])
+    with pytest.raises(StoreMismatchError, match="was built by embedder 'toy' .dim 8., not 'other'"):
+        build(str(write_corpus(tmp_path / "d.jsonl", [8])), tmp_path / "store", embedder="precomputed:other", quiet=True)
+
+
 @pytest.mark.parametrize("name", ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2:int8"])
 def test_a_precomputed_store_may_not_claim_minilm_with_another_dimension(tmp_path, name):
     """Text queries of a store named after the bundled MiniLM are embedded by it (384-d): 16-d vectors under its
