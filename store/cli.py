@@ -28,9 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", default="builtin",
                    help="a .jsonl file, a directory of .txt/.md files, or 'builtin' (default: the interpreter's own docs)")
     add_data_dir(p)
-    p.add_argument("--embedder", default="minilm",
-                   help="minilm (default), minilm-int8, sentence-transformers:PATH, precomputed:NAME (vectors in the corpus) "
-                        "or openai:MODEL")
+    p.add_argument("--embedder", default=None,
+                   help="minilm, minilm-int8, sentence-transformers:PATH, precomputed:NAME (vectors in the corpus) "
+                        "or openai:MODEL (default: the store's own, fixed when it was created; minilm for a new one)")
     p.add_argument("--embedder-url", default=None,
                    help="base URL of an OpenAI-compatible API for openai:MODEL (default: $NEXTPARA_EMBEDDINGS_URL or "
                         "OpenAI's); the store remembers it, and its queries' texts are embedded there too (a later build "
@@ -75,14 +75,15 @@ def run_build(args: argparse.Namespace):
     """``nextpara build``'s work: the BuildReport; the documents it skipped as malformed are named on stderr."""
     from nextpara.errors import InvalidInputError
 
-    from .ingest import build
+    from .ingest import build, build_embedder
 
     if args.batch_paragraphs < 1:
         raise InvalidInputError(f"--batch-paragraphs must be at least 1, got {args.batch_paragraphs}")
-    report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
+    embedder = build_embedder(args.data_dir, args.embedder)
+    report = build(args.corpus, args.data_dir, embedder=embedder, index=args.index, skip_bad=args.skip_bad,
                    batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
                    embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env}
-                   if args.embedder.startswith(("openai:", "precomputed:openai:")) else None)
+                   if embedder.startswith(("openai:", "precomputed:openai:")) else None)
     for reason in report.skipped_reasons:
         print(f"skipped: {reason}", file=sys.stderr)
     return report

@@ -21,7 +21,7 @@ from nextpara.progress import progress_bar
 
 from .corpus import CorpusReader, Document, validate_document
 from .data_dir import DataDir
-from .embedders import Embedder, PrecomputedEmbedder, make_embedder, refuse_minilm_name, remote_model
+from .embedders import DEFAULT_EMBEDDER, Embedder, PrecomputedEmbedder, make_embedder, refuse_minilm_name, remote_model
 from .embedding_cache import CachedEmbedder
 from .store import open_store, refuse_another_embedder
 from .tables import OPTION_KEYS, stored_options
@@ -147,16 +147,27 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> 
     return out
 
 
-def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, embedder: str = "minilm", index: str | None = None,
+def build_embedder(data_dir: str | os.PathLike | DataDir | None, given: str | None) -> str:
+    """The embedder spec a build uses: ``given``, else the store's own (a rebuild need not name it again), else
+    MiniLM's."""
+    if given:
+        return given
+    meta = DataDir.resolve(data_dir).read_store_meta()
+    return meta.get("embedder_spec", meta.get("embedder")) or DEFAULT_EMBEDDER
+
+
+def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, embedder: str | None = None, index: str | None = None,
           skip_bad: bool = False, batch_paragraphs: int = 1024, use_cache: bool = True, quiet: bool = False,
           embedder_options: dict | None = None) -> BuildReport:
-    """Read ``corpus``, embed what changed, upsert it into the store, snapshot. Returns a report."""
+    """Read ``corpus``, embed what changed, upsert it into the store, snapshot. Returns a report. ``embedder``: a spec
+    (embedders.make_embedder); None, the store's own, else MiniLM."""
     started = time.perf_counter()
     data_dir = DataDir.resolve(data_dir)
     report = BuildReport(data_dir=str(data_dir))
     reader = CorpusReader(corpus, skip_bad=skip_bad)
     docs = list(progress_bar(reader, desc="read corpus", unit="doc", quiet=quiet))
     stored = data_dir.read_store_meta()  # {} before the store exists
+    embedder = build_embedder(data_dir, embedder)
     given = {k: v for k, v in (embedder_options or {}).items() if v is not None}
     options = {**stored_options(stored), **given}  # a rebuild keeps the endpoint the store remembers unless told another
     emb = _embedder_for(embedder, use_cache, **options)

@@ -75,7 +75,9 @@ def test_precomputed_vectors_dimension_mismatch(tmp_path):
     r = run_cli("build", "--corpus", str(tmp_path / "b.jsonl"), *args)
     assert r.returncode == 2, r.stderr  # named by its line, as it is read: the store's dimension is what they must have
     assert "b.jsonl:1: document 'doc-00000' has vectors of dimension 768; this store's are of dimension 1536" in r.stderr
-    r = run_cli("build", "--corpus", str(tmp_path / "a.jsonl"), "--data-dir", str(data))
+    r = run_cli("build", "--corpus", str(tmp_path / "a.jsonl"), "--data-dir", str(data), "--no-guard")
+    assert r.returncode == 0 and "2 unchanged" in r.stdout, r.stderr  # a rebuild uses the store's own embedder
+    r = run_cli("build", "--corpus", str(tmp_path / "a.jsonl"), "--data-dir", str(data), "--embedder", "minilm")
     assert r.returncode == 2 and "built by embedder 'ada-002' (dim 1536), not 'sentence-transformers/all-MiniLM-L6-v2'" in r.stderr
     r = run_cli("search", "anything", "--data-dir", str(data))
     assert r.returncode == 2 and "cannot embed text" in r.stderr
