@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from collections import deque
 from typing import AbstractSet, Iterable, Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ from .types import (
 FLOAT32_MAX = 3.4028234663852886e38  # a Vector holds float32s: a larger value is sent as inf
 
 UINT32, INT64 = (0, 2**32 - 1), (-2**63, 2**63 - 1)  # the ranges of the messages' integer fields
+MAX_TOP_K = 1000  # the most predictions a PredictNext may ask for (the proto's PredictNextRequest.top_k)
 
 
 def whole(value, field: str, bounds: tuple[int, int] = UINT32) -> int:
@@ -54,6 +56,20 @@ def whole(value, field: str, bounds: tuple[int, int] = UINT32) -> int:
         raise InvalidInputError(f"{field} must be {bounds[0]} to {bounds[1]}, got {number}", reason=Reason.OUT_OF_RANGE,
                                 field=field)
     return number
+
+
+def finite(value, field: str) -> float | None:
+    """``value`` for an optional float field (None: unset): a TypeError if it is no number (protobuf took True as 1.0,
+    and said of a string only "must be real number"), an InvalidInputError naming the field if it is NaN or infinite
+    (as the server would)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{field} must be a number, got {value!r:.40}")
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{field} must be a finite number, got {value!r}", reason=Reason.OUT_OF_RANGE,
+                                field=field)
+    return float(value)
 
 
 def flag(value, field: str) -> bool:
@@ -144,7 +160,8 @@ def filter_message(f: Filter | Mapping | None) -> pb.RetrievalFilter | None:
         f = Filter(**f)
     return pb.RetrievalFilter(doc_ids=doc_ids(f.doc_ids, "filter.doc_ids"),
                               exclude_doc_ids=doc_ids(f.exclude_doc_ids, "filter.exclude_doc_ids"),
-                              labels=labels_map(f.labels, "filter.labels"), min_score=f.min_score,
+                              labels=labels_map(f.labels, "filter.labels"),
+                              min_score=finite(f.min_score, "filter.min_score"),
                               max_per_document=whole(f.max_per_document, "filter.max_per_document"),
                               distinct_texts=flag(f.distinct_texts, "filter.distinct_texts"))
 
@@ -161,7 +178,7 @@ def fresh(min_index_version: int, wait_for_index: bool) -> dict:
 
 def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter=None,
                     min_index_version: int = 0, wait_for_index: bool = False) -> pb.PredictNextRequest:
-    return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=whole(top_k, "top_k"),
+    return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=whole(top_k, "top_k", (1, MAX_TOP_K)),
                                  include_attention=flag(include_attention, "include_attention"),
                                  omit_text=flag(omit_text, "omit_text"), filter=filter_message(filter),
                                  exclude_doc_ids=doc_ids(exclude_doc_ids, "exclude_doc_ids"),

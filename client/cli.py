@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -128,6 +129,8 @@ def predict_filter(args):
 
     if args.max_per_document < 0:
         raise InvalidInputError(f"--max-per-document must be 0 (no limit) or more, got {args.max_per_document}")
+    if args.min_score is not None and not math.isfinite(args.min_score):
+        raise InvalidInputError(f"--min-score must be a finite number, got {args.min_score}")
     if not (args.label or args.only_doc or args.exclude_doc or args.min_score is not None or args.max_per_document
             or args.distinct_texts):
         return None
@@ -144,10 +147,11 @@ def predict_filter(args):
 def cmd_predict(args) -> int:
     from nextpara.errors import InvalidInputError
 
+    from ._convert import MAX_TOP_K
     from .cli_input import read_context
 
-    if args.top_k < 1:  # the service refuses it too, as its error (exit 1): it is this command line's (exit 2)
-        raise InvalidInputError(f"-k must be at least 1, got {args.top_k}")
+    if not 1 <= args.top_k <= MAX_TOP_K:  # the client would refuse it too, naming top_k: it is this command line's
+        raise InvalidInputError(f"-k must be 1 to {MAX_TOP_K}, got {args.top_k}")
     context = read_context(getattr(args, "context", None) or [])
     with client_from(args) as c:
         r = c.predict_next(context, top_k=args.top_k, include_attention=args.explain, filter=predict_filter(args))

@@ -278,7 +278,9 @@ def test_exit_status_service_error_1_usage_error_2(server, tmp_path):
     for args, said in [(("predict", "text", "-k", "many"), "invalid int value"),  # a bad flag
                        (("predict", "--id", "seven"), "invalid int value"),
                        (("predict",), "no context"),  # nothing to ask
-                       (("predict", "text", "-k", "0"), "-k must be at least 1, got 0"),  # was the service's (1)
+                       (("predict", "text", "-k", "0"), "-k must be 1 to 1000, got 0"),  # was the service's (1)
+                       (("predict", "text", "-k", "1001"), "-k must be 1 to 1000, got 1001"),
+                       (("predict", "text", "--min-score", "nan"), "--min-score must be a finite number, got nan"),
                        (("predict", "text", "--max-per-document", "-1"), "--max-per-document must be 0 (no limit) or"),
                        (("add", str(tmp_path / "absent.jsonl")), "cannot read"),  # a bad input file
                        (("status", "--timeout", "-1"), "not a positive number of seconds")]:

@@ -51,7 +51,8 @@ def test_the_proto_documents_every_reason_with_its_code():
     (lambda c: c.delete_documents([]), "FIELD_REQUIRED", "doc_ids", {}),
     (lambda c: c.delete_documents(["no-such-doc", ""], allow_missing=True), "FIELD_REQUIRED", "doc_ids[1]", {}),
     (lambda c: c.add_documents([{"doc_id": " ", "paragraphs": ["x"]}]), "FIELD_REQUIRED", "documents[0].doc_id", {}),
-    (lambda c: c.predict_next([1], top_k=5000), "OUT_OF_RANGE", "top_k", {"max": "1000"}),
+    (lambda c: c._call("PredictNext", pb.PredictNextRequest(context=[pb.ContextParagraph(paragraph_id=1)], top_k=5000),
+                       30), "OUT_OF_RANGE", "top_k", {"max": "1000"}),  # (the client refuses it before sending)
     (lambda c: c.add_documents([{"doc_id": "d" * 600, "paragraphs": ["x"]}]), "OUT_OF_RANGE", "documents[0].doc_id", {}),
     (lambda c: c.predict_next(["A text.", [0.1] * 7]), "DIMENSION_MISMATCH", "context[1].vector",
      {"expectedDim": "384", "actualDim": "7"}),
@@ -102,6 +103,13 @@ def test_malformed_requests_and_unset_fields_from_raw_bytes(server):
                 context=[pb.ContextParagraph(paragraph_id=1)], candidates=[pb.ContextParagraph()]), timeout=30)
         e = from_rpc_error(err.value)
         assert (e.reason, e.field) == ("FIELD_REQUIRED", "candidates[0]")
+        for score in (float("nan"), float("inf")):  # (the client refuses them before sending: clients of other languages)
+            with pytest.raises(grpc.RpcError) as err:
+                pb_grpc.NextParagraphServiceStub(channel).PredictNext(pb.PredictNextRequest(
+                    context=[pb.ContextParagraph(paragraph_id=1)], top_k=3,
+                    filter=pb.RetrievalFilter(min_score=score)), timeout=30)
+            e = from_rpc_error(err.value)
+            assert (e.reason, e.field) == ("OUT_OF_RANGE", "filter.min_score")
 
 
 def test_a_request_over_the_message_limit(server):

@@ -124,7 +124,6 @@ def test_the_async_client_takes_filters_and_labels(server, acme):
      'documents[0].labels["' + "k" * 129 + '"]', "OUT_OF_RANGE"),
     (lambda c: c.add_documents([{"doc_id": "bad", "paragraphs": ["Fine."], "labels": {"tenant": "a\x00"}}]),
      'documents[0].labels["tenant"]', "INVALID_TEXT"),
-    (lambda c: c.predict_next(["A context."], filter=Filter(min_score=float("nan"))), "filter.min_score", "OUT_OF_RANGE"),
     (lambda c: c.predict_next(["A context."], filter=Filter(labels={"tenant": " "})), 'filter.labels["tenant"]',
      "FIELD_REQUIRED"),
     (lambda c: c.predict_next(["A context."], filter=Filter(doc_ids=["acme-bread", ""])), "filter.doc_ids[1]",

@@ -2,6 +2,7 @@
 error, and a bad request does not end the stream. A real server on 127.0.0.1 and both clients."""
 
 import asyncio
+import math
 
 import grpc
 import pytest
@@ -103,7 +104,11 @@ def test_arguments_are_checked_before_anything_is_sent(client):
             lambda: client.predict_next([1], exclude_doc_ids="n1"),
         "ids must be a list of paragraph ids, not a single string": lambda: client.get_paragraphs("12"),
         "filter.labels['k'] must be a string, got int": lambda: client.predict_next([1], filter={"labels": {"k": 1}}),
-        "top_k must be 0 to 4294967295, got -1": lambda: client.predict_next([1], top_k=-1),
+        "top_k must be 1 to 1000, got -1": lambda: client.predict_next([1], top_k=-1),  # (the message's range was said)
+        "top_k must be 1 to 1000, got 1001": lambda: client.predict_next([1], top_k=1001),
+        "filter.min_score must be a finite number, got nan": lambda: client.predict_next([1], filter={"min_score": math.nan}),
+        "filter.min_score must be a number, got '5'": lambda: client.predict_next([1], filter={"min_score": "5"}),
+        "filter.min_score must be a number, got True": lambda: client.predict_next([1], filter={"min_score": True}),
         "page_size must be 0 to 4294967295, got -1": lambda: client.list_documents(-1),
         "filter.max_per_document must be 0 to 4294967295, got -1":
             lambda: client.predict_next([1], filter={"max_per_document": -1}),
@@ -137,6 +142,10 @@ def test_arguments_are_checked_before_anything_is_sent(client):
             call()
         assert message in str(err.value), (message, str(err.value))
     assert client.info().index_version == before  # nothing written
+    from nextpara.attention_core.predictor import MAX_TOP_K
+    from nextpara.client._convert import MAX_TOP_K as CLIENTS
+
+    assert CLIENTS == MAX_TOP_K  # the client's check is the service's
     # what protobuf took before stays taken: None for unset, labels as pairs, whole floats and numpy's integers for ids
     import numpy as np
 
