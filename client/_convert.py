@@ -8,7 +8,7 @@ import operator
 from collections import deque
 from typing import AbstractSet, Iterable, Iterator, Mapping, Sequence
 
-from nextpara.errors import InvalidInputError, Reason, not_utf8
+from nextpara.errors import InvalidInputError, Reason, misspelt_field, not_utf8
 from nextpara.v1 import nextpara_pb2 as pb
 
 from ._channel import check_size
@@ -299,6 +299,8 @@ def document_message(doc: Document | Mapping, where: str = "document") -> pb.Doc
     """A Document (or a mapping of its fields) as the message: a TypeError or InvalidInputError naming ``where`` and
     the field when it cannot be one."""
     if isinstance(doc, Mapping):
+        if (why := misspelt_field(doc)) is not None:
+            raise TypeError(f"{where}: {why}")
         missing = [k for k in ("doc_id", "paragraphs") if k not in doc]
         if missing:
             raise InvalidInputError(f"{where} has no {' and no '.join(missing)}", reason=Reason.FIELD_REQUIRED,

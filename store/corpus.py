@@ -5,7 +5,8 @@ Three sources, one shape (:class:`Document`):
 * JSON Lines, one document per line, the format of the project's PEPs corpus:
   ``{"doc_id": "...", "title": "...", "paragraphs": ["...", ...]}``; an optional
   ``"vectors": [[float, ...], ...]`` (one per paragraph) carries precomputed embeddings, an optional
-  ``"labels": {"tenant": "acme", ...}`` the document's labels (labels.py).
+  ``"labels": {"tenant": "acme", ...}`` the document's labels (labels.py). Other keys are ignored, except one close to
+  a field it lacks (``"label"``): malformed, since ignoring it would lose what it holds.
 * A directory of ``.txt`` / ``.md`` files: one document per file (doc_id = path relative
   to the directory), paragraphs separated by blank lines; markdown headings and fenced
   code blocks are dropped.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from nextpara.errors import CorpusFormatError, InvalidInputError, Reason, not_utf8
+from nextpara.errors import CorpusFormatError, InvalidInputError, Reason, misspelt_field, not_utf8
 
 from .labels import check_labels
 from .unit_vectors import unit_rows
@@ -110,6 +111,8 @@ def validate_document(doc: Document, where: str = "", dim: int | None = None, em
 def _document_from_json(obj: object) -> Document:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if (why := misspelt_field(obj)) is not None:
+        raise ValueError(why)
     missing = [k for k in ("doc_id", "paragraphs") if k not in obj]
     if missing:
         raise ValueError(f"missing field(s) {', '.join(missing)}")

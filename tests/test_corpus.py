@@ -14,7 +14,7 @@ def test_jsonl_keeps_order_and_fields(tmp_path):
     p = write_lines(tmp_path / "c.jsonl", [
         json.dumps({"doc_id": "a", "title": "A", "paragraphs": ["first one here", "second one here"]}),
         "",
-        json.dumps({"doc_id": "b", "paragraphs": ["only"]}),
+        json.dumps({"doc_id": "b", "paragraphs": ["only"], "source": "b.txt", "license": "CC0"}),  # other keys: ignored
     ])
     docs = list(CorpusReader(p))
     assert [d.doc_id for d in docs] == ["a", "b"]
@@ -25,6 +25,9 @@ def test_jsonl_keeps_order_and_fields(tmp_path):
 @pytest.mark.parametrize("line, reason", [
     ("{not json", "not valid JSON"),
     (json.dumps({"paragraphs": ["x"]}), "missing field(s) doc_id"),
+    (json.dumps({"doc_id": "x", "paragraphs": ["a"], "label": {"tenant": "acme"}}),  # stored without its labels, quietly
+     "unknown field 'label' (did you mean 'labels'?)"),
+    (json.dumps({"doc_id": "x", "paragraph": ["a"]}), "unknown field 'paragraph' (did you mean 'paragraphs'?)"),
     (json.dumps({"doc_id": "x", "paragraphs": []}), "has no paragraphs"),
     (json.dumps({"doc_id": "x", "paragraphs": ["ok", 3]}), "paragraph 1 is int"),
     (json.dumps({"doc_id": "x", "paragraphs": ["ok", "  "]}), "paragraph 1 is empty"),

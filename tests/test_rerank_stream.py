@@ -120,6 +120,8 @@ def test_arguments_are_checked_before_anything_is_sent(client):
         "doc_id holds a lone surrogate": lambda: client.get_document("a\ud800"),
         "destination must be a string, got int": lambda: client.backup(5),
         "documents[0] has no doc_id": lambda: client.add_documents([{"paragraphs": ["a"]}]),
+        "documents[0]: unknown field 'label' (did you mean 'labels'?)":  # stored without its labels, quietly
+            lambda: client.add_documents([{"doc_id": "l", "paragraphs": ["a"], "label": {"tenant": "acme"}}]),
         "documents[1] must be a Document or a mapping of its fields, got tuple":
             lambda: client.add_documents([{"doc_id": "t0", "paragraphs": ["a"]}, ("t1", ["b"])]),
         "documents[0].vectors[0]: a vector must be a sequence of numbers, got str":

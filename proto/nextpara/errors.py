@@ -149,3 +149,20 @@ def not_utf8(text: str) -> str | None:
     except UnicodeEncodeError as e:
         return f"holds a lone surrogate ({text[e.start]!r} at character {e.start}), which is not text UTF-8 can carry"
     return None
+
+
+DOCUMENT_FIELDS = ("doc_id", "title", "paragraphs", "vectors", "labels")  # what a document (a corpus line, a mapping) has
+
+
+def misspelt_field(keys, fields=DOCUMENT_FIELDS) -> str | None:
+    """Why a mapping of ``fields`` with these keys says other than it means, or None: a key that is none of the fields
+    but close to one that is absent ("label" for "labels"), which a reader would ignore, losing what it held. Other
+    keys (a corpus's "source" or "license") are left to be ignored."""
+    import difflib
+
+    for key in keys:
+        if isinstance(key, str) and key not in fields:
+            close = difflib.get_close_matches(key, [f for f in fields if f not in keys], n=1, cutoff=0.8)
+            if close:
+                return f"unknown field {key!r} (did you mean {close[0]!r}?)"
+    return None
