@@ -8,6 +8,7 @@ import operator
 from collections import deque
 from typing import AbstractSet, Iterable, Iterator, Mapping, Sequence
 
+from google.rpc import error_details_pb2, status_pb2
 from nextpara.errors import InvalidInputError, Reason, misspelt_field, not_utf8
 from nextpara.v1 import nextpara_pb2 as pb
 
@@ -230,11 +231,13 @@ class StreamOrder:
     InvalidInputError from their conversion) in their places: the requests are made on grpc's side of the stream, where
     an exception would end the whole stream with no more than "Exception iterating requests!". deque's appends and
     pops are atomic, so the two sides need no lock. Without ``return_errors`` the first such error is raised in its
-    place instead of being returned."""
+    place instead of being returned. The server numbers the requests by their place in the stream, which an item not
+    sent never took: ``answers`` gives an answer's error the item's place in ``items`` instead."""
 
     def __init__(self, min_index_version: int, wait_for_index: bool, return_errors: bool, max_in_flight: int,
                  max_message_bytes: int | None = None):
-        self._order: deque[Exception | None] = deque()  # None: an item sent; else why it was not
+        self._order: deque[tuple[int, Exception | None]] = deque()  # items by index; None: sent, else why it was not
+        self._answered = 0  # answers so far: the server's number for the request the next one answers
         self._fresh, self._return_errors = (min_index_version, wait_for_index), return_errors
         self.source_error: Exception | None = None  # what the caller's iterable of items raised, if it did
         self._limit = max_message_bytes  # an item's request over it is that item's error (grpc's would end the stream)
@@ -263,21 +266,24 @@ class StreamOrder:
             request = rerank_item(item, index, *self._fresh)
             check_size(request, self._limit)
         except Exception as e:  # noqa: BLE001 (OverflowError of a vector's 10**400 too: on grpc's side it ends all)
-            self._order.append(e)
+            self._order.append((index, e))
             return None
-        self._order.append(None)
+        self._order.append((index, None))
         return request
 
-    def unsent_before_answer(self) -> list[Exception]:
-        """The errors of the items before the one the next answer is for (which is taken off too)."""
+    def answers(self, response: pb.RerankStreamResponse) -> list[RerankResult | Exception]:
+        """The errors of the items not sent before the one ``response`` answers, then its result or its error (see
+        ``rerank_stream_result``), numbered as the caller's items."""
         errors = []
-        while (head := self._order.popleft()) is not None:
-            errors.append(head)
-        return self._raised(errors)
+        while (head := self._order.popleft())[1] is not None:
+            errors.append(head[1])
+        errors = self._raised(errors)
+        position, self._answered = self._answered, self._answered + 1
+        return [*errors, rerank_stream_result(response, self._return_errors, position, head[0])]
 
     def unsent_after_end(self) -> list[Exception]:
         """The errors of the items after the last one answered."""
-        return self._raised([e for e in self._order if e is not None])
+        return self._raised([e for _, e in self._order if e is not None])
 
     def _raised(self, errors: list[Exception]) -> list[Exception]:
         if errors and not self._return_errors:
@@ -285,14 +291,45 @@ class StreamOrder:
         return errors
 
 
-def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool) -> RerankResult | ServiceError:
-    """A RerankStream answer: its result, or its error (raised, or with ``return_errors`` returned)."""
+def rerank_stream_result(r: pb.RerankStreamResponse, return_errors: bool, position: int,
+                         index: int) -> RerankResult | ServiceError:
+    """A RerankStream answer: its result, or its error (raised, or with ``return_errors`` returned); the answer to
+    the stream's request ``position``, which was the caller's item ``index``."""
     if r.HasField("error"):
-        error = from_status(r.error, r.request_id)
+        error = from_status(renumbered(r.error, position, index), r.request_id)
         if return_errors:
             return error
         raise error
     return rerank_result(r.result)
+
+
+def renumbered(status: status_pb2.Status, position: int, index: int) -> status_pb2.Status:
+    """A RerankStream error's Status with the caller's item ``index`` where it names the request's ``position`` in the
+    stream (servicer.RerankStream's "request N (request_id): ..." message, also the description of the field at fault,
+    and ErrorInfo's itemIndex): the two differ after an item this client could not send. The server's answer stays
+    as it is for a caller of the raw stream, whose requests are its items."""
+    if position == index:
+        return status
+    status, received = status_pb2.Status(), status
+    status.CopyFrom(received)  # the response stays as it came
+    was, now = f"request {position} (", f"request {index} ("
+    if status.message.startswith(was):
+        status.message = now + status.message[len(was):]
+    for packed in status.details:
+        if packed.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            packed.Unpack(info)
+            if info.metadata.get("itemIndex") == str(position):
+                info.metadata["itemIndex"] = str(index)
+                packed.Pack(info)
+        elif packed.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            packed.Unpack(bad)
+            for violation in bad.field_violations:
+                if violation.description.startswith(was):
+                    violation.description = now + violation.description[len(was):]
+            packed.Pack(bad)
+    return status
 
 
 def document_message(doc: Document | Mapping, where: str = "document") -> pb.Document:

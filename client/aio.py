@@ -108,9 +108,8 @@ class AsyncClient:
         try:
             async for response in call:
                 window.release()
-                for error in order.unsent_before_answer():
-                    yield error
-                yield _convert.rerank_stream_result(response, return_errors)
+                for answer in order.answers(response):
+                    yield answer
             for error in order.unsent_after_end():
                 yield error
             order.finish()

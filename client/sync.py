@@ -140,8 +140,7 @@ class Client:
         try:
             for response in call:
                 window.release()
-                yield from order.unsent_before_answer()
-                yield _convert.rerank_stream_result(response, return_errors)
+                yield from order.answers(response)
             yield from order.unsent_after_end()
             order.finish()
         except grpc.RpcError as e:

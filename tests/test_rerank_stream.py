@@ -90,6 +90,31 @@ def test_an_item_the_client_cannot_send_is_its_error_in_its_place(server, client
     assert answered == expected[:1]
 
 
+def test_an_error_after_an_item_the_client_could_not_send_names_the_callers_item(server, client):
+    """The server numbers requests by their place in the stream, which an item this client could not send never
+    reached: the error of items[2] said "request 1" with itemIndex 1. Its message, the description of the field at
+    fault and its itemIndex now name the item's place in ``items``."""
+    sent = [([1], [2, 3]), {"context": [1], "candidates": "notalist"}, ([1], [10**9]),
+            {"context": [1], "candidates": [2], "request_id": "mine"}, {"context": [1], "candidates": "notalist"},
+            {"context": [1], "candidates": [10**9], "request_id": "late"}]
+
+    def numbered(answers):
+        assert [type(a) for a in answers] == [RerankResult, TypeError, NotFound, RerankResult, TypeError, NotFound]
+        assert answers[3].request_id == "mine"
+        for i, request_id in ((2, "2"), (5, "late")):
+            e = answers[i]
+            assert e.request_id == request_id and e.metadata["itemIndex"] == str(i), (i, e.metadata)
+            assert e.details.startswith(f"request {i} ('{request_id}'): "), e.details
+            assert str(e).startswith(f"NOT_FOUND: request {i} (") and e.args[0] == e.details
+            assert [v.description for v in e.field_violations] == [e.details]
+    numbered(list(client.rerank_many(sent, return_errors=True)))
+
+    async def go():
+        async with AsyncClient(server.address, timeout=60) as c:
+            return [a async for a in c.rerank_many(sent, return_errors=True)]
+    numbered(asyncio.run(go()))
+
+
 def test_arguments_are_checked_before_anything_is_sent(client):
     """A single string where a list belongs was split into its characters (a document of three one-letter
     paragraphs; a delete of documents 'n' and '1'); a number out of its field's range was protobuf's bare "Value out of
