@@ -246,7 +246,9 @@ def cmd_status(args) -> int:
         try:
             i = c.info()
         except Unauthenticated as e:  # health is open to all: say it before the refusal of the rest
-            if not args.json:
+            if args.json:  # still one document for scripts: the health, and the refusal instead of the info
+                print_json({"health": status, "error": {"code": e.code.name, "reason": e.reason, "message": e.details}})
+            else:
                 print(f"health        {status}")
             print(f"nextpara status: error: {e} (the rest needs a read token: --token or NEXTPARA_TOKEN)",
                   file=sys.stderr)

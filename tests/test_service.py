@@ -1,6 +1,7 @@
 """The gRPC service end to end: a real server on 127.0.0.1 (port 0), the real model and store, both clients."""
 
 import asyncio
+import json
 import logging
 import shutil
 import subprocess
@@ -267,6 +268,13 @@ def test_auth_roles(server_store, tmp_path, caplog):
             assert anonymous.health() == "SERVING"  # health stays open for load balancers
         r = run_cli("status", "--address", s.address, timeout=60)  # ... and `status` says it before the refusal
         assert r.returncode == 1 and r.stdout.startswith("health        SERVING") and "no bearer token" in r.stderr, r
+        r = run_cli("status", "--address", s.address, "--json", timeout=60)  # one document too (it printed none)
+        assert r.returncode == 1 and "no bearer token" in r.stderr, r
+        shown = json.loads(r.stdout)
+        assert sorted(shown) == ["error", "health"] and shown["health"] == "SERVING"
+        error = shown["error"]
+        assert (error["code"], error["reason"]) == ("UNAUTHENTICATED", "TOKEN_MISSING"), error
+        assert error["message"].startswith("no bearer token"), error
         with Client(s.address, token="wrong-token-7f3a") as wrong:
             with pytest.raises(Unauthenticated) as err:
                 wrong.predict_next([1])
@@ -285,7 +293,7 @@ def test_auth_roles(server_store, tmp_path, caplog):
             assert writer.add_documents([{"doc_id": "auth-doc", "paragraphs": ["Written with a write token."]}]).documents_added == 1
             assert writer.delete_documents(["auth-doc"]).documents_deleted == 1
         # refused calls are counted as answered ones are (the interceptor refused them before the servicer counted)
-        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="GetInfo"}') == 2  # info(), status
+        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="GetInfo"}') == 3  # info(), 2 status
         assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="PredictNext"}') == 1
         assert s.metric('nextpara_requests_total{code="PERMISSION_DENIED",method="DeleteDocuments"}') == 1
     finally:
