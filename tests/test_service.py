@@ -80,14 +80,19 @@ def test_every_rpc_from_the_async_client(server):
     assert health == "SERVING" and model_version == info.model_version
 
 
+def raw_predict(client, **fields):
+    """A PredictNext the client would refuse before sending (a caller in another language may send it)."""
+    return client._call("PredictNext", pb.PredictNextRequest(context=[pb.ContextParagraph(paragraph_id=1)], **fields), 30)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda c: c.predict_next([]), InvalidArgument, "context is empty"),
     (lambda c: c.predict_next([""]), InvalidArgument, r"context\[0\]: empty text"),
     (lambda c: c.predict_next([[0.1] * 5]), InvalidArgument, r"context\[0\]: vector of dimension 5"),
     (lambda c: c.predict_next([[float("nan")] * 384]), InvalidArgument, "NaN"),
     (lambda c: c.predict_next([10**12]), NotFound, "unknown paragraph id"),
-    (lambda c: c.predict_next([1], top_k=5000), InvalidArgument, "top_k must be an integer from 1 to 1000"),
-    (lambda c: c.predict_next([1], top_k=0), InvalidArgument, "top_k must be an integer from 1 to 1000, got 0"),
+    (lambda c: raw_predict(c, top_k=5000), InvalidArgument, "top_k must be an integer from 1 to 1000"),
+    (lambda c: raw_predict(c, top_k=0), InvalidArgument, "top_k must be an integer from 1 to 1000, got 0"),
     (lambda c: c.rerank([1], []), InvalidArgument, "candidates is empty"),
     (lambda c: c.get_paragraphs([]), InvalidArgument, "paragraph_ids is empty"),
     (lambda c: c.get_paragraphs([10**12]), NotFound, "unknown paragraph id"),
