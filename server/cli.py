@@ -25,9 +25,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from nextpara.attention_core.bootstrap import ensure_default_store
     from nextpara.store.data_dir import DataDir
 
-    from .main import cannot_listen, run_server, start_metrics
+    from .main import cannot_listen, run_server, start_metrics, tls_refusal
 
-    if (refused := cannot_listen(settings.address)) is not None:  # before a build of the default store: at once
+    # before a build of the default store: at once
+    if (refused := cannot_listen(settings.address) or tls_refusal(settings)) is not None:
         raise refused
     metrics = start_metrics(settings)  # ... and so is a taken metrics port
     data_dir = DataDir.resolve(settings.data_dir)

@@ -14,12 +14,13 @@ import functools
 import logging
 import signal
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from nextpara.errors import NextparaError
+from nextpara.errors import InvalidInputError, NextparaError
 from nextpara.v1 import nextpara_pb2
 
 from .auth import TokenAuthInterceptor
@@ -61,8 +62,7 @@ def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     if settings.tls_cert:
-        credentials = grpc.ssl_server_credentials([(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())])
-        add = functools.partial(server.add_secure_port, settings.address, credentials)
+        add = functools.partial(server.add_secure_port, settings.address, tls_credentials(settings))
     else:
         add = functools.partial(server.add_insecure_port, settings.address)
     try:
@@ -70,8 +70,35 @@ def create_server(settings: ServerSettings, runtime: Runtime) -> tuple[grpc.aio.
     except RuntimeError:  # grpc says only "Failed to bind to address": why, below
         port = 0
     if port == 0:
-        raise cannot_listen(settings.address) or OSError(f"cannot listen on {settings.address}")
+        raise (cannot_listen(settings.address) or tls_refusal(settings)
+               or OSError(f"cannot listen on {settings.address}"))
     return server, port, health_servicer
+
+
+def tls_credentials(settings: ServerSettings) -> grpc.ServerCredentials:
+    return grpc.ssl_server_credentials([(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())])
+
+
+def tls_refusal(settings: ServerSettings) -> InvalidInputError | None:
+    """Why grpc cannot serve TLS with --tls-cert and --tls-key, found by adding them to a throwaway server on a free
+    loopback port, or None if it can (or TLS is off). A key that is not the certificate's, a file that is not PEM, or
+    the two swapped make grpc's add_secure_port fail with only "Failed to bind to address", which `nextpara serve`
+    said as a port it cannot listen on; it asks before it builds a default store (minutes), and again when grpc could
+    not bind. A file that cannot be read is its OSError."""
+    if not settings.tls_cert:
+        return None
+    probe = grpc.server(ThreadPoolExecutor(max_workers=1))
+    try:
+        if probe.add_secure_port("127.0.0.1:0", tls_credentials(settings)):
+            return None
+    except RuntimeError:
+        pass
+    finally:
+        probe.stop(None)
+    return InvalidInputError(f"cannot serve TLS with the certificate {settings.tls_cert!r} (--tls-cert) and the key "
+                             f"{settings.tls_key!r} (--tls-key): check that the key is this certificate's private key "
+                             "(not another's, and the two files not swapped) and that both are PEM files, the key "
+                             "unencrypted")
 
 
 def cannot_listen(address: str) -> OSError | None:

@@ -85,6 +85,33 @@ def test_tls(server_store, tmp_path):
         stop_serve(server)
 
 
+def test_tls_files_that_cannot_serve_are_named_not_taken_for_a_port_in_use(tmp_path):
+    """A key that is not the certificate's, a certificate that is not PEM, the two files swapped: grpc says only
+    "Failed to bind to address", and serve said "cannot listen on 127.0.0.1:PORT" of a free port. A usage error that
+    names both files, at once (before any store loads), and the same from the server itself."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make test certificates")
+    import socket
+
+    from conftest import LiveServer
+
+    make_certificates(tmp_path)
+    (tmp_path / "garbage.pem").write_text("not a certificate\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free: the refusal is not of the port
+    for cert, key in [("server.pem", "other.key"), ("garbage.pem", "server.key"), ("server.key", "server.pem")]:
+        cert, key = str(tmp_path / cert), str(tmp_path / key)
+        r = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--address", f"127.0.0.1:{port}",
+                    "--metrics-address", "", "--tls-cert", cert, "--tls-key", key, timeout=120)
+        assert r.returncode == 2 and "cannot listen" not in r.stderr, r.stderr
+        assert (f"cannot serve TLS with the certificate {cert!r} (--tls-cert) and the key {key!r} (--tls-key): check "
+                "that the key is this certificate's private key") in r.stderr and "PEM" in r.stderr, r.stderr
+    server = LiveServer(tmp_path / "data", tls_cert=str(tmp_path / "server.pem"), tls_key=str(tmp_path / "other.key"))
+    with pytest.raises(RuntimeError, match="cannot serve TLS with the certificate"):
+        server.start()  # create_server, where grpc's bind fails
+
+
 def test_threads_are_divided_among_the_workers(monkeypatch):
     import faiss
     import torch
