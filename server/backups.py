@@ -64,8 +64,9 @@ def unused(dest: Path) -> Path:
 
 def backup_name(name: str, generation: int) -> PurePosixPath:
     """A Backup's destination as a path inside --backup-dir; "" picks nextpara-g<generation>-<UTC time, to the
-    millisecond> (made unique under the backup lock if taken: :func:`unused`). A path that would leave it is
-    INVALID_DESTINATION (one that exists too, refused by the store's backup)."""
+    millisecond> (made unique under the backup lock if taken: :func:`unused`). A path that would leave it, or that
+    is blank or has a blank part ("   ", "nightly/ "), is INVALID_DESTINATION (one that exists too, refused by the
+    store's backup)."""
     if not name:
         now = time.time()
         name = f"nextpara-g{generation}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d}Z"
@@ -73,4 +74,8 @@ def backup_name(name: str, generation: int) -> PurePosixPath:
     if path.is_absolute() or ".." in path.parts or "\x00" in name or not path.parts:
         raise InvalidInputError(f"destination {name!r:.200} is not a relative path inside the backup directory",
                                 reason=Reason.INVALID_DESTINATION, field="destination", metadata={"destination": name})
+    if any(not part.strip() for part in path.parts):  # "   " names nothing, as `nextpara backup`'s destination says
+        raise InvalidInputError(f"destination {name!r:.200} is blank or has a blank directory name in it: name each "
+                                "directory", reason=Reason.INVALID_DESTINATION, field="destination",
+                                metadata={"destination": name})
     return path

@@ -118,10 +118,12 @@ def test_backup_refusals_and_a_copy_that_serves(tmp_path):
             assert first.index_version == c.info().index_version and first.snapshot_generation >= 0
             copied = [p for p in backups.rglob("*") if p.is_file()]  # the database, the manifest, the snapshot's files
             assert first.files == len(copied) >= 4 and first.size_bytes == sum(p.stat().st_size for p in copied)
-            for bad in ("nightly/first", "../outside", "/etc/absolute"):
+            for bad in ("nightly/first", "../outside", "/etc/absolute", ".", "   ", "nightly/ ", " /second"):
                 with pytest.raises(ServiceError) as err:
                     c.backup(bad)
                 assert err.value.reason == "INVALID_DESTINATION" and err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert sorted(p.name for p in backups.iterdir()) == ["nightly"]  # no directory named with spaces
+            assert [p.name for p in (backups / "nightly").iterdir()] == ["first"]
             named, again = c.backup(), c.backup()  # names of the server's choosing: one each, even within a second
             assert named.path.startswith(str(backups / f"nextpara-g{first.index_version}-"))
             assert again.path.startswith(str(backups / f"nextpara-g{first.index_version}-")) and again.path != named.path

@@ -63,7 +63,8 @@ class NextParagraphServiceStub:
     cannot embed text (precomputed:NAME)
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
     INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
-    --backup-dir (absolute, with "..", or already there); destination
+    --backup-dir (absolute, with "..", blank or with a blank part, or
+    already there); destination
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
@@ -206,7 +207,8 @@ class NextParagraphServiceServicer:
     cannot embed text (precomputed:NAME)
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
     INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
-    --backup-dir (absolute, with "..", or already there); destination
+    --backup-dir (absolute, with "..", blank or with a blank part, or
+    already there); destination
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
@@ -444,7 +446,8 @@ class NextParagraphService:
     cannot embed text (precomputed:NAME)
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
     INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
-    --backup-dir (absolute, with "..", or already there); destination
+    --backup-dir (absolute, with "..", blank or with a blank part, or
+    already there); destination
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
