@@ -1,10 +1,10 @@
 """Bearer-token auth with two roles, as a grpc.aio server interceptor.
 
-``authorization: Bearer <token>`` metadata. Read tokens may call PredictNext, Rerank,
-RerankStream, GetParagraphs, ListDocuments, GetDocument and GetInfo; write tokens may call everything. Tokens are compared
-in constant time (hmac.compare_digest) and never logged. Health checks and reflection are open,
-so load balancers and tools need no token. A refused call is counted in the metrics (``requests``) by its method and
-code, as the servicer counts the calls it answers.
+``authorization: Bearer <token>`` metadata (``Bearer`` in any case, as HTTP's schemes are). Read tokens may call
+PredictNext, Rerank, RerankStream, GetParagraphs, ListDocuments, GetDocument and GetInfo; write tokens may call
+everything. Tokens are compared in constant time (hmac.compare_digest) and never logged. Health checks and reflection
+are open, so load balancers and tools need no token. A refused call is counted in the metrics (``requests``) by its
+method and code, as the servicer counts the calls it answers.
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or method.startswith(OPEN_PREFIXES):
             return handler
         header = dict(details.invocation_metadata or ()).get("authorization", "")
-        token = header[7:] if header.startswith("Bearer ") else ""
+        scheme, _, token = header.partition(" ")  # (neither half is put in a message: it may be a token)
+        if header and scheme.lower() != "bearer":  # a scheme is any case (RFC 7235): "bearer TOKEN" is one too
+            return self._deny(handler, method, AuthError("the authorization metadata's scheme is not Bearer: send the "
+                                                         "metadata 'authorization: Bearer TOKEN'",
+                                                         reason=Reason.TOKEN_MISSING))
+        token = token.lstrip(" ")
         if not token:
             return self._deny(handler, method, AuthError("no bearer token: send the metadata 'authorization: Bearer TOKEN'",
                                             reason=Reason.TOKEN_MISSING))

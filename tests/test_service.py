@@ -25,6 +25,7 @@ from nextpara.client import (
     ServiceError,
     Unauthenticated,
 )
+from nextpara.client.errors import from_rpc_error
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
@@ -284,6 +285,18 @@ def test_auth_roles(server_store, tmp_path, caplog):
             with pytest.raises(Unauthenticated) as err:
                 wrong.predict_next([1])
             assert err.value.reason == "TOKEN_INVALID"
+        with grpc.insecure_channel(s.address) as channel:  # HTTP's schemes are any case (RFC 7235): "bearer" is Bearer
+            get_info = pb_grpc.NextParagraphServiceStub(channel).GetInfo
+            for header in ("bearer reader-token", "BEARER  reader-token"):
+                assert get_info(pb.GetInfoRequest(), metadata=[("authorization", header)], timeout=60).paragraphs > 0
+            for header, says in [("Basic cmVhZGVyOnRva2Vu", "the authorization metadata's scheme is not Bearer"),
+                                 ("reader-token", "the authorization metadata's scheme is not Bearer"),
+                                 ("bearer ", "no bearer token")]:
+                with pytest.raises(grpc.RpcError) as err:
+                    get_info(pb.GetInfoRequest(), metadata=[("authorization", header)], timeout=60)
+                refusal = from_rpc_error(err.value)
+                assert (refusal.reason, says in str(refusal)) == ("TOKEN_MISSING", True), (header, str(refusal))
+                assert "reader-token" not in str(refusal)  # a token sent without its scheme is not repeated
         with Client(s.address, token="reader-token") as reader:
             assert reader.info().paragraphs > 0 and reader.predict_next([1], top_k=1).predictions
             first = reader.list_documents(2).documents[0]  # listing is reading
@@ -298,7 +311,7 @@ def test_auth_roles(server_store, tmp_path, caplog):
             assert writer.add_documents([{"doc_id": "auth-doc", "paragraphs": ["Written with a write token."]}]).documents_added == 1
             assert writer.delete_documents(["auth-doc"]).documents_deleted == 1
         # refused calls are counted as answered ones are (the interceptor refused them before the servicer counted)
-        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="GetInfo"}') == 3  # info(), 2 status
+        assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="GetInfo"}') == 6  # info, 2 status, 3 raw
         assert s.metric('nextpara_requests_total{code="UNAUTHENTICATED",method="PredictNext"}') == 1
         assert s.metric('nextpara_requests_total{code="PERMISSION_DENIED",method="DeleteDocuments"}') == 1
     finally:

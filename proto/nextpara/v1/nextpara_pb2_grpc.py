@@ -97,7 +97,8 @@ class NextParagraphServiceStub:
     ones are kept; reads go on. Or a Backup's disk is full: the partial
     copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
-    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent (no authorization metadata,
+    or one whose scheme is not Bearer, in any case)
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
     WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
     Reload, Backup); method
@@ -241,7 +242,8 @@ class NextParagraphServiceServicer:
     ones are kept; reads go on. Or a Backup's disk is full: the partial
     copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
-    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent (no authorization metadata,
+    or one whose scheme is not Bearer, in any case)
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
     WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
     Reload, Backup); method
@@ -480,7 +482,8 @@ class NextParagraphService:
     ones are kept; reads go on. Or a Backup's disk is full: the partial
     copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
-    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent
+    TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent (no authorization metadata,
+    or one whose scheme is not Bearer, in any case)
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
     WRITE_ROLE_REQUIRED       PERMISSION_DENIED    a read token calling a write method (AddDocuments, DeleteDocuments,
     Reload, Backup); method
