@@ -50,6 +50,7 @@ from .served import (
     START_CHECKPOINT,
     fallback_line,
     fits,
+    missing_shipped,
     read_checkpoint_meta,
 )
 
@@ -89,10 +90,8 @@ def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = N
     (default: the hash served.py records for a packaged file, SHIPPED; for another file, or with "", against the file's own
     metadata only)."""
     if not path.exists():
-        what, advice = (("the general model's fine-tuning start", "") if path == START_CHECKPOINT else
-                        ("the general model", ", or train a model of this store with `nextpara train`"))
-        raise FailedPreconditionError(f"{what} is missing from this installation ({path}): reinstall "
-                                      f"nextpara[server]{advice}", reason=Reason.NO_MODEL)
+        raise (missing_shipped(path, "the general model's fine-tuning start", "") if path == START_CHECKPOINT
+               else missing_shipped(path))
     model, meta = load_checkpoint(path)
     expect = SHIPPED.get(path, "") if expect_version is None else expect_version
     found = weights_version(model.state_dict())

@@ -58,18 +58,38 @@ def fallback_line(mismatch: str) -> str:
             "train` trains a model that beats it")
 
 
+def missing_shipped(path: Path, what: str = "the general model",
+                    advice: str = ", or train a model of this store with `nextpara train`") -> FailedPreconditionError:
+    """A checkpoint the package ships (SHIPPED) that is not there: an installation that lost it, and what to do."""
+    return FailedPreconditionError(f"{what} is missing from this installation ({path}): reinstall nextpara[server]"
+                                   f"{advice}", reason=Reason.NO_MODEL)
+
+
+def looks_pickled(path: str | os.PathLike) -> bool:
+    """Whether a file begins as a pickle does (protocol 2 and above) or as torch.save's zip of one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head.startswith(b"PK\x03\x04") or (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5)
+
+
 def read_checkpoint_meta(path: str | os.PathLike) -> dict:
     """A checkpoint's nextpara metadata (its safetensors header; no tensor is read). FailedPreconditionError for a
-    file that is not a nextpara safetensors checkpoint."""
+    file that is not there (NO_MODEL) or is not a nextpara safetensors checkpoint."""
     if os.path.isdir(path):  # safetensors says only "No such device (os error 19)"
         raise FailedPreconditionError(f"{path} is a directory: give the checkpoint file in it (model.safetensors of a "
                                       "data dir, say)", reason=Reason.MODEL_UNREADABLE)
     try:
         with safe_open(str(path), framework="numpy") as f:
             raw = (f.metadata() or {}).get(META_KEY)
+    except FileNotFoundError as e:  # not a file that is not a checkpoint: no file
+        raise FailedPreconditionError(f"{path}: no such checkpoint file", reason=Reason.NO_MODEL) from e
     except (SafetensorError, OSError, ValueError) as e:
-        raise FailedPreconditionError(f"{path} is not a nextpara safetensors checkpoint ({e}); "
-                                      "pickled checkpoints are refused, they could run code when loaded",
+        why = ("it looks like a pickle (torch.save's format); pickled checkpoints are refused, they could run code "
+               "when loaded" if looks_pickled(path) else "the file is unreadable, cut short or of another format")
+        raise FailedPreconditionError(f"{path} is not a nextpara safetensors checkpoint ({e}): {why}",
                                       reason=Reason.MODEL_UNREADABLE) from e
     if raw is None:
         raise FailedPreconditionError(f"{path} has no nextpara metadata: not a nextpara checkpoint",
@@ -140,6 +160,8 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
         if guard:
             out["validation"] = {"model": guard["new"], "B1": guard["B1"]}
         return out
+    if not GENERAL_CHECKPOINT.exists():  # as general.load_general says it (the server's log, PredictNext)
+        return {"source": "none", "reason": str(missing_shipped(GENERAL_CHECKPOINT))}
     try:
         meta = read_checkpoint_meta(GENERAL_CHECKPOINT)
     except FailedPreconditionError as e:

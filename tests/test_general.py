@@ -430,6 +430,51 @@ def test_training_without_a_usable_fine_tuning_start_says_so_and_starts_from_scr
             assert state is None and start.startswith("from scratch: ") and says in start, start
 
 
+def test_a_missing_general_model_is_said_missing_by_info_status_and_getinfo(untrained_store, tmp_path, monkeypatch,
+                                                                            capsys):
+    """info, status and GetInfo's model.reason said a missing general.safetensors was "not a nextpara safetensors
+    checkpoint ... pickled checkpoints are refused"; the server's log and PredictNext said what it is: missing from
+    this installation. Pointed at paths in tmp_path: the installed files stay as they are."""
+    import functools
+
+    from nextpara.__main__ import main
+    from nextpara.attention_core import general, served
+    from nextpara.client import Client, FailedPrecondition
+
+    store, docs = untrained_store
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("write.lock", CHECKPOINT))
+    missing = tmp_path / "absent" / "general.safetensors"
+    says = (f"the general model is missing from this installation ({missing}): reinstall nextpara[server], or train a "
+            "model of this store with `nextpara train`")
+    monkeypatch.setattr(served, "GENERAL_CHECKPOINT", missing)  # describe_served's
+    monkeypatch.setattr(general, "load_general", functools.partial(load_general, missing))  # what would serve
+    with open_store(copy, readonly=True) as s:
+        assert served.describe_served(s) == {"source": "none", "reason": says}
+    assert main(["info", "--data-dir", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert f"none: {says}" in out and "pickled" not in out, out
+    server = LiveServer(copy).start()
+    try:
+        with Client(server.address, timeout=60) as c:
+            model = c.info().model
+            with pytest.raises(FailedPrecondition) as err:
+                c.predict_next(docs[0].paragraphs[:2])
+        r = run_cli("status", "--address", server.address, timeout=120)
+    finally:
+        server.stop()
+    assert (model.source, model.reason) == ("none", says)
+    assert err.value.reason == "NO_MODEL" and says in str(err.value)  # the same words as before
+    assert f"none: {says}" in r.stdout and "pickled" not in r.stdout, (r.stdout, r.stderr)
+    cut = tmp_path / "cut.safetensors"  # a file cut short is not a missing one, nor a pickle
+    cut.write_bytes(GENERAL_CHECKPOINT.read_bytes()[:5000])
+    monkeypatch.setattr(served, "GENERAL_CHECKPOINT", cut)
+    with open_store(copy, readonly=True) as s:
+        reason = served.describe_served(s)["reason"]
+    assert reason.startswith(f"{cut} is not a nextpara safetensors checkpoint (") and "cut short" in reason, reason
+    assert "pickled" not in reason and "missing from" not in reason
+
+
 def test_info_shows_the_general_models_figures_only_from_a_training_that_judged_that_model(untrained_store, tmp_path):
     """A `nextpara train` that kept the general model left its validation figures in train_report.json; `nextpara
     info` shows them beside the general model only if that run judged the version that serves now."""
