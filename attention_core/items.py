@@ -66,6 +66,16 @@ class EmbeddingLRU:
     def key(text: str) -> bytes:
         return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
+    def cached(self, texts: list[str]) -> dict[str, np.ndarray] | None:
+        """The vectors of ``texts`` if every one is cached (no model call), else None."""
+        keys = {t: self.key(t) for t in texts}
+        with self._lock:
+            if not all(k in self._cache for k in keys.values()):
+                return None
+            for k in keys.values():
+                self._cache.move_to_end(k)
+            return {t: self._cache[k] for t, k in keys.items()}
+
     def __call__(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), np.float32)

@@ -19,6 +19,7 @@ query vector searches and its states score (pipeline.py: ``RerankPipeline.retrie
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -113,11 +114,17 @@ class Predictor:
     def embeds_remotely(self) -> bool:
         """Its query texts are embedded over the network: a server embeds them ahead (``embed_ahead``), off the
         workers that serve other calls, so an endpoint that hangs holds no worker."""
-        return self.embedder.remote
+        return getattr(self.embedder, "remote", False)  # (an embedder of the caller's may not say)
+
+    def cached_texts(self, context: Sequence[Item], candidates: Sequence[Item] = ()) -> dict[str, np.ndarray] | None:
+        """The vectors of the items' texts when every one is in this predictor's in-memory cache, else None."""
+        return self._embed.cached([i for i in itertools.chain(context[-self.max_context:], candidates)
+                                   if isinstance(i, str)])
 
     def embed_ahead(self, context: Sequence[Item], candidates: Sequence[Item] = ()) -> dict[str, np.ndarray]:
-        """The vectors of the texts a call with these items would embed (text -> vector, through the embedding cache),
-        to pass as its ``embedded``; a list with a bad item gives none (its call refuses it before any embedding)."""
+        """The vectors of the texts a call with these items would embed (text -> vector, through this predictor's
+        in-memory cache), to pass as its ``embedded``; a list with a bad item gives none (its call refuses it before
+        any embedding)."""
         texts = [*self._items.texts_of([context], "context", self.max_context),
                  *self._items.texts_of([candidates], "candidates")]
         return dict(zip(texts, self._embed(texts)))

@@ -33,7 +33,8 @@ from .types import (
     ValidationFigures,
 )
 
-FLOAT32_MAX = 3.4028234663852886e38  # a Vector holds float32s: a larger value is sent as inf
+FLOAT32_INF = 3.4028235677973366e38  # a Vector holds float32s: from here (halfway between float32's largest and 2**128)
+#                                     a value is sent as inf
 
 UINT32, INT64 = (0, 2**32 - 1), (-2**63, 2**63 - 1)  # the ranges of the messages' integer fields
 MAX_TOP_K = 1000  # the most predictions a PredictNext may ask for (the proto's PredictNextRequest.top_k)
@@ -143,7 +144,7 @@ def vector_message(values, where: str, field: str | None = None) -> pb.Vector:
         raise InvalidInputError(f"{where}: a value is too large for a float", reason=Reason.INVALID_VECTOR,
                                 field=field or where) from None
     peak = max(max(numbers), -min(numbers)) if numbers else 0.0
-    if FLOAT32_MAX < peak < math.inf:  # finite here, infinite as the message's float (the server would name inf)
+    if FLOAT32_INF <= peak < math.inf:  # finite here, infinite as the message's float (the server would name inf)
         raise InvalidInputError(f"{where}: a value is beyond float32's range (±3.4e38)", reason=Reason.INVALID_VECTOR,
                                 field=field or where)
     return message
@@ -179,6 +180,8 @@ def fresh(min_index_version: int, wait_for_index: bool) -> dict:
 
 def predict_request(context, top_k, include_attention, exclude_doc_ids, omit_text, filter=None,
                     min_index_version: int = 0, wait_for_index: bool = False) -> pb.PredictNextRequest:
+    if top_k is None:  # (whole() takes None for an unset field, which top_k may not be)
+        raise TypeError("top_k must be an integer, got None")
     return pb.PredictNextRequest(context=paragraphs(context, "context"), top_k=whole(top_k, "top_k", (1, MAX_TOP_K)),
                                  include_attention=flag(include_attention, "include_attention"),
                                  omit_text=flag(omit_text, "omit_text"), filter=filter_message(filter),

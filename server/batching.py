@@ -65,10 +65,7 @@ class Coalescer:
             except asyncio.CancelledError:
                 pass
 
-    async def submit(self, key: Hashable, payload: Any, timeout: float | None,
-                     prepare: Callable[[Any], Awaitable[Any]] | None = None) -> Any:
-        """The call's result. ``prepare(payload)``, awaited once the call is admitted and before it is queued, gives
-        the payload its batch runs (work done off the executor: it counts towards ``max_queue``, holds no slot)."""
+    async def submit(self, key: Hashable, payload: Any, timeout: float | None) -> Any:
         if self._admitted >= self.max_queue:
             delay = min(MAX_RETRY_DELAY, max(MIN_RETRY_DELAY, self.max_wait + (self._batch_seconds or 0.0)))
             raise OverloadedError(f"server busy: {self._admitted} calls in progress (limit {self.max_queue}); retry in "
@@ -77,8 +74,6 @@ class Coalescer:
         call = _Call(key, payload, time.monotonic() + timeout if timeout is not None else None,
                      asyncio.get_running_loop().create_future())
         try:
-            if prepare is not None:
-                call.payload = await prepare(payload)
             self._queue.put_nowait(call)
             return await call.future
         finally:

@@ -81,15 +81,20 @@ def tls_credentials(settings: ServerSettings) -> grpc.ServerCredentials:
 
 def tls_refusal(settings: ServerSettings) -> InvalidInputError | None:
     """Why grpc cannot serve TLS with --tls-cert and --tls-key, found by adding them to a throwaway server on a free
-    loopback port, or None if it can (or TLS is off). A key that is not the certificate's, a file that is not PEM, or
-    the two swapped make grpc's add_secure_port fail with only "Failed to bind to address", which `nextpara serve`
-    said as a port it cannot listen on; it asks before it builds a default store (minutes), and again when grpc could
+    loopback port, or None if it can (or TLS is off, or no loopback port can be bound). A key that is not the
+    certificate's, a file that is not PEM, or the two swapped make grpc's add_secure_port fail with only "Failed to
+    bind to address", which `nextpara serve` said as a port it cannot listen on; it asks before it builds a default store (minutes), and again when grpc could
     not bind. A file that cannot be read is its OSError."""
     if not settings.tls_cert:
         return None
     probe = grpc.server(ThreadPoolExecutor(max_workers=1))
     try:
-        if probe.add_secure_port("127.0.0.1:0", tls_credentials(settings)):
+        try:
+            if not probe.add_insecure_port("localhost:0"):
+                return None  # no loopback to probe on (IPv4 or IPv6): the real bind says what is wrong
+        except RuntimeError:
+            return None
+        if probe.add_secure_port("localhost:0", tls_credentials(settings)):
             return None
     except RuntimeError:
         pass

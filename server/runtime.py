@@ -21,7 +21,14 @@ from pathlib import Path
 import numpy as np
 from nextpara.attention_core.predictor import Predictor
 from nextpara.attention_core.served import CHECKPOINT, describe_served
-from nextpara.errors import FailedPreconditionError, InvalidInputError, NextparaError, Reason, StorageFullError
+from nextpara.errors import (
+    FailedPreconditionError,
+    InvalidInputError,
+    NextparaError,
+    OverloadedError,
+    Reason,
+    StorageFullError,
+)
 from nextpara.store.backup import BackupReport
 from nextpara.store.filters import RetrievalFilter, doc_id_list
 from nextpara.store.ingest import vectors_for
@@ -36,6 +43,7 @@ from .warm_up import WarmUp
 
 log = logging.getLogger(__name__)
 EMBED_THREADS = 8  # calls whose texts a remote embedder embeds at once (each waits on its endpoint, not on the cores)
+EMBED_RETRY_DELAY = 1.0  # seconds a call refused because too many wait for the embeddings endpoint is asked to wait
 
 
 @dataclass
@@ -85,6 +93,7 @@ class Runtime:
         self.write_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nextpara-write")
         # a remote embedder's query texts, embedded before their call's batch: waiting on an endpoint holds no worker
         self.embed_executor = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="nextpara-embed")
+        self._embedding = 0  # calls waiting for their texts' vectors from a remote embedder (_embed_ahead)
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
@@ -247,11 +256,11 @@ class Runtime:
         return self.predictor
 
     def _run_batch(self, key, payloads: list):
-        """Payloads are (context, candidates, embedded ahead: None or (predictor, text -> vector))."""
+        """Payloads are (context, candidates, embedded ahead: None or (embedder, text -> vector))."""
         predictor = self._require_model()
         embedded = {}
         for _, _, ahead in payloads:
-            if ahead is not None and ahead[0] is predictor:  # (after a reload, the predictor now serving embeds them)
+            if ahead is not None and ahead[0] is predictor.embedder:  # (a replica's reload makes another: it embeds)
                 embedded.update(ahead[1])
         contexts = [p[0] for p in payloads]
         if key[0] == "predict":
@@ -260,28 +269,41 @@ class Runtime:
                                                 filter=retrieval_filter, embedded=embedded)
         return predictor.rerank_batch(contexts, [p[1] for p in payloads], embedded=embedded)
 
-    async def _embed_ahead(self, payload: tuple) -> tuple:
-        """A call's texts, when a remote embedder embeds them, embedded before its batch on threads of their own:
-        an endpoint that hangs holds none of the workers that serve the other calls (a local model embeds in the
-        batch, all its calls' texts in one model call)."""
-        context, candidates, _ = payload
+    async def _embed_ahead(self, context: list, candidates: list) -> tuple | None:
+        """A call's texts, when a remote embedder embeds them, embedded before the call joins a batch, on threads of
+        their own: an endpoint that hangs holds none of the workers that serve the other calls (a local model embeds
+        in the batch, all its calls' texts in one model call). Calls waiting here have a limit of their own
+        (--max-queue, apart from the batcher's), so while an endpoint hangs calls by ids and vectors are still
+        admitted. None when there is nothing to embed, or every text is in the predictor's cache already."""
         predictor = self.predictor
         if (predictor is None or not predictor.embeds_remotely
                 or not any(isinstance(item, str) for item in itertools.chain(context, candidates))):
-            return payload
-        vectors = await self.run(predictor.embed_ahead, context, candidates, executor=self.embed_executor)
-        return context, candidates, (predictor, vectors)
+            return None
+        if (cached := predictor.cached_texts(context, candidates)) is not None:
+            return predictor.embedder, cached
+        if self._embedding >= self.settings.max_queue:
+            raise OverloadedError(f"{self._embedding} calls are waiting for the embeddings endpoint (limit "
+                                  f"{self.settings.max_queue}); retry in {EMBED_RETRY_DELAY:.0f} s",
+                                  retry_delay=EMBED_RETRY_DELAY, metadata={"queueLimit": self.settings.max_queue})
+        self._embedding += 1
+        try:
+            vectors = await self.run(predictor.embed_ahead, context, candidates, executor=self.embed_executor)
+        finally:
+            self._embedding -= 1
+        return predictor.embedder, vectors
 
     async def predict(self, context: list, top_k: int, include_attention: bool, exclude_doc_ids: list[str],
                       retrieval_filter: RetrievalFilter | None, timeout: float | None):
         """Calls with the same options (filter included: equal filters compare equal) are batched together."""
         self._require_model()
         key = ("predict", top_k, include_attention, doc_id_list(exclude_doc_ids, "exclude_doc_ids"), retrieval_filter)
-        return await self.coalescer.submit(key, (context, (), None), timeout, prepare=self._embed_ahead)
+        ahead = await self._embed_ahead(context, [])
+        return await self.coalescer.submit(key, (context, (), ahead), timeout)
 
     async def rerank(self, context: list, candidates: list, timeout: float | None):
         self._require_model()
-        return await self.coalescer.submit(("rerank",), (context, candidates, None), timeout, prepare=self._embed_ahead)
+        ahead = await self._embed_ahead(context, candidates)
+        return await self.coalescer.submit(("rerank",), (context, candidates, ahead), timeout)
 
     async def get_paragraphs(self, ids: list[int], include_vectors: bool) -> tuple[list, np.ndarray | None]:
         """The stored paragraphs in the order asked, and their vectors (None unless ``include_vectors``)."""

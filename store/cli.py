@@ -75,15 +75,13 @@ def run_build(args: argparse.Namespace):
     """``nextpara build``'s work: the BuildReport; the documents it skipped as malformed are named on stderr."""
     from nextpara.errors import InvalidInputError
 
-    from .ingest import build, build_embedder
+    from .ingest import build
 
     if args.batch_paragraphs < 1:
         raise InvalidInputError(f"--batch-paragraphs must be at least 1, got {args.batch_paragraphs}")
-    embedder = build_embedder(args.data_dir, args.embedder)
-    report = build(args.corpus, args.data_dir, embedder=embedder, index=args.index, skip_bad=args.skip_bad,
+    report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
                    batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
-                   embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env}
-                   if embedder.startswith(("openai:", "precomputed:openai:")) else None)
+                   embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env})  # (remote only)
     for reason in report.skipped_reasons:
         print(f"skipped: {reason}", file=sys.stderr)
     return report

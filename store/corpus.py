@@ -5,8 +5,8 @@ Three sources, one shape (:class:`Document`):
 * JSON Lines, one document per line, the format of the project's PEPs corpus:
   ``{"doc_id": "...", "title": "...", "paragraphs": ["...", ...]}``; an optional
   ``"vectors": [[float, ...], ...]`` (one per paragraph) carries precomputed embeddings, an optional
-  ``"labels": {"tenant": "acme", ...}`` the document's labels (labels.py). Other keys are ignored, except one close to
-  a field it lacks (``"label"``): malformed, since ignoring it would lose what it holds.
+  ``"labels": {"tenant": "acme", ...}`` the document's labels (labels.py). Other keys are ignored, except a field it
+  lacks spelt another way (``"label"``, errors.misspelt_field): malformed, since ignoring it would lose what it holds.
 * A directory of ``.txt`` / ``.md`` files: one document per file (doc_id = path relative
   to the directory), paragraphs separated by blank lines; markdown headings and fenced
   code blocks are dropped.

@@ -51,6 +51,7 @@ class Embedder(Protocol):
     name: str
     dim: int | None
     remote: bool  # embeds over the network (waits on I/O, may hang): a server embeds its query texts off its workers
+    #              (optional for an embedder of the caller's: read with getattr, False when absent)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return a (len(texts), dim) float32 array of unit vectors."""

@@ -56,7 +56,7 @@ class CachedEmbedder:
 
     @property
     def remote(self) -> bool:
-        return self.inner.remote
+        return getattr(self.inner, "remote", False)
 
     def _lookup(self, hashes: list[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}

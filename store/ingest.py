@@ -147,15 +147,6 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> 
     return out
 
 
-def build_embedder(data_dir: str | os.PathLike | DataDir | None, given: str | None) -> str:
-    """The embedder spec a build uses: ``given``, else the store's own (a rebuild need not name it again), else
-    MiniLM's."""
-    if given:
-        return given
-    meta = DataDir.resolve(data_dir).read_store_meta()
-    return meta.get("embedder_spec", meta.get("embedder")) or DEFAULT_EMBEDDER
-
-
 def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, embedder: str | None = None, index: str | None = None,
           skip_bad: bool = False, batch_paragraphs: int = 1024, use_cache: bool = True, quiet: bool = False,
           embedder_options: dict | None = None) -> BuildReport:
@@ -167,13 +158,14 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     reader = CorpusReader(corpus, skip_bad=skip_bad)
     docs = list(progress_bar(reader, desc="read corpus", unit="doc", quiet=quiet))
     stored = data_dir.read_store_meta()  # {} before the store exists
-    embedder = build_embedder(data_dir, embedder)
+    embedder = embedder or stored.get("embedder_spec", stored.get("embedder")) or DEFAULT_EMBEDDER  # a rebuild: its own
+    replace_blank = (bool(stored) and stored["embedder"] != make_embedder(embedder).name  # (a name: nothing loads)
+                     and data_dir.never_written())
+    if replace_blank:  # another embedder's store that no write reached (a first build stopped early): made anew,
+        stored = {}  # nothing of it kept (not its endpoint either)
     given = {k: v for k, v in (embedder_options or {}).items() if v is not None}
     options = {**stored_options(stored), **given}  # a rebuild keeps the endpoint the store remembers unless told another
     emb = _embedder_for(embedder, use_cache, **options)
-    replace_blank = bool(stored) and stored["embedder"] != emb.name and data_dir.never_written()
-    if replace_blank:  # another embedder's store that no write reached (a first build stopped early): made anew
-        stored = {}
     refuse_another_embedder(data_dir, stored, emb.name, None)  # before a remote model is asked anything
     if isinstance(emb, PrecomputedEmbedder):  # vectors brought: of the store's dimension, else of the first document's
         docs, dim = _storable(docs, reader, embedder, int(stored["dim"]) if stored else None, emb.name)

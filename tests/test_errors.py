@@ -318,8 +318,10 @@ def test_remote_embedder_refusals(tmp_path, monkeypatch):
 
 
 def test_an_endpoint_that_hangs_holds_no_worker(tmp_path, monkeypatch):
-    """A remote embedder's query texts are embedded off the one worker: while the endpoint holds a call's texts,
-    calls by ids and vectors are answered, and the held call is answered once the endpoint answers."""
+    """A remote embedder's query texts are embedded off the one worker, with a limit of their own: while the endpoint
+    holds a call's texts, calls by ids and vectors are answered (and admitted: a full --max-queue of text calls
+    refuses only text calls), and the held call is answered once the endpoint answers, its texts embedded once even
+    across a reload; a text embedded before costs no request."""
     from nextpara.store.ingest import build
 
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
@@ -330,10 +332,14 @@ def test_an_endpoint_that_hangs_holds_no_worker(tmp_path, monkeypatch):
     with FakeEmbeddingsServer(dim=16) as fake:
         build(str(corpus), tmp_path / "store", embedder="openai:fake-model", quiet=True,
               embedder_options={"base_url": fake.base_url}, use_cache=False)
-        s = LiveServer(tmp_path / "store", workers=1).start()
+        s = LiveServer(tmp_path / "store", workers=1, max_queue=1).start()
         try:
-            with Client(s.address, timeout=60) as c:
+            with Client(s.address, timeout=60, retry_queue_full=False) as c:
                 ids = [p.paragraph_id for p in c.get_document("a.md").paragraphs]
+                sent = len(fake.requests)
+                for _ in range(2):
+                    assert c.predict_next(["A warm text."]).predictions
+                assert len(fake.requests) == sent + 1  # the second call's text was cached
                 fake.answering.clear()
                 sent = len(fake.requests)
                 held: dict = {}
@@ -342,14 +348,17 @@ def test_an_endpoint_that_hangs_holds_no_worker(tmp_path, monkeypatch):
                 deadline = time.monotonic() + 30
                 while len(fake.requests) == sent and time.monotonic() < deadline:
                     time.sleep(0.05)
-                assert len(fake.requests) > sent, "the text never reached the endpoint"
+                assert len(fake.requests) == sent + 1, "the text never reached the endpoint"
                 by_ids = c.predict_next(ids[:2], top_k=3)
                 reranked = c.rerank([ids[0]], [ids[1], ids[2]])
+                e = refusal(lambda: c.predict_next(["Another query by text."]))  # the one place is taken
+                assert e.reason == "QUEUE_FULL" and "waiting for the embeddings endpoint" in e.details, e.details
+                c.reload()  # (a writer's reload keeps its embedder: the held texts' vectors are still good)
                 assert by_text.is_alive() and "result" not in held  # answered while the endpoint held the texts
                 assert by_ids.predictions and sorted(reranked.order) == [0, 1]
                 fake.answering.set()
                 by_text.join(60)
-                assert held["result"].predictions
+                assert held["result"].predictions and len(fake.requests) == sent + 1  # embedded once
         finally:
             fake.answering.set()
             s.stop()

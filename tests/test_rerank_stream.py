@@ -131,6 +131,7 @@ def test_arguments_are_checked_before_anything_is_sent(client):
         "filter.labels['k'] must be a string, got int": lambda: client.predict_next([1], filter={"labels": {"k": 1}}),
         "top_k must be 1 to 1000, got -1": lambda: client.predict_next([1], top_k=-1),  # (the message's range was said)
         "top_k must be 1 to 1000, got 1001": lambda: client.predict_next([1], top_k=1001),
+        "top_k must be an integer, got None": lambda: client.predict_next([1], top_k=None),
         "filter.min_score must be a finite number, got nan": lambda: client.predict_next([1], filter={"min_score": math.nan}),
         "filter.min_score must be a number, got '5'": lambda: client.predict_next([1], filter={"min_score": "5"}),
         "filter.min_score must be a number, got True": lambda: client.predict_next([1], filter={"min_score": True}),
@@ -159,6 +160,7 @@ def test_arguments_are_checked_before_anything_is_sent(client):
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": [[True] * 384]}]),
         "candidates[0]: a value is too large for a float": lambda: client.rerank([1], [[10**400] * 384]),
         "candidates[1]: a value is beyond float32's range": lambda: client.rerank([1], [2, [1.0] * 383 + [-1e39]]),
+        "candidates[0]: a value is beyond float32's range": lambda: client.rerank([1], [[1.0] * 383 + [3.4028235677973366e38]]),
         "documents[0].vectors must be a list of vectors, not a single string":
             lambda: client.add_documents([{"doc_id": "v", "paragraphs": ["a"], "vectors": "abc"}]),
         "max_in_flight must be at least 1, got 0": lambda: list(client.rerank_many([([1], [2, 3])], max_in_flight=0)),
@@ -173,6 +175,7 @@ def test_arguments_are_checked_before_anything_is_sent(client):
     from nextpara.client._convert import MAX_TOP_K as CLIENTS
 
     assert CLIENTS == MAX_TOP_K  # the client's check is the service's
+    assert len(client.rerank([1], [[1.0] * 383 + [3.4028235e38]]).order) == 1  # float32's largest, as printed: sent
     # what protobuf took before stays taken: None for unset, labels as pairs, whole floats and numpy's integers for ids
     import numpy as np
 

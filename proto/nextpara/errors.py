@@ -156,13 +156,16 @@ DOCUMENT_FIELDS = ("doc_id", "title", "paragraphs", "vectors", "labels")  # what
 
 def misspelt_field(keys, fields=DOCUMENT_FIELDS) -> str | None:
     """Why a mapping of ``fields`` with these keys says other than it means, or None: a key that is none of the fields
-    but close to one that is absent ("label" for "labels"), which a reader would ignore, losing what it held. Other
-    keys (a corpus's "source" or "license") are left to be ignored."""
-    import difflib
+    but one of them spelt another way (case, "_" or "-", a plural's "s": "label" for "labels", "DocId" for "doc_id")
+    while that field is absent, which a reader would ignore, losing what it held. Other keys (a corpus's "source" or
+    "license", "vector_ids") are left to be ignored."""
+    def plain(name: str) -> str:
+        return name.lower().replace("_", "").replace("-", "")
 
+    absent = {plain(f): f for f in fields if f not in keys}
     for key in keys:
         if isinstance(key, str) and key not in fields:
-            close = difflib.get_close_matches(key, [f for f in fields if f not in keys], n=1, cutoff=0.8)
-            if close:
-                return f"unknown field {key!r} (did you mean {close[0]!r}?)"
+            for form in (plain(key), plain(key) + "s", plain(key).removesuffix("s")):
+                if form in absent:
+                    return f"unknown field {key!r} (did you mean {absent[form]!r}?)"
     return None
