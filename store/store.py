@@ -39,6 +39,7 @@ from .tables import (
     content_hash,
     has_generation_column,
     remember_options,
+    store_id,
 )
 from .unit_vectors import unit_rows
 from .vector_index import check_index
@@ -239,6 +240,12 @@ class ParagraphStore:
             return self._index_generation
         with self._mutex:
             with self.tables.read_transaction():
+                meta = dict(self.tables.db.execute("SELECT key, value FROM meta"))
+                if store_id(meta) != self.store_id:  # a store no write reached, made anew by a build (open_store)
+                    raise StoreMismatchError(
+                        f"{self.data_dir} was made anew (embedder {meta['embedder']!r}, dim {meta['dim']}) since this "
+                        f"read-only open loaded it (embedder {self.embedder_name!r}, dim {self.dim}): open it again "
+                        "(a replica: Reload, or restart it)")
                 self.tables.refresh_schema()  # the writer may have added the labels table since this store opened,
                 self.words.available = self.words.available or has_word_index(self.tables.db)  # or the word index
                 generation = self.tables.generation

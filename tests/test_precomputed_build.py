@@ -103,9 +103,13 @@ def test_a_store_no_write_reached_is_made_anew_for_another_embedder(tmp_path):
     from nextpara.store.embedders import MINILM_NAME
 
     open_store(tmp_path / "store", embedder_name=MINILM_NAME, dim=384, embedder_spec="minilm").close()  # as it is left
+    replica = open_store(tmp_path / "store", readonly=True)  # (a read-only open takes no write lock)
     report = build(str(write_corpus(tmp_path / "c.jsonl", [8, 8])), tmp_path / "store", embedder="precomputed:toy",
                    quiet=True)
     assert report.documents_added == 2
+    with pytest.raises(StoreMismatchError, match="was made anew .embedder 'toy', dim 8. since this read-only open"):
+        replica.catch_up()  # its 384-d vectors would have taken the new store's 8-d rows
+    replica.close()
     with open_store(tmp_path / "store", readonly=True) as store:
         assert (store.embedder_name, store.dim, store.count_paragraphs()) == ("toy", 8, 4)
         assert store.search(unit_vectors(1, 8, seed=0), 1)[1][0, 0] >= 0
