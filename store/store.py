@@ -9,7 +9,10 @@ was kept. A write that returns is acknowledged and survives a kill; the index is
 atomic snapshot by :meth:`ParagraphStore.snapshot`, and loading replays SQLite beyond it.
 
 One process writes at a time (an exclusive ``flock`` on ``write.lock``); any number of processes
-may open the store read-only. Open one with :func:`open_store`.
+may open the store read-only. Open one with :func:`open_store`. Within a process, every read and write of the
+store's one SQLite connection runs under the store's lock: on a shared connection a read during a write's
+transaction sees it half done, and a read that overlaps another's statement shares that statement's view of the
+database, taken before a writer's later commit (a replica then missed a document its writer had committed).
 """
 
 from __future__ import annotations
@@ -172,7 +175,8 @@ class ParagraphStore:
         return self.vector_table.index
 
     def count_documents(self) -> int:
-        return self.tables.count_documents()
+        with self._mutex:
+            return self.tables.count_documents()
 
     def count_paragraphs(self) -> int:
         return len(self.vector_table)
@@ -287,11 +291,13 @@ class ParagraphStore:
     # ---- reads ------------------------------------------------------------------------
     def get_paragraphs(self, ids: Sequence[int]) -> list[Paragraph]:
         """Paragraphs in the order asked; NotFoundError naming the unknown ids."""
-        return self.tables.get_paragraphs(ids)
+        with self._mutex:
+            return self.tables.get_paragraphs(ids)
 
     def paragraph_table(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
         """(ids, doc_ids, positions, text_hashes) of every paragraph, ordered by (doc_id, position)."""
-        return self.tables.paragraph_table()
+        with self._mutex:
+            return self.tables.paragraph_table()
 
     def list_documents(self, after: str = "", limit: int = 100, labels: dict[str, str] | None = None) -> list[DocumentRow]:
         """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order (keyset paging); with
@@ -319,7 +325,8 @@ class ParagraphStore:
 
     def missing_documents(self, doc_ids: Sequence[str]) -> list[str]:
         """The doc_ids among ``doc_ids`` that are not stored, in their order."""
-        return self.tables.missing_documents(list(doc_ids))
+        with self._mutex:
+            return self.tables.missing_documents(list(doc_ids))
 
     def present_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The ids among ``ids`` that the vector table holds (in their order) and their vectors, under one lock: a
@@ -331,7 +338,8 @@ class ParagraphStore:
 
     def ids_of_documents(self, doc_ids: Iterable[str]) -> np.ndarray:
         """Ids of every paragraph of the given documents (unknown doc_ids contribute nothing)."""
-        return self.tables.ids_of_documents(doc_ids)
+        with self._mutex:
+            return self.tables.ids_of_documents(doc_ids)
 
     def resolve_filter(self, f: RetrievalFilter | None, exclude_doc_ids: Sequence[str] = ()) -> Allowed:
         """The paragraph ids a retrieval under ``f`` may return (``exclude_doc_ids``: documents it must not), for
@@ -341,11 +349,12 @@ class ParagraphStore:
 
     def ids_with_text(self, texts: Iterable[str]) -> np.ndarray:
         """Ids of every stored paragraph whose text equals one of ``texts``."""
-        return np.asarray(sorted(i for ids in self.tables.ids_by_text(texts).values() for i in ids), dtype=np.int64)
+        return np.asarray(sorted(i for ids in self.ids_by_text(texts).values() for i in ids), dtype=np.int64)
 
     def ids_by_text(self, texts: Iterable[str]) -> dict[str, list[int]]:
         """For each of ``texts`` that is stored: the ids of every paragraph with exactly that text."""
-        return self.tables.ids_by_text(texts)
+        with self._mutex:
+            return self.tables.ids_by_text(texts)
 
     def search(self, queries: np.ndarray, k: int, exclude: Sequence[Iterable[int]] | None = None,
                allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -383,8 +392,8 @@ class ParagraphStore:
         deep = k + max((len(e) for e in sets), default=0)
         if allow is not None and not len(allow):
             return [[] for _ in texts]
-        found = self.words.search(texts, deep, self.count_paragraphs(), allow)
         with self._mutex:
+            found = self.words.search(texts, deep, self.count_paragraphs(), allow)
             return [[i for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok and i not in e][:k]
                     for ids, e in zip(found, sets)]
 
@@ -413,7 +422,7 @@ class ParagraphStore:
         for the others: a replica's index may name a paragraph the writer has deleted since)."""
         with self._mutex:
             present = [int(i) for i, ok in zip(ids, self.vector_table.rows(np.asarray(ids, np.int64))[1]) if ok]
-        return self.tables.find_paragraphs(present)
+            return self.tables.find_paragraphs(present)
 
     def info(self) -> dict:
         """The store's facts. Its SQL under the lock (the connection is shared); file sizes of files that may go

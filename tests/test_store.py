@@ -275,6 +275,41 @@ def test_info_on_a_replica_whose_snapshot_the_writer_removed(tmp_path):
     writer.close()
 
 
+def test_a_replica_reading_in_two_threads_sees_every_committed_write(tmp_path):
+    """A read on the shared connection that overlapped another thread's statement (a server's warm-up reading texts)
+    shared that statement's view of the database, taken before the writer's commit: the replica's GetDocument said
+    NOT_FOUND for a document its writer had committed (180 reads in 200 here, before every read took the lock)."""
+    import threading
+
+    docs, vecs = make_docs(100, 30)
+    writer = new_store(tmp_path)
+    writer.add_documents(docs, vecs)
+    stop = threading.Event()
+    with open_store(tmp_path, readonly=True) as replica:
+        ids = replica.vector_ids().tolist()
+
+        def read_texts():
+            while not stop.is_set():
+                replica.find_paragraphs(ids)
+
+        reader = threading.Thread(target=read_texts)
+        reader.start()
+        try:
+            new, new_vecs = make_docs(40, 1, seed=1, prefix="new")
+            stale = []
+            for doc, vec in zip(new, new_vecs):
+                writer.add_documents([doc], [vec])
+                try:
+                    replica.get_document(doc.doc_id)
+                except NotFoundError:
+                    stale.append(doc.doc_id)
+        finally:
+            stop.set()
+            reader.join()
+    writer.close()
+    assert not stale, f"{len(stale)} of 40 committed documents unseen"
+
+
 class _Payload:
     """Unpickling this would create a marker file: the proof that code ran."""
 
