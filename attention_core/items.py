@@ -208,17 +208,14 @@ class ItemResolver:
             start = end
         return out
 
-    def texts_of(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None) -> list[str]:
-        """The distinct texts ``resolve_many`` would embed for ``lists`` (a list it would refuse gives none)."""
-        texts: dict[str, None] = {}
-        for items in lists:
-            if not any(isinstance(item, str) for item in items):  # (ids and vectors: no text, no check needed)
-                continue
-            try:
-                texts.update(dict.fromkeys(self.parse(items, where, keep_last).texts.values()))
-            except InvalidInputError:
-                continue
-        return list(texts)
+    def texts_of(self, items: Sequence[Item], where: str, keep_last: int | None = None) -> list[str]:
+        """The distinct texts ``resolve_many`` would embed for a list of ``items`` (none if it would refuse it)."""
+        if not any(isinstance(item, str) for item in items):  # (ids and vectors: no text, nothing to check)
+            return []
+        try:
+            return list(dict.fromkeys(self.parse(items, where, keep_last).texts.values()))
+        except InvalidInputError:
+            return []
 
     def resolve_many(self, lists: Sequence[Sequence[Item]], where: str, keep_last: int | None = None,
                      exclusions: bool = True, stored_texts: bool | Callable[[np.ndarray], np.ndarray] = True,

@@ -125,8 +125,8 @@ class Predictor:
         """The vectors of the texts a call with these items would embed (text -> vector, through this predictor's
         in-memory cache), to pass as its ``embedded``; a list with a bad item gives none (its call refuses it before
         any embedding)."""
-        texts = [*self._items.texts_of([context], "context", self.max_context),
-                 *self._items.texts_of([candidates], "candidates")]
+        texts = [*self._items.texts_of(context, "context", self.max_context),
+                 *self._items.texts_of(candidates, "candidates")]
         return dict(zip(texts, self._embed(texts)))
 
     @property

@@ -83,8 +83,8 @@ def tls_refusal(settings: ServerSettings) -> InvalidInputError | None:
     """Why grpc cannot serve TLS with --tls-cert and --tls-key, found by adding them to a throwaway server on a free
     loopback port, or None if it can (or TLS is off, or no loopback port can be bound). A key that is not the
     certificate's, a file that is not PEM, or the two swapped make grpc's add_secure_port fail with only "Failed to
-    bind to address", which `nextpara serve` said as a port it cannot listen on; it asks before it builds a default store (minutes), and again when grpc could
-    not bind. A file that cannot be read is its OSError."""
+    bind to address", which `nextpara serve` said as a port it cannot listen on; it asks before it builds a default
+    store (minutes), and again when grpc could not bind. A file that cannot be read is its OSError."""
     if not settings.tls_cert:
         return None
     probe = grpc.server(ThreadPoolExecutor(max_workers=1))

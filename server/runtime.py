@@ -11,7 +11,6 @@ on reload, so a response's model and index versions always come from one predict
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -274,13 +273,12 @@ class Runtime:
         their own: an endpoint that hangs holds none of the workers that serve the other calls (a local model embeds
         in the batch, all its calls' texts in one model call). Calls waiting here have a limit of their own
         (--max-queue, apart from the batcher's), so while an endpoint hangs calls by ids and vectors are still
-        admitted. None when there is nothing to embed, or every text is in the predictor's cache already."""
+        admitted. None when there is no text to embed; every text in the predictor's cache already costs no thread."""
         predictor = self.predictor
-        if (predictor is None or not predictor.embeds_remotely
-                or not any(isinstance(item, str) for item in itertools.chain(context, candidates))):
+        if predictor is None or not predictor.embeds_remotely:
             return None
-        if (cached := predictor.cached_texts(context, candidates)) is not None:
-            return predictor.embedder, cached
+        if (cached := predictor.cached_texts(context, candidates)) is not None:  # ({} for a call of no text)
+            return (predictor.embedder, cached) if cached else None
         if self._embedding >= self.settings.max_queue:
             raise OverloadedError(f"{self._embedding} calls are waiting for the embeddings endpoint (limit "
                                   f"{self.settings.max_queue}); retry in {EMBED_RETRY_DELAY:.0f} s",

@@ -244,7 +244,7 @@ class ParagraphStore:
             return self._index_generation
         with self._mutex:
             with self.tables.read_transaction():
-                meta = dict(self.tables.db.execute("SELECT key, value FROM meta"))
+                meta = self.data_dir.read_meta(self.tables.db)
                 if store_id(meta) != self.store_id:  # a store no write reached, made anew by a build (open_store)
                     raise StoreMismatchError(
                         f"{self.data_dir} was made anew (embedder {meta['embedder']!r}, dim {meta['dim']}) since this "
