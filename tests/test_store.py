@@ -278,7 +278,7 @@ def test_info_on_a_replica_whose_snapshot_the_writer_removed(tmp_path):
 def test_a_replica_reading_in_two_threads_sees_every_committed_write(tmp_path):
     """A read on the shared connection that overlapped another thread's statement (a server's warm-up reading texts)
     shared that statement's view of the database, taken before the writer's commit: the replica's GetDocument said
-    NOT_FOUND for a document its writer had committed (180 reads in 200 here, before every read took the lock)."""
+    NOT_FOUND for a document its writer had committed (for each of the 40 here, before every read took the lock)."""
     import threading
 
     docs, vecs = make_docs(100, 30)
