@@ -121,13 +121,15 @@ class Predictor:
         return self._embed.cached([i for i in itertools.chain(context[-self.max_context:], candidates)
                                    if isinstance(i, str)])
 
-    def embed_ahead(self, context: Sequence[Item], candidates: Sequence[Item] = ()) -> dict[str, np.ndarray]:
-        """The vectors of the texts a call with these items would embed (text -> vector, through this predictor's
-        in-memory cache), to pass as its ``embedded``; a list with a bad item gives none (its call refuses it before
-        any embedding)."""
-        texts = [*self._items.texts_of(context, "context", self.max_context),
-                 *self._items.texts_of(candidates, "candidates")]
-        return dict(zip(texts, self._embed(texts)))
+    def embed_ahead(self, calls: Sequence[tuple[Sequence[Item], Sequence[Item]]]) -> list[dict[str, np.ndarray]]:
+        """For each call's (context, candidates), the vectors of the texts it would embed (text -> vector), to pass as
+        its ``embedded``; the calls' texts go to the embedder together, once each, through this predictor's in-memory
+        cache. A list with a bad item gives none (its call refuses it before any embedding)."""
+        wanted = [[*self._items.texts_of(context, "context", self.max_context),
+                   *self._items.texts_of(candidates, "candidates")] for context, candidates in calls]
+        texts = list(dict.fromkeys(itertools.chain.from_iterable(wanted)))
+        vectors = dict(zip(texts, self._embed(texts)))
+        return [{text: vectors[text] for text in call} for call in wanted]
 
     @property
     def model_version(self) -> str:

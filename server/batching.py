@@ -10,7 +10,9 @@ So a lone call waits for nothing, and under load the batches grow with the queue
 many small ones in the executor (on PEPs at concurrency 16 a batch averaged 2 calls when batches were cut
 every 2 ms regardless of free workers, and each worker then paid its fixed costs per 2 calls). Calls
 whose deadline passed or whose caller went away before their batch starts are dropped. If a
-batch fails, its calls are retried one by one so that one bad call cannot fail the others.
+batch fails, its calls are retried one by one so that one bad call cannot fail the others (unless its failure is
+what they share: the server's second coalescer, of calls waiting for a remote embedder's endpoint, gives them all
+the error of an endpoint that failed whatever the texts, rather than waiting it out again once per call).
 
 ``in_order`` runs the calls of one stream (RerankStream) concurrently and yields their results
 in the order the requests came.
@@ -42,8 +44,14 @@ class _Call:
 
 class Coalescer:
     def __init__(self, run_batch: Callable[[Hashable, list], list], executor: Executor, max_batch: int,
-                 max_wait: float, max_queue: int, on_batch: Callable[[int], None] | None = None, slots: int = 1):
+                 max_wait: float, max_queue: int, on_batch: Callable[[int], None] | None = None, slots: int = 1,
+                 busy: str = "calls in progress", retry_alone: Callable[[Exception], bool] = lambda e: True,
+                 min_retry_delay: float = MIN_RETRY_DELAY):
+        """``busy``: what the admitted calls are doing, in a refusal's message; ``min_retry_delay``: the least it asks a
+        refused caller to wait. ``retry_alone(error)``: whether a batch that failed with it has its calls run one by
+        one (else its failure is every call's, as when the batch failed on something they share)."""
         self.run_batch, self.executor, self.slots = run_batch, executor, slots
+        self.busy, self.retry_alone, self.min_retry_delay = busy, retry_alone, min_retry_delay
         self._free: asyncio.Semaphore | None = None  # batches the executor may run at once
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self.on_batch = on_batch
@@ -67,8 +75,8 @@ class Coalescer:
 
     async def submit(self, key: Hashable, payload: Any, timeout: float | None) -> Any:
         if self._admitted >= self.max_queue:
-            delay = min(MAX_RETRY_DELAY, max(MIN_RETRY_DELAY, self.max_wait + (self._batch_seconds or 0.0)))
-            raise OverloadedError(f"server busy: {self._admitted} calls in progress (limit {self.max_queue}); retry in "
+            delay = min(MAX_RETRY_DELAY, max(self.min_retry_delay, self.max_wait + (self._batch_seconds or 0.0)))
+            raise OverloadedError(f"server busy: {self._admitted} {self.busy} (limit {self.max_queue}); retry in "
                                   f"{delay:.2f} s", retry_delay=delay, metadata={"queueLimit": self.max_queue})
         self._admitted += 1
         call = _Call(key, payload, time.monotonic() + timeout if timeout is not None else None,
@@ -136,9 +144,10 @@ class Coalescer:
             took = time.monotonic() - started
             self._batch_seconds = took if self._batch_seconds is None else self._batch_seconds + 0.2 * (took - self._batch_seconds)
         except Exception as e:  # noqa: BLE001 - delivered to the caller, who maps it to a status
-            if len(live) == 1:
-                if not live[0].future.done():
-                    live[0].future.set_exception(e)
+            if len(live) == 1 or not self.retry_alone(e):
+                for c in live:
+                    if not c.future.done():
+                        c.future.set_exception(e)
                 return
             for c in live:  # attribute the failure: run each call alone
                 await self._run_calls([c])

@@ -170,7 +170,7 @@ async def _serve(settings: ServerSettings, data_dir: Path, ready: asyncio.Event 
     where = (settings.address if is_local_socket(settings.address)  # (for which grpc's port is 1)
              else f"{settings.address.rpartition(':')[0]}:{port}")
     log.info("listening on %s (NOT_SERVING while loading)", where)
-    runtime.coalescer.start()
+    runtime.start()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     reload_requested = asyncio.Event()

@@ -24,12 +24,12 @@ from nextpara.errors import (
     FailedPreconditionError,
     InvalidInputError,
     NextparaError,
-    OverloadedError,
     Reason,
     StorageFullError,
 )
 from nextpara.store.backup import BackupReport
 from nextpara.store.filters import RetrievalFilter, doc_id_list
+from nextpara.store.http_embedder import EmbeddingServiceError
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
 
@@ -41,8 +41,9 @@ from .metrics import Metrics
 from .warm_up import WarmUp
 
 log = logging.getLogger(__name__)
-EMBED_THREADS = 8  # calls whose texts a remote embedder embeds at once (each waits on its endpoint, not on the cores)
-EMBED_RETRY_DELAY = 1.0  # seconds a call refused because too many wait for the embeddings endpoint is asked to wait
+EMBED_REQUESTS = 4  # embedding calls a server has at a remote endpoint at once (each waits on it, not on the cores)
+EMBED_CALLS = 64  # calls whose texts one of them carries at most (the embedder cuts them into its own batches)
+EMBED_RETRY_DELAY = 1.0  # seconds, at least, a call refused because too many wait for the endpoint is asked to wait
 
 
 @dataclass
@@ -83,6 +84,12 @@ def size_threads(workers: int, threads: int = 0) -> int:
     return n
 
 
+def _texts_refused(error: Exception) -> bool:
+    """Whether a batch of calls whose texts a remote embedder failed on is worth running call by call: unless the
+    endpoint failed whatever the texts (down, hung, 5xx after every try), it may have refused one call's text."""
+    return not isinstance(error, EmbeddingServiceError) or error.refused
+
+
 class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
@@ -91,8 +98,7 @@ class Runtime:
         # behind it (both still share the cores)
         self.write_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nextpara-write")
         # a remote embedder's query texts, embedded before their call's batch: waiting on an endpoint holds no worker
-        self.embed_executor = ThreadPoolExecutor(max_workers=EMBED_THREADS, thread_name_prefix="nextpara-embed")
-        self._embedding = 0  # calls waiting for their texts' vectors from a remote embedder (_embed_ahead)
+        self.embed_executor = ThreadPoolExecutor(max_workers=EMBED_REQUESTS, thread_name_prefix="nextpara-embed")
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
@@ -109,6 +115,13 @@ class Runtime:
         self.backups = Backups(data_dir, settings.backup_dir)
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
                                    settings.max_queue, on_batch=metrics.batch.observe, slots=settings.workers)
+        # the calls waiting for a remote embedder, coalesced as the calls are: texts of calls that arrive while the
+        # endpoint has EMBED_REQUESTS embedding calls go to it together, in one (the calls by ids and vectors never
+        # wait here, so they are admitted while the endpoint hangs)
+        self.embed_coalescer = Coalescer(self._embed_batch, self.embed_executor, EMBED_CALLS,
+                                         settings.max_wait_ms / 1000, settings.max_queue, slots=EMBED_REQUESTS,
+                                         busy="calls waiting for the embeddings endpoint", retry_alone=_texts_refused,
+                                         min_retry_delay=EMBED_RETRY_DELAY)
 
     # ---- lifecycle --------------------------------------------------------------------
     def load(self) -> None:
@@ -233,8 +246,14 @@ class Runtime:
                 return
             self._snapshot_generation = self.store.generation
 
+    def start(self) -> None:
+        """Start taking calls (in the server's event loop)."""
+        self.coalescer.start()
+        self.embed_coalescer.start()
+
     async def close(self) -> None:
         await self.coalescer.stop()
+        await self.embed_coalescer.stop()
         await self.snapshot_if_changed(closing=True)
         self.executor.shutdown(wait=True)
         self.write_executor.shutdown(wait=True)
@@ -268,40 +287,43 @@ class Runtime:
                                                 filter=retrieval_filter, embedded=embedded)
         return predictor.rerank_batch(contexts, [p[1] for p in payloads], embedded=embedded)
 
-    async def _embed_ahead(self, context: list, candidates: list) -> tuple | None:
+    def _embed_batch(self, key, payloads: list) -> list:
+        """Payloads are (context, candidates) of calls a remote embedder embeds; each gets (embedder, text -> vector)."""
+        predictor = self._require_model()
+        return [(predictor.embedder, vectors) for vectors in predictor.embed_ahead(payloads)]
+
+    async def _embed_ahead(self, context: list, candidates: list, timeout: float | None) -> tuple | None:
         """A call's texts, when a remote embedder embeds them, embedded before the call joins a batch, on threads of
-        their own: an endpoint that hangs holds none of the workers that serve the other calls (a local model embeds
-        in the batch, all its calls' texts in one model call). Calls waiting here have a limit of their own
-        (--max-queue, apart from the batcher's), so while an endpoint hangs calls by ids and vectors are still
-        admitted. None when there is no text to embed; every text in the predictor's cache already costs no thread."""
+        their own and together with the texts of the calls waiting with it: an endpoint that hangs holds none of the
+        workers that serve the other calls (a local model embeds in the batch, all its calls' texts in one model
+        call). Calls waiting here have a limit of their own (--max-queue, apart from the batcher's), so while an
+        endpoint hangs calls by ids and vectors are still admitted. None when there is no text to embed; every text
+        in the predictor's cache already costs no wait."""
         predictor = self.predictor
         if predictor is None or not predictor.embeds_remotely:
             return None
         if (cached := predictor.cached_texts(context, candidates)) is not None:  # ({} for a call of no text)
             return (predictor.embedder, cached) if cached else None
-        if self._embedding >= self.settings.max_queue:
-            raise OverloadedError(f"{self._embedding} calls are waiting for the embeddings endpoint (limit "
-                                  f"{self.settings.max_queue}); retry in {EMBED_RETRY_DELAY:.0f} s",
-                                  retry_delay=EMBED_RETRY_DELAY, metadata={"queueLimit": self.settings.max_queue})
-        self._embedding += 1
-        try:
-            vectors = await self.run(predictor.embed_ahead, context, candidates, executor=self.embed_executor)
-        finally:
-            self._embedding -= 1
-        return predictor.embedder, vectors
+        return await self.embed_coalescer.submit(("embed",), (context, candidates), timeout)
+
+    @staticmethod
+    def _left(deadline: float | None) -> float | None:
+        return None if deadline is None else deadline - time.monotonic()
 
     async def predict(self, context: list, top_k: int, include_attention: bool, exclude_doc_ids: list[str],
                       retrieval_filter: RetrievalFilter | None, timeout: float | None):
         """Calls with the same options (filter included: equal filters compare equal) are batched together."""
         self._require_model()
         key = ("predict", top_k, include_attention, doc_id_list(exclude_doc_ids, "exclude_doc_ids"), retrieval_filter)
-        ahead = await self._embed_ahead(context, [])
-        return await self.coalescer.submit(key, (context, (), ahead), timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ahead = await self._embed_ahead(context, [], timeout)
+        return await self.coalescer.submit(key, (context, (), ahead), self._left(deadline))
 
     async def rerank(self, context: list, candidates: list, timeout: float | None):
         self._require_model()
-        ahead = await self._embed_ahead(context, candidates)
-        return await self.coalescer.submit(("rerank",), (context, candidates, ahead), timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ahead = await self._embed_ahead(context, candidates, timeout)
+        return await self.coalescer.submit(("rerank",), (context, candidates, ahead), self._left(deadline))
 
     async def get_paragraphs(self, ids: list[int], include_vectors: bool) -> tuple[list, np.ndarray | None]:
         """The stored paragraphs in the order asked, and their vectors (None unless ``include_vectors``)."""

@@ -36,6 +36,8 @@ class EmbeddingServiceError(NextparaError):
     """The embeddings endpoint failed after all retries, or refused the request."""
 
     reason = Reason.EMBEDDING_SERVICE_FAILED
+    refused = False  # True: the endpoint answered and refused these texts (a 4xx other than 429), so another request
+    # of other texts may pass; False: it failed whatever the texts (down, hung, 5xx or 429 after every try, a bad answer)
 
 
 class OpenAIEmbedder:
@@ -85,7 +87,9 @@ class OpenAIEmbedder:
             except urllib.error.HTTPError as e:
                 detail = e.read()[:500].decode("utf-8", "replace")
                 if e.code != 429 and e.code < 500:
-                    raise EmbeddingServiceError(f"{self.base_url}/embeddings answered {e.code}: {detail}") from e
+                    refusal = EmbeddingServiceError(f"{self.base_url}/embeddings answered {e.code}: {detail}")
+                    refusal.refused = True
+                    raise refusal from e
                 retry_after = e.headers.get("Retry-After")
                 reason = f"HTTP {e.code}"
             except (urllib.error.URLError, TimeoutError, ConnectionError) as e:

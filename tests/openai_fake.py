@@ -4,7 +4,8 @@ Stands in for the remote API, which cannot be reached from here. Vectors are a
 deterministic function of the text (seeded by its hash), so equal texts get equal
 vectors. ``fail_next`` makes the next requests answer with the given status codes; ``dim`` may change between
 requests, and ``zeros`` answers zero vectors (an endpoint gone wrong). ``answering`` cleared holds every answer
-until it is set again (an endpoint that hangs).
+until it is set again (an endpoint that hangs). ``status_for(inputs)``, when set, gives the status code to answer a
+request of those texts with instead (400: a text the endpoint refuses; 503: down), or None.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class FakeEmbeddingsServer:
         self.api_key = api_key
         self.fail_next: list[int] = []
         self.zeros = False
+        self.status_for = None
         self.answering = threading.Event()
         self.answering.set()
         self.requests: list[dict] = []
@@ -55,8 +57,10 @@ class FakeEmbeddingsServer:
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 if self.headers.get("Authorization") != f"Bearer {outer.api_key}":
                     return self._send(401, {"error": {"message": "Incorrect API key provided"}})
-                if outer.fail_next:
+                code = outer.status_for(body["input"]) if outer.status_for else None
+                if code is None and outer.fail_next:
                     code = outer.fail_next.pop(0)
+                if code is not None:
                     return self._send(code, {"error": {"message": f"simulated {code}"}}, {"Retry-After": "0"})
                 inputs = body["input"]
                 data = [{"object": "embedding", "index": i,

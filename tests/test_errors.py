@@ -25,7 +25,7 @@ from nextpara.client.errors import from_rpc_error
 from nextpara.server.status import CODE_OF
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
-from openai_fake import FakeEmbeddingsServer
+from openai_fake import FakeEmbeddingsServer, fake_vector
 
 
 def refusal(call) -> ServiceError:
@@ -317,22 +317,27 @@ def test_remote_embedder_refusals(tmp_path, monkeypatch):
             s.stop()
 
 
-def test_an_endpoint_that_hangs_holds_no_worker(tmp_path, monkeypatch):
-    """A remote embedder's query texts are embedded off the one worker, with a limit of their own: while the endpoint
-    holds a call's texts, calls by ids and vectors are answered (and admitted: a full --max-queue of text calls
-    refuses only text calls), and the held call is answered once the endpoint answers, its texts embedded once even
-    across a reload; a text embedded before costs no request."""
+def remote_store(tmp_path, monkeypatch, fake: FakeEmbeddingsServer, paragraphs: int = 3):
+    """A store of two documents whose vectors come from the loopback endpoint (its query texts go there too)."""
     from nextpara.store.ingest import build
 
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     corpus = tmp_path / "docs"
     corpus.mkdir()
-    (corpus / "a.md").write_text("First of a.\n\nSecond of a.\n\nThird of a.\n")
-    (corpus / "b.md").write_text("First of b.\n\nSecond of b.\n")
+    for doc in ("a", "b"):
+        (corpus / f"{doc}.md").write_text("\n\n".join(f"Paragraph {i} of {doc}." for i in range(paragraphs)) + "\n")
+    build(str(corpus), tmp_path / "store", embedder="openai:fake-model", quiet=True,
+          embedder_options={"base_url": fake.base_url}, use_cache=False)
+    return tmp_path / "store"
+
+
+def test_an_endpoint_that_hangs_holds_no_worker(tmp_path, monkeypatch):
+    """A remote embedder's query texts are embedded off the one worker, with a limit of their own: while the endpoint
+    holds a call's texts, calls by ids and vectors are answered (and admitted: a full --max-queue of text calls
+    refuses only text calls), and the held call is answered once the endpoint answers, its texts embedded once even
+    across a reload; a text embedded before costs no request."""
     with FakeEmbeddingsServer(dim=16) as fake:
-        build(str(corpus), tmp_path / "store", embedder="openai:fake-model", quiet=True,
-              embedder_options={"base_url": fake.base_url}, use_cache=False)
-        s = LiveServer(tmp_path / "store", workers=1, max_queue=1).start()
+        s = LiveServer(remote_store(tmp_path, monkeypatch, fake), workers=1, max_queue=1).start()
         try:
             with Client(s.address, timeout=60, retry_queue_full=False) as c:
                 ids = [p.paragraph_id for p in c.get_document("a.md").paragraphs]
@@ -362,6 +367,116 @@ def test_an_endpoint_that_hangs_holds_no_worker(tmp_path, monkeypatch):
         finally:
             fake.answering.set()
             s.stop()
+
+
+class HeldEndpoint:
+    """A server of a store whose texts the loopback endpoint embeds, the endpoint holding as many requests as the
+    server sends it at once (a call's text each); ``queue(texts)`` sends a call per text, which wait at the server."""
+
+    def __init__(self, tmp_path, monkeypatch, fake: FakeEmbeddingsServer):
+        from nextpara.server.runtime import EMBED_REQUESTS
+
+        self.fake, self.threads, self.answers = fake, [], {}
+        self.server = LiveServer(remote_store(tmp_path, monkeypatch, fake, paragraphs=8), workers=1,
+                                 max_queue=64).start()
+        self.client = Client(self.server.address, timeout=60, retry_queue_full=False,
+                             options=[("grpc.enable_retries", 0)])  # (each call's own outcome: no replay)
+        self.held = [f"Held text {i}." for i in range(EMBED_REQUESTS)]
+
+    def hold(self) -> int:
+        """Send the held calls, one at a time (each its own request); the number of requests before them."""
+        self.fake.answering.clear()
+        sent = len(self.fake.requests)
+        for i, text in enumerate(self.held, 1):
+            self.queue([text])
+            deadline = time.monotonic() + 30
+            while len(self.fake.requests) < sent + i and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(self.fake.requests) == sent + i  # every request the server sends at once, held
+        return sent
+
+    def queue(self, texts: list[str]) -> None:
+        def ask(text):
+            try:
+                self.answers[text] = [p.paragraph_id for p in self.client.predict_next([text], top_k=5).predictions]
+            except ServiceError as e:
+                self.answers[text] = e
+
+        for text in texts:
+            self.threads.append(threading.Thread(target=ask, args=(text,)))
+            self.threads[-1].start()
+
+    def release(self, sent: int) -> list[list[str]]:
+        """Let the endpoint answer once the queued calls have reached the server; the texts of each request made
+        after the held ones."""
+        time.sleep(2.0)  # (the calls reach the server; none can reach the endpoint)
+        assert len(self.fake.requests) == sent + len(self.held)
+        self.fake.answering.set()
+        for t in self.threads:
+            t.join(60)
+        self.threads = []
+        return [r["body"]["input"] for r in self.fake.requests[sent + len(self.held):]]
+
+    def answered_as_by_vector(self, texts) -> None:
+        for text in texts:
+            by_vector = self.client.predict_next([fake_vector(text, 16)], top_k=5).predictions
+            assert self.answers[text] == [p.paragraph_id for p in by_vector], text
+
+    def close(self) -> None:
+        self.fake.answering.set()
+        self.client.close()
+        self.server.stop()
+
+
+def test_text_calls_that_wait_for_the_endpoint_share_its_requests(tmp_path, monkeypatch):
+    """While the endpoint holds as many requests as the server sends it at once, the text calls that arrive wait, and
+    go to it together when one ends: a dozen calls cost one request of their texts, not a dozen, and each is answered
+    as its text's vector is."""
+    with FakeEmbeddingsServer(dim=16) as fake:
+        server = HeldEndpoint(tmp_path, monkeypatch, fake)
+        try:
+            sent = server.hold()
+            waiting = [f"Waiting text {i}." for i in range(12)]
+            server.queue(waiting)
+            later = server.release(sent)
+            assert len(later) == 1 and sorted(later[0]) == sorted(waiting), later
+            server.answered_as_by_vector(server.held + waiting)
+        finally:
+            server.close()
+
+
+def test_an_endpoint_down_fails_the_calls_waiting_together_once_and_a_refused_text_only_its_own_call(tmp_path,
+                                                                                                    monkeypatch):
+    """Calls whose texts went to the endpoint together share its outcome only where it is shared: an endpoint that
+    answers 503 to every try fails them all after one request's tries (not a round of tries per call); one that
+    answers 400 (as for a text over its limit) is asked again call by call, so only the refused text's call fails."""
+    with FakeEmbeddingsServer(dim=16) as fake:
+        server = HeldEndpoint(tmp_path, monkeypatch, fake)
+        try:
+            fake.status_for = lambda inputs: 503 if any(t.startswith("Down ") for t in inputs) else None
+            sent = server.hold()
+            down = [f"Down text {i}." for i in range(6)]
+            server.queue(down)
+            later = server.release(sent)
+            assert len(later) == 3 and all(sorted(texts) == sorted(down) for texts in later), later  # 3 tries
+            for text in down:
+                e = server.answers[text]
+                assert isinstance(e, ServiceError) and e.reason == "EMBEDDING_SERVICE_FAILED", (text, e)
+                assert "HTTP 503" in e.details, e.details
+
+            fake.status_for = lambda inputs: 400 if "Refused text." in inputs else None
+            server.held = [f"Held again {i}." for i in range(len(server.held))]
+            sent = server.hold()
+            fine = [f"Fine text {i}." for i in range(5)]
+            server.queue([*fine, "Refused text."])
+            later = server.release(sent)
+            assert sorted(later[0]) == sorted([*fine, "Refused text."]) and sorted(map(tuple, later[1:])) == sorted(
+                (text,) for text in [*fine, "Refused text."]), later  # the batch, then each call alone
+            e = server.answers["Refused text."]
+            assert isinstance(e, ServiceError) and e.reason == "EMBEDDING_SERVICE_FAILED" and "answered 400" in e.details
+            server.answered_as_by_vector(server.held + fine)
+        finally:
+            server.close()
 
 
 def test_details_survive_a_stream_of_many_refusals(client):
