@@ -60,7 +60,7 @@ def run_job(input_path: str | Path, output_path: str | Path, engine, default_top
             overwrite: bool = False, quiet: bool = False) -> JobSummary:
     summary = JobSummary(str(input_path), str(output_path), engine.name)
     total = count_rows(input_path)
-    out = ResumableOutput(output_path, overwrite=overwrite, settings={  # what the rows depend on, beside the input
+    out = ResumableOutput(output_path, overwrite=overwrite, input_path=input_path, settings={  # what the rows depend on
         "top_k": default_top_k, "with_text": getattr(engine, "with_text", True),
         "model_version": getattr(engine, "model_version", ""), "store_id": getattr(engine, "store_id", "")})
     summary.torn_bytes = out.torn_bytes

@@ -5,14 +5,16 @@ writing it) is cut off, and the ids (or, for rows without a readable id, the inp
 answered are counted so the rerun skips them and appends the rest. Each chunk of rows is
 written with one write, then flushed and fsynced before the job reads on: a row on disk is done.
 
-What made the rows (the default top_k, whether they carry texts, the model's version, the store's identity) is written
-beside OUTPUT, as
-``OUTPUT.job.json``, before its first row; a rerun with other settings is refused rather than mixing two kinds of
-row in one file, and so are rows with no readable job file beside them.
+What made the rows (the default top_k, whether they carry texts, the model's version, the store's identity, and the
+INPUT: its size and sha256 when the job last began) is written beside OUTPUT, as ``OUTPUT.job.json``, before its first
+row; a rerun with other settings is refused rather than mixing two kinds of row in one file, and so are rows with no
+readable job file beside them, and a rerun with an INPUT whose first bytes are not those the rows were made from (rows
+appended to its end are resumed as new).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -26,8 +28,11 @@ class OutputError(InvalidInputError):
 
 
 class ResumableOutput:
-    def __init__(self, path: str | Path, settings: dict, overwrite: bool = False):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, settings: dict, overwrite: bool = False, input_path: str | Path | None = None):
+        """``input_path``: the INPUT, whose bytes a resumed OUTPUT's rows must have been made from."""
+        self.path, self.input_path = Path(path), input_path
+        if input_path is not None:
+            settings = {**settings, "input": _input_state(input_path)}
         self.settings_path = self.path.with_name(self.path.name + ".job.json")
         self.done_keys: Counter[str] = Counter()  # json.dumps(id) -> rows with that id already in OUTPUT
         self.done_lines: set[int] = set()  # input lines of error rows that had no readable id
@@ -72,12 +77,25 @@ class ResumableOutput:
                               "(the store, the model, -k, --no-text): they may not be this job's to resume; give another "
                               "OUTPUT, or --overwrite to start over")
         changed = [f"{name} {begun[name]!r} then, {settings[name]!r} now" for name in sorted(settings)
-                   if name in begun and begun[name] != settings[name]]
+                   if name in begun and begun[name] != settings[name] and name != "input"]
         if changed:
             raise OutputError(f"{self.path} was begun with other settings ({'; '.join(changed)}; "
                               f"{self.settings_path.name}): rerun with those, or --overwrite to start over")
-        if set(settings) - set(begun):  # a job file from before a setting was kept (store_id): completed
-            self._write_settings({**settings, **begun})
+        if "input" in settings:
+            self._check_input(begun.get("input"))
+        if set(settings) - set(begun) or begun.get("input") != settings.get("input", begun.get("input")):
+            self._write_settings({**begun, **settings})  # a setting kept since (store_id), or the INPUT as it is now
+
+    def _check_input(self, then: dict | None) -> None:
+        """Refuse an INPUT whose first bytes differ from the INPUT's when the job last began (rows appended since are
+        new rows); a job file from before the INPUT was kept says nothing of it."""
+        if not isinstance(then, dict) or not isinstance(then.get("bytes"), int):
+            return
+        if _input_state(self.input_path, then["bytes"]) != then:
+            raise OutputError(f"{self.input_path} is not the INPUT {self.path} was begun with: its first {then['bytes']} "
+                              f"bytes are not those its rows were made from ({self.settings_path.name}), so an id "
+                              "answered then may stand for another row now; rerun with that INPUT (rows appended to "
+                              "its end are resumed), or --overwrite to start over")
 
     def _scan(self) -> None:
         end = 0  # bytes of complete lines; what follows the last newline is a torn write
@@ -121,3 +139,20 @@ class ResumableOutput:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _input_state(path: str | Path, size: int | None = None) -> dict:
+    """The INPUT's size and the sha256 of its bytes (of its first ``size`` bytes, when given: shorter, and they differ)."""
+    digest, left = hashlib.sha256(), size
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20 if left is None else min(1 << 20, left)):
+                digest.update(chunk)
+                if left is not None:
+                    left -= len(chunk)
+                    if not left:
+                        break
+            read = f.tell()
+    except OSError:  # (the job says what is wrong with INPUT when it reads it)
+        return {}
+    return {"bytes": read, "sha256": digest.hexdigest()}

@@ -377,6 +377,32 @@ def test_a_text_row_on_a_store_of_precomputed_vectors_is_its_error(tmp_path):
     assert out["c"]["error"].startswith("candidates[1]: embedder 'toy8' holds precomputed vectors")
 
 
+def test_a_rerun_with_another_input_is_refused_and_one_with_rows_appended_resumes(trained_store, batch_input, tmp_path):
+    """Rows are resumed by id, so a rerun whose INPUT gives an answered id another row kept the old row's answer;
+    OUTPUT.job.json now keeps the INPUT's size and sha256, and a rerun whose INPUT does not begin with those bytes is
+    refused (exit 2) with OUTPUT as it was, while rows appended to the INPUT are resumed as new rows."""
+    path, _ = batch_input
+    lines = path.read_text().splitlines(keepends=True)[:12]
+    given = tmp_path / "in.jsonl"
+    given.write_text("".join(lines[:8]))
+    out = tmp_path / "out.jsonl"
+    base = ["rerank-batch", str(given), str(out), "--data-dir", str(trained_store)]
+    assert run_cli(*base).returncode == 0
+    answered = out.read_bytes()
+    first, second = json.loads(lines[0]), json.loads(lines[1])
+    edited = [json.dumps({**second, "id": first["id"]}) + "\n", *lines[1:8]]  # the first id, another row
+    given.write_text("".join(edited))
+    r = run_cli(*base)
+    assert r.returncode == 2 and f"{given} is not the INPUT {out} was begun with: its first " \
+        f"{len(''.join(lines[:8]).encode())} bytes are not those its rows were made from" in r.stderr, r.stderr
+    assert out.read_bytes() == answered
+    given.write_text("".join(lines))  # the first 8 rows as they were, and 4 more
+    r = run_cli(*base)
+    assert r.returncode == 0 and "8 already in OUTPUT skipped" in r.stdout, r.stdout + r.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert out.read_bytes().startswith(answered) and [row["id"] for row in rows] == [json.loads(x)["id"] for x in lines]
+
+
 def test_a_rerun_with_other_settings_is_refused_not_mixed(trained_store, batch_input, tmp_path):
     """Rows of -k 4 without texts, then a rerun with -k 5 and texts, went into one OUTPUT without a word: OUTPUT.job.json
     says what made its rows, and a rerun with other settings is refused (exit 2) with OUTPUT as it was."""
