@@ -239,15 +239,23 @@ def _model_line(i) -> str:
 def cmd_status(args) -> int:
     from dataclasses import asdict
 
-    from .errors import Unauthenticated
+    from .errors import ServiceError, Unauthenticated
+
+    def error(e: ServiceError) -> dict:
+        return {"code": e.code.name, "reason": e.reason, "message": e.details}
 
     with client_from(args) as c:
-        status = c.health()
+        try:
+            status = c.health()
+        except ServiceError as e:  # no service there, or none that answers in time: the entry point says it, and
+            if args.json:  # scripts still get one document: no health, and why
+                print_json({"health": None, "error": error(e)})
+            raise
         try:
             i = c.info()
         except Unauthenticated as e:  # health is open to all: say it before the refusal of the rest
             if args.json:  # still one document for scripts: the health, and the refusal instead of the info
-                print_json({"health": status, "error": {"code": e.code.name, "reason": e.reason, "message": e.details}})
+                print_json({"health": status, "error": error(e)})
             else:
                 print(f"health        {status}")
             print(f"nextpara status: error: {e} (the rest needs a read token: --token or NEXTPARA_TOKEN)",

@@ -275,6 +275,10 @@ def test_exit_status_service_error_1_usage_error_2(server, tmp_path):
     assert r.returncode == 1 and "NOT_FOUND" in r.stderr  # the service refused
     r = run_cli("status", "--address", "127.0.0.1:9", "--timeout", "2")
     assert r.returncode == 1 and "UNAVAILABLE" in r.stderr  # no service there
+    r = run_cli("status", "--address", "127.0.0.1:9", "--timeout", "2", "--json")  # one document for scripts (it
+    assert r.returncode == 1 and "UNAVAILABLE" in r.stderr, r.stderr  # printed none)
+    shown = json.loads(r.stdout)
+    assert shown["health"] is None and shown["error"]["code"] in ("UNAVAILABLE", "DEADLINE_EXCEEDED"), shown
     for args, said in [(("predict", "text", "-k", "many"), "invalid int value"),  # a bad flag
                        (("predict", "--id", "seven"), "invalid int value"),
                        (("predict",), "no context"),  # nothing to ask
