@@ -253,11 +253,13 @@ def cmd_status(args) -> int:
             raise
         try:
             i = c.info()
-        except Unauthenticated as e:  # health is open to all: say it before the refusal of the rest
-            if args.json:  # still one document for scripts: the health, and the refusal instead of the info
+        except ServiceError as e:  # health is open to all: say it before the refusal (or failure) of the rest
+            if args.json:  # still one document for scripts: the health, and the error instead of the info
                 print_json({"health": status, "error": error(e)})
             else:
                 print(f"health        {status}")
+            if not isinstance(e, Unauthenticated):
+                raise
             print(f"nextpara status: error: {e} (the rest needs a read token: --token or NEXTPARA_TOKEN)",
                   file=sys.stderr)
             return 1

@@ -4,7 +4,8 @@ Calls are admitted while fewer than ``max_queue`` are in the system; beyond that
 raises OverloadedError at once (RESOURCE_EXHAUSTED, QUEUE_FULL), so overload answers quickly instead of
 timing out; it asks the caller to retry after the shortest time a call spends here (the batch wait and a batch's
 run time, smoothed). A dispatcher takes the first waiting call, waits until one of the executor's ``slots``
-(its workers) is free, takes every call with the same batch key that arrived meanwhile (up to ``max_batch``),
+(its workers) is free, takes every call with the same batch key that arrived meanwhile (up to ``max_batch``, and
+calls whose ``cost`` sums to at most ``max_cost``),
 waits up to ``max_wait`` more for further calls if the batch is not full, and hands the batch to the executor.
 So a lone call waits for nothing, and under load the batches grow with the queue instead of queueing up as
 many small ones in the executor (on PEPs at concurrency 16 a batch averaged 2 calls when batches were cut
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -46,11 +48,15 @@ class Coalescer:
     def __init__(self, run_batch: Callable[[Hashable, list], list], executor: Executor, max_batch: int,
                  max_wait: float, max_queue: int, on_batch: Callable[[int], None] | None = None, slots: int = 1,
                  busy: str = "calls in progress", retry_alone: Callable[[Exception], bool] = lambda e: True,
-                 min_retry_delay: float = MIN_RETRY_DELAY):
+                 min_retry_delay: float = MIN_RETRY_DELAY, cost: Callable[[Any], int] = lambda payload: 0,
+                 max_cost: float = math.inf):
         """``busy``: what the admitted calls are doing, in a refusal's message; ``min_retry_delay``: the least it asks a
         refused caller to wait. ``retry_alone(error)``: whether a batch that failed with it has its calls run one by
-        one (else its failure is every call's, as when the batch failed on something they share)."""
+        one (else its failure is every call's, each given a copy of its own, as when the batch failed on something
+        they share). ``cost(payload)``: what a call weighs, a batch at most ``max_cost`` (a call heavier alone goes
+        alone)."""
         self.run_batch, self.executor, self.slots = run_batch, executor, slots
+        self.cost, self.max_cost = cost, max_cost
         self.busy, self.retry_alone, self.min_retry_delay = busy, retry_alone, min_retry_delay
         self._free: asyncio.Semaphore | None = None  # batches the executor may run at once
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
@@ -59,6 +65,10 @@ class Coalescer:
         self._admitted = 0
         self._task: asyncio.Task | None = None
         self._batch_seconds: float | None = None  # how long a batch runs, smoothed (a full queue's retry delay)
+
+    def admitted(self) -> int:
+        """Calls admitted and not yet answered (waiting for their batch, or in it)."""
+        return self._admitted
 
     def start(self) -> None:
         self._queue = asyncio.Queue()
@@ -91,19 +101,21 @@ class Coalescer:
 
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
-        held: list[_Call] = []  # calls taken from the queue that belong to another key
+        held: list[_Call] = []  # calls taken from the queue that belong to another key, or that a batch had no room for
         while True:
             first = held.pop(0) if held else await self._queue.get()
             await self._free.acquire()  # released when the batch has run (_run)
-            batch = [first]
+            batch, cost = [first], self.cost(first.payload)
             until = loop.time() + self.max_wait
-            while len(batch) < self.max_batch:
-                same = [c for c in held if c.key == first.key][: self.max_batch - len(batch)]
-                for c in same:
-                    held.remove(c)
-                batch += same
-                if len(batch) >= self.max_batch:
+            full = False
+            for call in [c for c in held if c.key == first.key]:
+                if len(batch) >= self.max_batch or cost + self.cost(call.payload) > self.max_cost:
+                    full = True
                     break
+                held.remove(call)
+                batch.append(call)
+                cost += self.cost(call.payload)
+            while not full and len(batch) < self.max_batch:
                 if not self._queue.empty():  # arrived while the workers were busy
                     call = self._queue.get_nowait()
                 else:
@@ -114,7 +126,12 @@ class Coalescer:
                         call = await asyncio.wait_for(self._queue.get(), remaining)
                     except asyncio.TimeoutError:
                         break
-                (batch if call.key == first.key else held).append(call)
+                if call.key == first.key and cost + self.cost(call.payload) <= self.max_cost:
+                    batch.append(call)
+                    cost += self.cost(call.payload)
+                else:
+                    held.append(call)  # (in arrival order: the first of the next batch)
+                    full = call.key == first.key
             loop.create_task(self._run(batch))
 
     async def _run(self, batch: list[_Call]) -> None:
@@ -145,9 +162,9 @@ class Coalescer:
             self._batch_seconds = took if self._batch_seconds is None else self._batch_seconds + 0.2 * (took - self._batch_seconds)
         except Exception as e:  # noqa: BLE001 - delivered to the caller, who maps it to a status
             if len(live) == 1 or not self.retry_alone(e):
-                for c in live:
-                    if not c.future.done():
-                        c.future.set_exception(e)
+                for i, c in enumerate(live):
+                    if not c.future.done():  # (a caller may add to its error's message: RerankStream's item number)
+                        c.future.set_exception(e if i == 0 else _copy(e))
                 return
             for c in live:  # attribute the failure: run each call alone
                 await self._run_calls([c])
@@ -155,6 +172,16 @@ class Coalescer:
         for c, r in zip(live, results):
             if not c.future.done():
                 c.future.set_result(r)
+
+
+def _copy(error: Exception) -> Exception:
+    """``error`` again, for another caller: its message, cause and attributes, dicts (a NextparaError's metadata)
+    copied."""
+    clone = type(error).__new__(type(error), *error.args)
+    clone.args = error.args
+    clone.__dict__.update({k: dict(v) if isinstance(v, dict) else v for k, v in vars(error).items()})
+    clone.__cause__, clone.__traceback__ = error.__cause__, error.__traceback__
+    return clone
 
 
 T, R = TypeVar("T"), TypeVar("R")

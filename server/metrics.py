@@ -6,6 +6,8 @@
   word_features, model, answer) and of rerank (scoring given candidates)
 * ``nextpara_batch_size``: calls per coalesced model batch
 * ``nextpara_index_paragraphs``: paragraphs in the index
+* ``nextpara_calls_waiting{queue}``: calls admitted and not yet answered, in the model's queue and in the one of calls
+  waiting for a remote embedder's endpoint (each at most ``--max-queue``)
 * ``nextpara_catch_ups_total``: a replica's catch-ups with its writer (for reads waiting for a generation)
 """
 
@@ -36,6 +38,9 @@ class Metrics:
         self.batch = Histogram("nextpara_batch_size", "Calls per model batch", buckets=(1, 2, 4, 8, 16, 32, 64, 128),
                                registry=self.registry)
         self.paragraphs = Gauge("nextpara_index_paragraphs", "Paragraphs in the index", registry=self.registry)
+        self.waiting = Gauge("nextpara_calls_waiting", "Calls admitted and not yet answered, by queue: model (every "
+                             "read that scores), embeddings endpoint (calls whose texts a remote embedder embeds, "
+                             "before they join the model's)", ["queue"], registry=self.registry)
         self.writes_running = Gauge("nextpara_writes_running", "Store writes under the write lock, submitted to a worker "
                                     "and not finished (a cancelled caller's included), by kind: write (an add), delete, "
                                     "reload, catch_up_store, snapshot_if_changed", ["kind"], registry=self.registry)

@@ -1,6 +1,7 @@
 """The one wrapper every servicer method runs in, unary and streaming alike.
 
-``@rpc`` puts a method's whole call inside ``Call``, which answers a refusal with its status code and
+``@rpc`` puts a method's whole call inside ``Call`` (a call that comes while the server is still loading is refused at
+once: UNAVAILABLE, LOADING), which answers a refusal with its status code and
 details (status.py; every refusal's details also carry the index version it was refused at), answers
 anything else with INTERNAL and logs its traceback, counts the call by method and final code, observes
 its latency, and reports a call cut short after its deadline passed as DEADLINE_EXCEEDED rather than
@@ -87,6 +88,7 @@ def rpc(method):
         @functools.wraps(method)
         async def streaming(self, request, context):
             async with call(self, context):
+                self.rt.check_loaded()
                 async with contextlib.aclosing(method(self, request, context)) as responses:
                     async for response in responses:
                         yield sendable(response, self.rt.settings.max_message_bytes)
@@ -95,5 +97,6 @@ def rpc(method):
     @functools.wraps(method)
     async def unary(self, request, context):
         async with call(self, context):
+            self.rt.check_loaded()
             return sendable(await method(self, request, context), self.rt.settings.max_message_bytes)
     return unary

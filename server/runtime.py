@@ -23,6 +23,7 @@ from nextpara.attention_core.served import CHECKPOINT, describe_served
 from nextpara.errors import (
     FailedPreconditionError,
     InvalidInputError,
+    LoadingError,
     NextparaError,
     Reason,
     StorageFullError,
@@ -42,7 +43,9 @@ from .warm_up import WarmUp
 
 log = logging.getLogger(__name__)
 EMBED_REQUESTS = 4  # embedding calls a server has at a remote endpoint at once (each waits on it, not on the cores)
-EMBED_CALLS = 64  # calls whose texts one of them carries at most (the embedder cuts them into its own batches)
+EMBED_CALLS = 64  # calls whose texts one of them carries at most
+EMBED_TEXTS = 256  # and texts (a call of more goes alone: calls batched with it would wait for all of its requests)
+LOADING_RETRY_DELAY = 1.0  # seconds a call that comes while the server loads is asked to wait
 EMBED_RETRY_DELAY = 1.0  # seconds, at least, a call refused because too many wait for the endpoint is asked to wait
 
 
@@ -90,6 +93,11 @@ def _texts_refused(error: Exception) -> bool:
     return not isinstance(error, EmbeddingServiceError) or error.refused
 
 
+def _texts_in(payload: tuple) -> int:
+    """The texts a call waiting for a remote embedder may send it: its (context, candidates)' text items."""
+    return sum(isinstance(item, str) for items in payload for item in items)
+
+
 class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
@@ -121,7 +129,9 @@ class Runtime:
         self.embed_coalescer = Coalescer(self._embed_batch, self.embed_executor, EMBED_CALLS,
                                          settings.max_wait_ms / 1000, settings.max_queue, slots=EMBED_REQUESTS,
                                          busy="calls waiting for the embeddings endpoint", retry_alone=_texts_refused,
-                                         min_retry_delay=EMBED_RETRY_DELAY)
+                                         min_retry_delay=EMBED_RETRY_DELAY, cost=_texts_in, max_cost=EMBED_TEXTS)
+        for queue, coalescer in (("model", self.coalescer), ("embeddings endpoint", self.embed_coalescer)):
+            metrics.waiting.labels(queue).set_function(coalescer.admitted)
 
     # ---- lifecycle --------------------------------------------------------------------
     def load(self) -> None:
@@ -168,6 +178,12 @@ class Runtime:
             self.predictor, self._no_model = predictor, None
         self._model_info = info  # what was just loaded (or why nothing was)
         self.metrics.paragraphs.set(paragraphs)
+
+    def check_loaded(self) -> None:
+        """LoadingError until ``load`` has opened the store (the server listens while it loads, health NOT_SERVING)."""
+        if self.store is None:
+            raise LoadingError(f"the server is still loading its store {self.data_dir} (health NOT_SERVING until it "
+                               f"has); retry in {LOADING_RETRY_DELAY:.0f} s", retry_delay=LOADING_RETRY_DELAY)
 
     @property
     def serving(self) -> bool:

@@ -3,8 +3,8 @@
 Every refusal is a :class:`nextpara.errors.NextparaError` whose ``reason`` picks its code here (``CODE_OF``, the
 table the proto's service comment documents). :func:`status_of` turns it into a google.rpc.Status: its message, an
 ``ErrorInfo`` (the reason, the domain, the error's metadata), a ``BadRequest.FieldViolation`` when the error names a
-request field, and a ``RetryInfo`` when the server asks for a retry (QUEUE_FULL). Everything is cut to sizes that
-fit a client's 8 KiB limit on trailing metadata, however long the ids or texts it quotes: an over-long message used
+request field, and a ``RetryInfo`` when the server asks for a retry (QUEUE_FULL, LOADING). Everything is cut to
+sizes that fit a client's 8 KiB limit on trailing metadata, however long the ids or texts it quotes: an over-long message used
 to come back as RESOURCE_EXHAUSTED from the client's own transport instead of the refusal.
 """
 
@@ -26,7 +26,7 @@ CODE_OF: dict[Reason, grpc.StatusCode] = {
     **dict.fromkeys([R.NO_MODEL, R.MODEL_UNREADABLE, R.EMBEDDER_MISMATCH, R.NO_WORD_INDEX, R.READ_ONLY_REPLICA,
                      R.INDEX_BEHIND, R.FAILED_PRECONDITION], C.FAILED_PRECONDITION),
     **dict.fromkeys([R.QUEUE_FULL, R.MESSAGE_TOO_LARGE, R.STORAGE_FULL], C.RESOURCE_EXHAUSTED),
-    R.EMBEDDING_SERVICE_FAILED: C.UNAVAILABLE,
+    **dict.fromkeys([R.EMBEDDING_SERVICE_FAILED, R.LOADING], C.UNAVAILABLE),
     **dict.fromkeys([R.TOKEN_MISSING, R.TOKEN_INVALID], C.UNAUTHENTICATED),
     R.WRITE_ROLE_REQUIRED: C.PERMISSION_DENIED,
     R.INTERNAL_ERROR: C.INTERNAL,

@@ -30,14 +30,16 @@ from .unit_vectors import unit_rows
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+REFUSED_TEXTS = {400, 413, 422}  # answers that refuse a request for what it holds (another request may pass)
 
 
 class EmbeddingServiceError(NextparaError):
     """The embeddings endpoint failed after all retries, or refused the request."""
 
     reason = Reason.EMBEDDING_SERVICE_FAILED
-    refused = False  # True: the endpoint answered and refused these texts (a 4xx other than 429), so another request
-    # of other texts may pass; False: it failed whatever the texts (down, hung, 5xx or 429 after every try, a bad answer)
+    refused = False  # True: what failed may be these texts' own (the endpoint refused the request as malformed or too
+    # large: 400, 413, 422; or it answered a vector nextpara cannot use), so a request of other texts may pass; False:
+    # it failed whatever the texts (down, hung, 5xx or 429 after every try, a bad key, a wrong URL or model)
 
 
 class OpenAIEmbedder:
@@ -88,7 +90,7 @@ class OpenAIEmbedder:
                 detail = e.read()[:500].decode("utf-8", "replace")
                 if e.code != 429 and e.code < 500:
                     refusal = EmbeddingServiceError(f"{self.base_url}/embeddings answered {e.code}: {detail}")
-                    refusal.refused = True
+                    refusal.refused = e.code in REFUSED_TEXTS
                     raise refusal from e
                 retry_after = e.headers.get("Retry-After")
                 reason = f"HTTP {e.code}"
@@ -115,6 +117,8 @@ class OpenAIEmbedder:
             dims = sorted({len(r) for r in rows if isinstance(r, list)})
             why = (f"vectors of dimension {', '.join(map(str, dims))} where {self.dim} were expected (the store's)"
                    if self.dim is not None and dims != [self.dim] else f"what nextpara cannot use ({e})")
-            raise EmbeddingServiceError(f"{self.name}: {self.base_url}/embeddings answered {why}") from e
+            unusable = EmbeddingServiceError(f"{self.name}: {self.base_url}/embeddings answered {why}")
+            unusable.refused = True  # (a NaN or zero vector may be one text's)
+            raise unusable from e
         self.dim = vectors.shape[1]
         return vectors

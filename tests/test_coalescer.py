@@ -8,9 +8,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from nextpara.server.batching import Coalescer
+from nextpara.store.http_embedder import EmbeddingServiceError
 
 
-def behind_a_busy_worker(max_batch: int, keys: list[str]) -> tuple[list, list]:
+def behind_a_busy_worker(max_batch: int, keys: list[str], **options) -> tuple[list, list]:
     """Call 0 (key "a") holds the only worker while calls 1.. (one per key of ``keys``) arrive; then it is let go.
     Returns (each call's result in order, the batches run as (key, payloads))."""
     release = threading.Event()
@@ -24,7 +25,7 @@ def behind_a_busy_worker(max_batch: int, keys: list[str]) -> tuple[list, list]:
 
     async def main():
         with ThreadPoolExecutor(1) as pool:
-            co = Coalescer(run_batch, pool, max_batch=max_batch, max_wait=0.0, max_queue=100, slots=1)
+            co = Coalescer(run_batch, pool, max_batch=max_batch, max_wait=0.0, max_queue=100, slots=1, **options)
             co.start()
             first = asyncio.ensure_future(co.submit("a", 0, None))
             while not batches:
@@ -52,3 +53,37 @@ def test_a_batch_never_exceeds_max_batch_and_keys_never_mix():
     assert all(all("ab"[i % 2] == key for i in p) for key, p in batches[1:])
     assert sorted(i for _, p in batches for i in p) == list(range(11))
     assert len(batches) == 5  # 0; then five of "b" and five of "a", in batches of four and one
+
+
+
+def test_a_batch_holds_calls_whose_cost_sums_to_at_most_max_cost():
+    """Call i weighs i: behind call 0, calls 1 to 4 fill a batch of weight 10, 5 and 6 go alone (5 + 6 > 10), and a
+    call heavier than a batch goes alone, not never."""
+    results, batches = behind_a_busy_worker(32, ["a"] * 7 + ["b"], cost=lambda payload: payload, max_cost=10)
+    assert results == [i * 10 for i in range(9)]
+    assert batches == [("a", [0]), ("a", [1, 2, 3, 4]), ("a", [5]), ("a", [6]), ("a", [7]), ("b", [8])]
+
+
+def test_a_failure_the_calls_share_is_each_call_s_own_copy_and_runs_once():
+    """A batch whose failure is not retried call by call gives every call the error, each its own object (a caller
+    that adds to its message or metadata, as RerankStream does, changes no other call's), and runs the batch once."""
+    runs = []
+
+    def run_batch(key, payloads):
+        runs.append(list(payloads))
+        raise EmbeddingServiceError("the endpoint failed 3 times", metadata={"endpoint": "loopback"})
+
+    async def main():
+        with ThreadPoolExecutor(1) as pool:
+            co = Coalescer(run_batch, pool, max_batch=8, max_wait=0.2, max_queue=10, slots=1,
+                           retry_alone=lambda error: False)
+            co.start()
+            errors = await asyncio.gather(*(co.submit("a", i, None) for i in range(3)), return_exceptions=True)
+            await co.stop()
+            return errors
+
+    errors = asyncio.run(main())
+    assert runs == [[0, 1, 2]]
+    assert all(isinstance(e, EmbeddingServiceError) and str(e) == "the endpoint failed 3 times" for e in errors)
+    assert len({id(e) for e in errors}) == 3 and len({id(e.metadata) for e in errors}) == 3
+    assert all(e.metadata == {"endpoint": "loopback"} and e.reason == "EMBEDDING_SERVICE_FAILED" for e in errors)

@@ -406,11 +406,22 @@ class HeldEndpoint:
             self.threads.append(threading.Thread(target=ask, args=(text,)))
             self.threads[-1].start()
 
+    def queue_rerank(self, context: str, candidates: list[str]) -> None:
+        def ask():
+            self.answers[context] = self.client.rerank([context], candidates).order
+
+        self.threads.append(threading.Thread(target=ask))
+        self.threads[-1].start()
+
     def release(self, sent: int) -> list[list[str]]:
-        """Let the endpoint answer once the queued calls have reached the server; the texts of each request made
-        after the held ones."""
-        time.sleep(2.0)  # (the calls reach the server; none can reach the endpoint)
-        assert len(self.fake.requests) == sent + len(self.held)
+        """Let the endpoint answer once every call sent is waiting at the server; the texts of each request made after
+        the held ones."""
+        waiting = 'nextpara_calls_waiting{queue="embeddings endpoint"}'
+        deadline = time.monotonic() + 30
+        while self.server.metric(waiting) < len(self.threads) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.server.metric(waiting) == len(self.threads)
+        assert len(self.fake.requests) == sent + len(self.held)  # (none of them could reach the endpoint)
         self.fake.answering.set()
         for t in self.threads:
             t.join(60)
@@ -431,16 +442,25 @@ class HeldEndpoint:
 def test_text_calls_that_wait_for_the_endpoint_share_its_requests(tmp_path, monkeypatch):
     """While the endpoint holds as many requests as the server sends it at once, the text calls that arrive wait, and
     go to it together when one ends: a dozen calls cost one request of their texts, not a dozen, and each is answered
-    as its text's vector is."""
+    as its text's vector is; a call of more texts than a request holds goes alone."""
+    from nextpara.server.runtime import EMBED_TEXTS
+
     with FakeEmbeddingsServer(dim=16) as fake:
         server = HeldEndpoint(tmp_path, monkeypatch, fake)
         try:
             sent = server.hold()
             waiting = [f"Waiting text {i}." for i in range(12)]
             server.queue(waiting)
+            many = [f"Candidate {i}." for i in range(EMBED_TEXTS)]  # with its context, more than a request holds
+            server.queue_rerank("A context of many candidates.", many)
             later = server.release(sent)
-            assert len(later) == 1 and sorted(later[0]) == sorted(waiting), later
+            big = {"A context of many candidates.", *many}
+            assert sorted(waiting) in map(sorted, later), later  # the dozen in one request
+            alone = [texts for texts in later if sorted(texts) != sorted(waiting)]  # the call of many texts alone, in
+            assert all(big >= set(texts) for texts in alone) and sum(map(len, alone)) == len(big), later  # requests of
+            # at most the embedder's batch size
             server.answered_as_by_vector(server.held + waiting)
+            assert sorted(server.answers["A context of many candidates."]) == list(range(EMBED_TEXTS))
         finally:
             server.close()
 
@@ -494,3 +514,41 @@ def test_details_survive_a_stream_of_many_refusals(client):
     assert [e.field for e in errors] == [f"context[{i}].vector" for i in range(8)]
     assert [e.metadata["actualDim"] for e in errors] == [str(i + 1) for i in range(8)]
     assert np.all([e.reason == "DIMENSION_MISMATCH" for e in errors])
+
+
+def test_a_call_while_the_server_loads_is_unavailable_loading(tmp_path):
+    """A server listens while it loads its store and model (health NOT_SERVING). A call then was INTERNAL (GetInfo,
+    GetDocument, AddDocuments: no store yet) or NO_MODEL, "run `nextpara train`" (PredictNext); now every method is
+    UNAVAILABLE with reason LOADING and a RetryInfo. Here, the server as it is before its store opens."""
+    from nextpara.server.config import ServerSettings
+    from nextpara.server.main import create_server, set_health
+    from nextpara.server.metrics import Metrics
+    from nextpara.server.runtime import LOADING_RETRY_DELAY, Runtime
+
+    async def main():
+        settings = ServerSettings(data_dir=str(tmp_path), address="127.0.0.1:0", metrics_address="")
+        runtime = Runtime(settings, tmp_path, Metrics())
+        server, port, health = create_server(settings, runtime)
+        await set_health(health, False)  # (as the server does until it has loaded)
+        await server.start()
+        runtime.start()
+        try:
+            async with AsyncClient(f"127.0.0.1:{port}", timeout=30, options=[("grpc.enable_retries", 0)]) as c:
+                assert await c.health() == "NOT_SERVING"
+                calls = {"GetInfo": c.info(), "PredictNext": c.predict_next(["A text."]),
+                         "Rerank": c.rerank([1], [2, 3]), "GetDocument": c.get_document("a.md"),
+                         "AddDocuments": c.add_documents([{"doc_id": "a.md", "paragraphs": ["A text."]}]),
+                         "Reload": c.reload()}
+                for method, call in calls.items():
+                    with pytest.raises(ServiceError) as err:
+                        await call
+                    e = err.value
+                    assert (e.code, e.reason, e.retry_delay) == (grpc.StatusCode.UNAVAILABLE, "LOADING",
+                                                                 LOADING_RETRY_DELAY), (method, e)
+                    assert "still loading its store" in e.details, (method, e.details)
+        finally:
+            await server.stop(None)
+            await runtime.coalescer.stop()
+            await runtime.embed_coalescer.stop()
+
+    asyncio.run(main())

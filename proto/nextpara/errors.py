@@ -46,6 +46,7 @@ class Reason(str, enum.Enum):
     STORAGE_FULL = "STORAGE_FULL"  # the data directory's disk is full: the write was not stored
     # UNAVAILABLE
     EMBEDDING_SERVICE_FAILED = "EMBEDDING_SERVICE_FAILED"  # the store's remote embeddings endpoint failed
+    LOADING = "LOADING"  # the server is still loading its store and model (health NOT_SERVING): retry
     # UNAUTHENTICATED, PERMISSION_DENIED
     TOKEN_MISSING = "TOKEN_MISSING"  # auth is on and no bearer token was sent
     TOKEN_INVALID = "TOKEN_INVALID"  # the bearer token is not one of the server's
@@ -125,14 +126,25 @@ class StorageFullError(NextparaError):
     reason = Reason.STORAGE_FULL
 
 
-class OverloadedError(NextparaError):
-    """The server's request queue is full: retry after ``retry_delay`` seconds."""
-
-    reason = Reason.QUEUE_FULL
+class RetryLaterError(NextparaError):
+    """A call the server cannot take now: retry after ``retry_delay`` seconds (a RetryInfo in the refusal)."""
 
     def __init__(self, *args, retry_delay: float, **kwargs):
         super().__init__(*args, **kwargs)
         self.retry_delay = retry_delay
+
+
+class OverloadedError(RetryLaterError):
+    """The server's request queue is full: retry after ``retry_delay`` seconds."""
+
+    reason = Reason.QUEUE_FULL
+
+
+class LoadingError(RetryLaterError):
+    """The server is still loading its store and model (its health says NOT_SERVING): retry after ``retry_delay``
+    seconds."""
+
+    reason = Reason.LOADING
 
 
 class AuthError(NextparaError):

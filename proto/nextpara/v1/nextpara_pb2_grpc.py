@@ -97,6 +97,8 @@ class NextParagraphServiceStub:
     ones are kept; reads go on. Or a Backup's disk is full: the partial
     copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    LOADING                   UNAVAILABLE          the server is still loading its store and model (its health says
+    NOT_SERVING): retry after RetryInfo.retry_delay
     TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent (no authorization metadata,
     or one whose scheme is not Bearer, in any case)
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
@@ -242,6 +244,8 @@ class NextParagraphServiceServicer:
     ones are kept; reads go on. Or a Backup's disk is full: the partial
     copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    LOADING                   UNAVAILABLE          the server is still loading its store and model (its health says
+    NOT_SERVING): retry after RetryInfo.retry_delay
     TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent (no authorization metadata,
     or one whose scheme is not Bearer, in any case)
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
@@ -482,6 +486,8 @@ class NextParagraphService:
     ones are kept; reads go on. Or a Backup's disk is full: the partial
     copy is removed
     EMBEDDING_SERVICE_FAILED  UNAVAILABLE          the store's remote embeddings endpoint failed or refused the texts
+    LOADING                   UNAVAILABLE          the server is still loading its store and model (its health says
+    NOT_SERVING): retry after RetryInfo.retry_delay
     TOKEN_MISSING             UNAUTHENTICATED      auth is on and no bearer token was sent (no authorization metadata,
     or one whose scheme is not Bearer, in any case)
     TOKEN_INVALID             UNAUTHENTICATED      the bearer token is none of the server's
