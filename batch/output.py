@@ -8,8 +8,8 @@ written with one write, then flushed and fsynced before the job reads on: a row 
 What made the rows (the default top_k, whether they carry texts, the model's version, the store's identity, and the
 INPUT: its size and sha256 when the job last began) is written beside OUTPUT, as ``OUTPUT.job.json``, before its first
 row; a rerun with other settings is refused rather than mixing two kinds of row in one file, and so are rows with no
-readable job file beside them, and a rerun with an INPUT whose first bytes are not those the rows were made from (rows
-appended to its end are resumed as new).
+readable job file beside them, and a rerun with an INPUT whose first bytes are not those the rows were made from, or
+whose last line then has grown (rows appended to a JSON Lines INPUT's end are resumed as new).
 """
 
 from __future__ import annotations
@@ -91,11 +91,16 @@ class ResumableOutput:
         new rows); a job file from before the INPUT was kept says nothing of it."""
         if not isinstance(then, dict) or not isinstance(then.get("bytes"), int):
             return
-        if _input_state(self.input_path, then["bytes"]) != then:
-            raise OutputError(f"{self.input_path} is not the INPUT {self.path} was begun with: its first {then['bytes']} "
-                              f"bytes are not those its rows were made from ({self.settings_path.name}), so an id "
-                              "answered then may stand for another row now; rerun with that INPUT (rows appended to "
-                              "its end are resumed), or --overwrite to start over")
+        size = then["bytes"]
+        if _input_state(self.input_path, size) != then:
+            why = f"its first {size} bytes are not those its rows were made from"
+        elif _line_grown(self.input_path, size):
+            why = f"the line its first {size} bytes ended in, without a newline, has grown since"
+        else:
+            return
+        raise OutputError(f"{self.input_path} is not the INPUT {self.path} was begun with: {why} "
+                          f"({self.settings_path.name}), so an id answered then may stand for another row now; rerun "
+                          "with that INPUT (rows appended to its end are resumed), or --overwrite to start over")
 
     def _scan(self) -> None:
         end = 0  # bytes of complete lines; what follows the last newline is a torn write
@@ -139,6 +144,17 @@ class ResumableOutput:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _line_grown(path: str | Path, size: int) -> bool:
+    """Whether INPUT's first ``size`` bytes end inside a line that has grown since (a row being written then, or a last
+    line without its newline that more was appended to): that row may read otherwise now."""
+    if size == 0:
+        return False
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        around = f.read(2)
+    return len(around) == 2 and around[:1] not in (b"\n", b"\r") and around[1:] not in (b"\n", b"\r")
 
 
 def _input_state(path: str | Path, size: int | None = None) -> dict:

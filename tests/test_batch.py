@@ -401,6 +401,14 @@ def test_a_rerun_with_another_input_is_refused_and_one_with_rows_appended_resume
     assert r.returncode == 0 and "8 already in OUTPUT skipped" in r.stdout, r.stdout + r.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert out.read_bytes().startswith(answered) and [row["id"] for row in rows] == [json.loads(x)["id"] for x in lines]
+    cut = "".join(lines[:12])[:-1]  # a last line without its newline (being written, say), answered as it stood;
+    given.write_text(cut)  # then the line grows
+    r = run_cli(*base, "--overwrite")
+    assert r.returncode == 0, r.stderr
+    given.write_text(cut + ' \n' + lines[0])
+    r = run_cli(*base)
+    assert r.returncode == 2 and f"the line its first {len(cut.encode())} bytes ended in, without a newline, has grown " \
+        "since" in r.stderr, r.stderr
 
 
 def test_a_rerun_with_other_settings_is_refused_not_mixed(trained_store, batch_input, tmp_path):
