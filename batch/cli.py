@@ -90,6 +90,9 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"INPUT {args.input} is not a file")
     if Path(args.input).resolve() == Path(args.output).resolve():
         raise InvalidInputError("INPUT and OUTPUT are the same file")
+    if not Path(args.output).parent.is_dir():  # (a typo in the path: made into folders, as it was, it loses the rows)
+        raise InvalidInputError(f"OUTPUT {args.output}: the folder {Path(args.output).parent} does not exist; create "
+                                "it first")
     if Path(args.output).suffix.lower() in (".parquet", ".pq"):
         raise InvalidInputError(f"OUTPUT {args.output}: rows are written as JSON Lines, whatever the name; name it "
                                 ".jsonl (Parquet is read as INPUT only)")

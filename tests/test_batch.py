@@ -267,6 +267,9 @@ def test_cli_refuses_bad_setups(trained_store, batch_input, tmp_path):
     assert r.returncode == 2 and "INPUT and OUTPUT are the same file" in r.stderr
     r = run_cli("rerank-batch", str(tmp_path / "nope.jsonl"), str(tmp_path / "o.jsonl"))
     assert r.returncode == 2 and "is not a file" in r.stderr
+    r = run_cli("rerank-batch", str(path), str(tmp_path / "typo" / "o.jsonl"), "--data-dir", str(trained_store))
+    assert r.returncode == 2 and f"the folder {tmp_path / 'typo'} does not exist; create it first" in r.stderr, r.stderr
+    assert not (tmp_path / "typo").exists()  # (it was made, and the job ran)
     r = run_cli("rerank-batch", str(path), str(tmp_path / "o.jsonl"), "--address", "127.0.0.1:1", "--ray")
     assert r.returncode == 2 and "drop --data-dir / --ray" in r.stderr
     for flags, said in ((["-k", "0"], "--top-k must be an integer from 1 to 1000, got 0"), (["--ray-actors", "4"], "add --ray"), (["--ray", "--ray-cpus", "0"], "--ray-cpus must be above 0"),
