@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "factory string; used when the store is created (an existing store keeps its own: a warning "
                         "says so)")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed documents and report how many")
+    p.add_argument("--prune", action="store_true", help="delete the stored documents the corpus does not hold (a "
+                   "removed file's); without it they are kept, and counted")
     p.add_argument("--batch-paragraphs", type=int, default=1024, help="paragraphs per committed batch (default 1024; the progress bar moves as they are embedded)")
     p.add_argument("--no-cache", action="store_true", help="do not use the on-disk embedding cache")
     add_json(p)
@@ -81,7 +83,8 @@ def run_build(args: argparse.Namespace):
         raise InvalidInputError(f"--batch-paragraphs must be at least 1, got {args.batch_paragraphs}")
     report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
                    batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
-                   embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env})  # (remote only)
+                   embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env},  # (remote only)
+                   prune=args.prune)
     for reason in report.skipped_reasons:
         print(f"skipped: {reason}", file=sys.stderr)
     return report
@@ -100,6 +103,12 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
           f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
           f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s"
           f" ({report.paragraphs_per_second:.0f}/s), {report.cache_hits} from cache; total {report.total_seconds:.1f}s")
+    if report.documents_pruned:
+        print(f"pruned {report.documents_pruned} stored document(s) the corpus does not hold")
+    if report.documents_absent:
+        shown = ", ".join(map(repr, report.absent_doc_ids)) + (", ..." if report.documents_absent > 5 else "")
+        print(f"kept {report.documents_absent} stored document(s) the corpus does not hold ({shown}): `nextpara build "
+              "--prune` deletes them", file=sys.stderr)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

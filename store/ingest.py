@@ -40,6 +40,9 @@ class BuildReport:
     paragraphs_embedded: int = 0
     paragraphs_written: int = 0
     cache_hits: int = 0
+    documents_absent: int = 0  # stored documents this corpus does not hold (a removed file's, say): kept
+    absent_doc_ids: list[str] = field(default_factory=list)  # the first of them
+    documents_pruned: int = 0  # with prune: those documents, deleted
     embed_seconds: float = 0.0
     total_seconds: float = 0.0
     skipped_reasons: list[str] = field(default_factory=list)
@@ -149,9 +152,11 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> 
 
 def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, embedder: str | None = None, index: str | None = None,
           skip_bad: bool = False, batch_paragraphs: int = 1024, use_cache: bool = True, quiet: bool = False,
-          embedder_options: dict | None = None) -> BuildReport:
+          embedder_options: dict | None = None, prune: bool = False) -> BuildReport:
     """Read ``corpus``, embed what changed, upsert it into the store, snapshot. Returns a report. ``embedder``: a spec
-    (embedders.make_embedder); None, the store's own, else MiniLM."""
+    (embedders.make_embedder); None, the store's own, else MiniLM. Stored documents the corpus does not hold are kept
+    and counted (``documents_absent``), or with ``prune`` deleted, after the corpus's documents are stored; a corpus
+    with malformed lines cannot prune (their documents' ids are unknown: they would go as removed)."""
     started = time.perf_counter()
     data_dir = DataDir.resolve(data_dir)
     report = BuildReport(data_dir=str(data_dir))
@@ -184,6 +189,10 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     if not docs:  # (before the store is created: a refused build leaves nothing behind)
         raise InvalidInputError(f"corpus {corpus!r} holds no documents"
                                 + (f" this build can store ({reader.skipped} skipped as malformed)" if reader.skipped else ""))
+    if prune and reader.skipped:  # (before anything is written)
+        raise InvalidInputError(f"--prune with {reader.skipped} malformed document(s) skipped: their doc_ids are not "
+                                "known, so their stored documents would be deleted as removed; fix them, or build "
+                                "without --prune")
     store = open_store(data_dir, embedder_name=emb.name, dim=dim, embedder_spec=embedder, index=index,
                        embedder_options=_endpoint(embedder, emb, options), replace_blank=replace_blank)
     try:
@@ -204,6 +213,14 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
                 # progress for logs when no bar is drawn (a bar and log lines on one terminal garble each other)
                 log.log(logging.INFO if bar.disable else logging.DEBUG, "stored %d documents through %r (generation %d)",
                         len(batch), batch[-1].doc_id, result.generation)
+        read = {d.doc_id for d in docs}
+        absent = [doc_id for doc_id in store.doc_ids() if doc_id not in read]
+        if prune and absent:
+            store.delete_documents(absent)
+            report.documents_pruned = len(absent)
+            log.info("pruned %d stored documents the corpus does not hold: %s", len(absent), ", ".join(absent[:5]))
+        elif absent:
+            report.documents_absent, report.absent_doc_ids = len(absent), absent[:5]
         with progress_bar(total=1, desc="snapshot index", unit="step", quiet=quiet) as bar:
             store.snapshot()
             bar.update(1)

@@ -226,6 +226,11 @@ class ParagraphStore:
             self._index_generation = result.generation = self.generation
         return result
 
+    def doc_ids(self) -> list[str]:
+        """Every stored doc_id, in order."""
+        with self._mutex:
+            return self.tables.doc_ids()
+
     def delete_documents(self, doc_ids: Iterable[str]) -> int:
         """Delete documents; returns how many paragraphs went. Unknown ids: NotFoundError, nothing deleted."""
         self._check_writable()

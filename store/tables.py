@@ -214,6 +214,10 @@ class ParagraphTables:
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(select_in(self.db, "SELECT doc_id, content_hash FROM documents WHERE doc_id", doc_ids))
 
+    def doc_ids(self) -> list[str]:
+        """Every stored doc_id, in order."""
+        return [row[0] for row in self.db.execute("SELECT doc_id FROM documents ORDER BY doc_id")]
+
     def list_documents(self, after: str, limit: int, labels: Mapping[str, str] | None = None) -> list[DocumentRow]:
         """Up to ``limit`` documents whose doc_id sorts after ``after``, in doc_id order, with their labels; with
         ``labels``, only documents carrying every one of them (one statement: one snapshot)."""

@@ -49,6 +49,40 @@ def test_build_info_search_text_corpus(tmp_path):
     assert r.returncode == 2 and "cooking.md is a file, not a nextpara data directory" in r.stderr, r.stderr
 
 
+def test_a_rebuild_names_documents_the_corpus_no_longer_holds_and_prune_deletes_them(tmp_path):
+    """A rebuild from a folder a file was removed from kept that file's document without a word (still searchable);
+    now the build names such documents on stderr, and --prune deletes them. --prune with malformed lines skipped is
+    refused before anything is written: their documents would go as removed."""
+    corpus = tmp_path / "notes"
+    corpus.mkdir()
+    for name in ("a", "b", "c"):
+        (corpus / f"{name}.md").write_text(f"The first paragraph of note {name}, long enough to be kept.\n\n"
+                                           f"The second paragraph of note {name}, long enough as well.\n")
+    data = tmp_path / "store"
+
+    def documents() -> int:
+        return json.loads(run_cli("info", "--data-dir", str(data), "--json").stdout)["documents"]
+
+    assert run_cli("build", "--corpus", str(corpus), "--data-dir", str(data)).returncode == 0
+    (corpus / "b.md").unlink()
+    r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data))
+    assert r.returncode == 0 and "kept 1 stored document(s) the corpus does not hold ('b.md'): `nextpara build " \
+        "--prune` deletes them" in r.stderr, r.stderr
+    assert documents() == 3
+    lines = tmp_path / "notes.jsonl"
+    lines.write_text(json.dumps({"doc_id": "a.md", "paragraphs": ["The first paragraph of note a, long enough."]})
+                     + "\nnot a document\n")
+    r = run_cli("build", "--corpus", str(lines), "--data-dir", str(data), "--skip-bad", "--prune")
+    assert r.returncode == 2 and "--prune with 1 malformed document(s) skipped" in r.stderr, r.stderr
+    assert documents() == 3
+    r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data), "--prune")
+    assert r.returncode == 0 and "pruned 1 stored document(s) the corpus does not hold" in r.stdout, r.stdout
+    assert documents() == 2
+    hits = json.loads(run_cli("search", "the second paragraph of note b", "--data-dir", str(data), "-k", "4",
+                              "--json").stdout)["results"]
+    assert {h["doc_id"] for h in hits} == {"a.md", "c.md"}
+
+
 def test_malformed_corpus_line_and_skip_bad(tmp_path):
     docs = write_vector_corpus(tmp_path / "c.jsonl", 3, 2, 8)
     lines = (tmp_path / "c.jsonl").read_text().splitlines()
