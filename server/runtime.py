@@ -3,7 +3,7 @@
 The servicer reaches the store and the predictor only through a Runtime. Reads' CPU work runs in a
 bounded thread pool (``--workers``); PredictNext and Rerank go through the Coalescer, which forms a
 batch when a worker is free. A remote embedder's query texts are embedded before the batch, on threads
-of their own, so an endpoint that hangs holds no worker. Writes are serialized by one asyncio lock and
+of their own (embed_ahead.py), so an endpoint that hangs holds no worker. Writes are serialized by one asyncio lock and
 run on a thread of their own, so they do not queue behind reads. The predictor is swapped atomically
 on reload, so a response's model and index versions always come from one predictor.
 """
@@ -30,23 +30,19 @@ from nextpara.errors import (
 )
 from nextpara.store.backup import BackupReport
 from nextpara.store.filters import RetrievalFilter, doc_id_list
-from nextpara.store.http_embedder import EmbeddingServiceError
 from nextpara.store.ingest import vectors_for
 from nextpara.store.store import DocumentRow, ParagraphStore, WriteResult, open_store
 
 from .backups import Backups
 from .batching import Coalescer
 from .config import ServerSettings
+from .embed_ahead import EmbedAhead
 from .index_gate import IndexGate
 from .metrics import Metrics
 from .warm_up import WarmUp
 
 log = logging.getLogger(__name__)
-EMBED_REQUESTS = 4  # embedding calls a server has at a remote endpoint at once (each waits on it, not on the cores)
-EMBED_CALLS = 64  # calls whose texts one of them carries at most
-EMBED_TEXTS = 256  # and texts (a call of more goes alone: calls batched with it would wait for all of its requests)
 LOADING_RETRY_DELAY = 1.0  # seconds a call that comes while the server loads is asked to wait
-EMBED_RETRY_DELAY = 1.0  # seconds, at least, a call refused because too many wait for the endpoint is asked to wait
 
 
 @dataclass
@@ -87,17 +83,6 @@ def size_threads(workers: int, threads: int = 0) -> int:
     return n
 
 
-def _texts_refused(error: Exception) -> bool:
-    """Whether a batch of calls whose texts a remote embedder failed on is worth running call by call: unless the
-    endpoint failed whatever the texts (down, hung, 5xx after every try), it may have refused one call's text."""
-    return not isinstance(error, EmbeddingServiceError) or error.refused
-
-
-def _texts_in(payload: tuple) -> int:
-    """The texts a call waiting for a remote embedder may send it: its (context, candidates)' text items."""
-    return sum(isinstance(item, str) for items in payload for item in items)
-
-
 class Runtime:
     def __init__(self, settings: ServerSettings, data_dir: Path, metrics: Metrics):
         self.settings, self.data_dir, self.metrics = settings, data_dir, metrics
@@ -105,8 +90,6 @@ class Runtime:
         # writes (one at a time: the write lock) on a thread of their own: a long AddDocuments does not queue reads
         # behind it (both still share the cores)
         self.write_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nextpara-write")
-        # a remote embedder's query texts, embedded before their call's batch: waiting on an endpoint holds no worker
-        self.embed_executor = ThreadPoolExecutor(max_workers=EMBED_REQUESTS, thread_name_prefix="nextpara-embed")
         size_threads(settings.workers, settings.threads)
         self.store: ParagraphStore | None = None
         self.predictor: Predictor | None = None
@@ -123,14 +106,9 @@ class Runtime:
         self.backups = Backups(data_dir, settings.backup_dir)
         self.coalescer = Coalescer(self._run_batch, self.executor, settings.max_batch, settings.max_wait_ms / 1000,
                                    settings.max_queue, on_batch=metrics.batch.observe, slots=settings.workers)
-        # the calls waiting for a remote embedder, coalesced as the calls are: texts of calls that arrive while the
-        # endpoint has EMBED_REQUESTS embedding calls go to it together, in one (the calls by ids and vectors never
-        # wait here, so they are admitted while the endpoint hangs)
-        self.embed_coalescer = Coalescer(self._embed_batch, self.embed_executor, EMBED_CALLS,
-                                         settings.max_wait_ms / 1000, settings.max_queue, slots=EMBED_REQUESTS,
-                                         busy="calls waiting for the embeddings endpoint", retry_alone=_texts_refused,
-                                         min_retry_delay=EMBED_RETRY_DELAY, cost=_texts_in, max_cost=EMBED_TEXTS)
-        for queue, coalescer in (("model", self.coalescer), ("embeddings endpoint", self.embed_coalescer)):
+        # a remote embedder's query texts, embedded before their call joins the model's queue (embed_ahead.py)
+        self.embed_ahead = EmbedAhead(self._require_model, settings.max_wait_ms / 1000, settings.max_queue)
+        for queue, coalescer in (("model", self.coalescer), ("embeddings endpoint", self.embed_ahead.coalescer)):
             metrics.waiting.labels(queue).set_function(coalescer.admitted)
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -265,15 +243,14 @@ class Runtime:
     def start(self) -> None:
         """Start taking calls (in the server's event loop)."""
         self.coalescer.start()
-        self.embed_coalescer.start()
+        self.embed_ahead.start()
 
     async def close(self) -> None:
         await self.coalescer.stop()
-        await self.embed_coalescer.stop()
+        await self.embed_ahead.stop()
         await self.snapshot_if_changed(closing=True)
         self.executor.shutdown(wait=True)
         self.write_executor.shutdown(wait=True)
-        self.embed_executor.shutdown(wait=False, cancel_futures=True)  # (a try at a hung endpoint ends by its timeout)
         if self._warm_up is not None:  # it reads the store: stopped (within a chunk) before the store closes
             self._warm_up.stop()
             await asyncio.get_running_loop().run_in_executor(None, self._warm_up.join)
@@ -303,25 +280,6 @@ class Runtime:
                                                 filter=retrieval_filter, embedded=embedded)
         return predictor.rerank_batch(contexts, [p[1] for p in payloads], embedded=embedded)
 
-    def _embed_batch(self, key, payloads: list) -> list:
-        """Payloads are (context, candidates) of calls a remote embedder embeds; each gets (embedder, text -> vector)."""
-        predictor = self._require_model()
-        return [(predictor.embedder, vectors) for vectors in predictor.embed_ahead(payloads)]
-
-    async def _embed_ahead(self, context: list, candidates: list, timeout: float | None) -> tuple | None:
-        """A call's texts, when a remote embedder embeds them, embedded before the call joins a batch, on threads of
-        their own and together with the texts of the calls waiting with it: an endpoint that hangs holds none of the
-        workers that serve the other calls (a local model embeds in the batch, all its calls' texts in one model
-        call). Calls waiting here have a limit of their own (--max-queue, apart from the batcher's), so while an
-        endpoint hangs calls by ids and vectors are still admitted. None when there is no text to embed; every text
-        in the predictor's cache already costs no wait."""
-        predictor = self.predictor
-        if predictor is None or not predictor.embeds_remotely:
-            return None
-        if (cached := predictor.cached_texts(context, candidates)) is not None:  # ({} for a call of no text)
-            return (predictor.embedder, cached) if cached else None
-        return await self.embed_coalescer.submit(("embed",), (context, candidates), timeout)
-
     @staticmethod
     def _left(deadline: float | None) -> float | None:
         return None if deadline is None else deadline - time.monotonic()
@@ -332,13 +290,13 @@ class Runtime:
         self._require_model()
         key = ("predict", top_k, include_attention, doc_id_list(exclude_doc_ids, "exclude_doc_ids"), retrieval_filter)
         deadline = None if timeout is None else time.monotonic() + timeout
-        ahead = await self._embed_ahead(context, [], timeout)
+        ahead = await self.embed_ahead.vectors(self.predictor, context, [], timeout)
         return await self.coalescer.submit(key, (context, (), ahead), self._left(deadline))
 
     async def rerank(self, context: list, candidates: list, timeout: float | None):
         self._require_model()
         deadline = None if timeout is None else time.monotonic() + timeout
-        ahead = await self._embed_ahead(context, candidates, timeout)
+        ahead = await self.embed_ahead.vectors(self.predictor, context, candidates, timeout)
         return await self.coalescer.submit(("rerank",), (context, candidates, ahead), self._left(deadline))
 
     async def get_paragraphs(self, ids: list[int], include_vectors: bool) -> tuple[list, np.ndarray | None]:

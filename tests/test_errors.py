@@ -374,7 +374,7 @@ class HeldEndpoint:
     server sends it at once (a call's text each); ``queue(texts)`` sends a call per text, which wait at the server."""
 
     def __init__(self, tmp_path, monkeypatch, fake: FakeEmbeddingsServer):
-        from nextpara.server.runtime import EMBED_REQUESTS
+        from nextpara.server.embed_ahead import EMBED_REQUESTS
 
         self.fake, self.threads, self.answers = fake, [], {}
         self.server = LiveServer(remote_store(tmp_path, monkeypatch, fake, paragraphs=8), workers=1,
@@ -443,7 +443,7 @@ def test_text_calls_that_wait_for_the_endpoint_share_its_requests(tmp_path, monk
     """While the endpoint holds as many requests as the server sends it at once, the text calls that arrive wait, and
     go to it together when one ends: a dozen calls cost one request of their texts, not a dozen, and each is answered
     as its text's vector is; a call of more texts than a request holds goes alone."""
-    from nextpara.server.runtime import EMBED_TEXTS
+    from nextpara.server.embed_ahead import EMBED_TEXTS
 
     with FakeEmbeddingsServer(dim=16) as fake:
         server = HeldEndpoint(tmp_path, monkeypatch, fake)
@@ -549,6 +549,6 @@ def test_a_call_while_the_server_loads_is_unavailable_loading(tmp_path):
         finally:
             await server.stop(None)
             await runtime.coalescer.stop()
-            await runtime.embed_coalescer.stop()
+            await runtime.embed_ahead.stop()
 
     asyncio.run(main())
