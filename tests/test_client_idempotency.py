@@ -271,6 +271,8 @@ def write_lines(path, n_good: int, bad: str):
 @pytest.mark.parametrize("bad, reason", [
     ('{"doc_id": "broken", "paragraphs": ', "not valid JSON"),
     ('{"doc_id": "empty", "paragraphs": []}', "document 'empty': paragraphs must be a non-empty list"),
+    ('{"doc_id": "p", "paragraphs": "just a string"}',  # was "a non-empty list, got 'just a string'": not its fault
+     "document 'p': paragraphs must be a list of strings, got a string"),
     ('["a", "list"]', "not a document"),
     ('{"doc_id": "cli-add-3", "paragraphs": ["again"]}', "duplicate doc_id 'cli-add-3' (first at "),  # one write,
     # as `nextpara build` reads a file: it was refused whole or upserted, depending on which message each landed in

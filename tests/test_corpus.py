@@ -29,6 +29,8 @@ def test_jsonl_keeps_order_and_fields(tmp_path):
      "unknown field 'label' (did you mean 'labels'?)"),
     (json.dumps({"doc_id": "x", "paragraph": ["a"]}), "unknown field 'paragraph' (did you mean 'paragraphs'?)"),
     (json.dumps({"doc_id": "x", "paragraphs": []}), "has no paragraphs"),
+    (json.dumps({"doc_id": "x", "paragraphs": "just a string"}), "paragraphs must be a list of strings, got a string"),
+    (json.dumps({"doc_id": "x", "paragraphs": None}), "paragraphs must be a list of strings, got null"),
     (json.dumps({"doc_id": "x", "paragraphs": ["ok", 3]}), "paragraph 1 is int"),
     (json.dumps({"doc_id": "x", "paragraphs": ["ok", "  "]}), "paragraph 1 is empty"),
     (json.dumps({"doc_id": "", "paragraphs": ["ok"]}), "doc_id must be a non-empty string"),
