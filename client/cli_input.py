@@ -3,6 +3,7 @@ stdin (``-``). Bad input raises a NextparaError naming where it is (exit status 
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 
@@ -35,6 +36,8 @@ def read_jsonl(path: str, lines: list[int] | None = None):
         first: dict[str, int] = {}  # each doc_id's line: one file is one write, as `nextpara build` reads it
         with f:
             for lineno, raw in enumerate(f, 1):
+                if lineno == 1:  # a byte-order mark is no part of the first document (`nextpara build` reads it so)
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
                 try:
                     line = raw.decode("utf-8")
                     doc = parse_document(line) if line.strip() else None

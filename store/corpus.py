@@ -19,6 +19,7 @@ line, unless the reader was made with ``skip_bad=True``, which counts it in ``sk
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -191,6 +192,8 @@ class CorpusReader:
     def _read_jsonl(self, path: str) -> Iterator[Document]:
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
+                if lineno == 1:  # a byte-order mark is no part of the first document (as for a folder's text files)
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
                 if not raw.strip():
                     continue
                 try:

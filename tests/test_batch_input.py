@@ -40,6 +40,7 @@ def test_orjson_and_json_read_every_line_alike(monkeypatch):
     monkeypatch.setattr(rows_module, "orjson", None)
     assert _parse_all(TRICKY) == with_orjson
     assert "id=1180591620717411303424," in with_orjson[0] and "error=None" in with_orjson[0]
+    assert "id='bom'," in with_orjson[6] and "error=None" in with_orjson[6]  # a BOM (an INPUT's first line) is no error
 
 
 def test_a_text_with_no_utf8_form_is_its_row_s_error():

@@ -292,6 +292,18 @@ def test_cli_add_with_a_bad_line_500_exits_at_once(server, client, tmp_path, bad
     assert client.info().index_version == before.index_version  # the 499 documents were one message, not yet sent
 
 
+def test_cli_add_reads_past_a_byte_order_mark_at_the_start(server, client, tmp_path):
+    """A file saved with a BOM (as some editors do) was refused as "Unexpected UTF-8 BOM (decode using utf-8-sig)",
+    while `nextpara build` of a folder read such files."""
+    corpus = tmp_path / "bom.jsonl"
+    corpus.write_bytes(b"\xef\xbb\xbf" + json.dumps({"doc_id": "cli-bom", "paragraphs": ["After a mark."]}).encode()
+                       + b"\n")
+    r = run_cli("add", str(corpus), "--address", server.address, timeout=60)
+    assert r.returncode == 0 and "1 added" in r.stdout, r.stderr
+    assert client.get_document("cli-bom").document.doc_id == "cli-bom"
+    client.delete_documents(["cli-bom"])
+
+
 def test_cli_add_reports_the_documents_committed_before_a_bad_line(server, client, tmp_path):
     corpus = tmp_path / "big.jsonl"  # documents of 6 MB: the client's 16 MiB messages carry two each
     texts = [f"Document {i}, one long paragraph of a single long word: " + "x" * 6_000_000 for i in range(3)]

@@ -67,6 +67,17 @@ def test_invalid_utf8_and_duplicate_ids(tmp_path):
     assert any("duplicate doc_id 'a'" in r for r in reader.skipped_reasons)
 
 
+def test_a_byte_order_mark_at_the_start_of_a_jsonl_corpus_is_no_part_of_it(tmp_path):
+    """It was refused as "Unexpected UTF-8 BOM (decode using utf-8-sig)" (with --skip-bad its first document was
+    dropped), while a folder's text file with one was read; one later in the file is still not JSON."""
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"doc_id": "a", "paragraphs": ["x"]}\n{"doc_id": "b", "paragraphs": ["y"]}\n')
+    assert [d.doc_id for d in CorpusReader(p)] == ["a", "b"]
+    p.write_bytes(b'{"doc_id": "a", "paragraphs": ["x"]}\n\xef\xbb\xbf{"doc_id": "b", "paragraphs": ["y"]}\n')
+    with pytest.raises(CorpusFormatError, match=r":2: not valid JSON"):
+        list(CorpusReader(p))
+
+
 def test_missing_and_unknown_corpus(tmp_path):
     with pytest.raises(InvalidInputError, match="does not exist"):
         CorpusReader(tmp_path / "nope.jsonl")
