@@ -155,7 +155,10 @@ class DataDir(os.PathLike):
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             if waiter is None:
                 os.close(fd)
-                raise StoreLockedError(f"{self.path} is being written by another process (pid {holder})") from None
+                # most often a server (it holds its store's lock while it runs): say what the user can do about it
+                raise StoreLockedError(f"{self.path} is being written by another process (pid {holder}): if that is "
+                                       "a nextpara server, add documents through it (`nextpara add --address "
+                                       "HOST:PORT FILE`), or stop it first; else wait for it to finish") from None
             log.info("%s waits for pid %s, which holds %s", waiter, holder, self.path / name)
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
