@@ -76,7 +76,7 @@ class ResumableOutput:
             raise OutputError(f"{self.path} holds rows but no readable {self.settings_path.name} saying what made them "
                               "(the store, the model, -k, --no-text): they may not be this job's to resume; give another "
                               "OUTPUT, or --overwrite to start over")
-        changed = [f"{name} {begun[name]!r} then, {settings[name]!r} now" for name in sorted(settings)
+        changed = [_setting_change(name, begun[name], settings[name]) for name in sorted(settings)
                    if name in begun and begun[name] != settings[name] and name != "input"]
         if changed:
             raise OutputError(f"{self.path} was begun with other settings ({'; '.join(changed)}; "
@@ -144,6 +144,20 @@ class ResumableOutput:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _setting_change(name: str, then, now) -> str:
+    """A setting that differs, said as the user gave it (the flag, the model, the store), not as OUTPUT.job.json
+    names it (``with_text False then, True now`` left the user to find the flag)."""
+    if name == "top_k":
+        return f"-k {then} then, -k {now} now"
+    if name == "with_text":
+        return f"{'texts' if then else '--no-text'} then, {'texts' if now else '--no-text'} now"
+    if name == "model_version":
+        return f"the model {then!r} then, {now!r} now"
+    if name == "store_id":
+        return f"the store {then!r} then, {now!r} now (its store_id: `nextpara info`)"
+    return f"{name} {then!r} then, {now!r} now"
 
 
 def _line_grown(path: str | Path, size: int) -> bool:

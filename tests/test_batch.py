@@ -327,7 +327,9 @@ def test_an_output_of_another_store_or_no_job_is_refused_not_taken_over(trained_
                                                         unit_vectors(4, 8, seed=i)) for i in range(3)])
     before = out.read_bytes()
     r = run_cli("rerank-batch", str(small), str(out), "--data-dir", str(other))
-    assert r.returncode == 2 and "was begun with other settings (" in r.stderr and "store_id '" in r.stderr, r.stderr
+    with open_store(other, readonly=True) as o, open_store(trained_store, readonly=True) as t:
+        said = f"the store {t.store_id!r} then, {o.store_id!r} now (its store_id: `nextpara info`)"
+    assert r.returncode == 2 and "was begun with other settings (" in r.stderr and said in r.stderr, r.stderr
     assert out.read_bytes() == before
     job = tmp_path / "out.jsonl.job.json"
     settings = json.loads(job.read_text())
@@ -428,8 +430,8 @@ def test_a_rerun_with_other_settings_is_refused_not_mixed(trained_store, batch_i
     kept = out.read_bytes().splitlines(keepends=True)[:6]
     out.write_bytes(b"".join(kept))  # as if the job had been interrupted
     r = run_cli(*base, "-k", "5")
-    assert r.returncode == 2 and "was begun with other settings (top_k 4 then, 5 now; with_text False then, True " \
-        "now; out.jsonl.job.json): rerun with those, or --overwrite to start over" in r.stderr, r.stderr
+    assert r.returncode == 2 and "was begun with other settings (-k 4 then, -k 5 now; --no-text then, texts now; " \
+        "out.jsonl.job.json): rerun with those, or --overwrite to start over" in r.stderr, r.stderr  # the flags
     assert out.read_bytes() == b"".join(kept)
     r = run_cli(*base, "-k", "4", "--no-text")  # the same settings resume
     assert r.returncode == 0 and "6 already in OUTPUT skipped" in r.stdout, r.stdout + r.stderr
