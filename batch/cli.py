@@ -97,7 +97,10 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"OUTPUT {args.output}: rows are written as JSON Lines, whatever the name; name it "
                                 ".jsonl (Parquet is read as INPUT only)")
     check_top_k(args.top_k, "--top-k")
-    engine = make_engine(args)
+    try:
+        engine = make_engine(args)
+    except ServiceError as e:  # the service asked for its model and store: a deadline passed is this command's own
+        raise _explained(e, args, mid_job=False) from e
     try:
         summary = run_job(args.input, args.output, engine, default_top_k=args.top_k, overwrite=args.overwrite,
                           quiet=args.quiet)
@@ -105,10 +108,11 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         print(f"rerank-batch: interrupted; the rows in {args.output} are complete: rerun the same command to resume",
               file=sys.stderr)
         return 130
-    except ServiceError:  # the service went away, or stayed busy: what is written stands
-        print(f"rerank-batch: stopped by the service (below); the rows in {args.output} are complete: rerun the same "
+    except ServiceError as e:  # the service went away, or stayed busy, or a call outlasted --timeout: what is written stands
+        who = "by this command's --timeout" if e.code.name == "DEADLINE_EXCEEDED" else "by the service"
+        print(f"rerank-batch: stopped {who} (below); the rows in {args.output} are complete: rerun the same "
               "command to resume", file=sys.stderr)
-        raise
+        raise _explained(e, args) from e
     finally:
         engine.close()
     if args.json:
@@ -119,3 +123,20 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         return 0
     print(summary.line())
     return 0
+
+
+def _explained(e, args, mid_job: bool = True):
+    """``e`` with a message that says what happened in this command's terms, where grpc's own says only its code: a
+    deadline exceeded is the caller's own --timeout (not the service's refusal), and a call CANCELLED or UNAVAILABLE
+    ``mid_job`` is a server that stopped or went away (it was "CANCELLED: CANCELLED"). Any other error is ``e``."""
+    code = e.code.name
+    if code == "DEADLINE_EXCEEDED":
+        message = (f"a call had no answer within --timeout {args.timeout:g} s, this command's own deadline for each call, "
+                   "not the service's refusal: give a longer --timeout (the service may be busy, or the rows large)")
+    elif code in ("CANCELLED", "UNAVAILABLE") and mid_job:
+        message = f"the server at {args.address} stopped or went away"
+    else:
+        return e
+    said = e.details if e.details and e.details != code and e.details.lower() != code.replace("_", " ").lower() else ""
+    return type(e)(message + (f" ({said})" if said else ""), e.code, reason=e.reason, domain=e.domain,
+                   metadata=e.metadata, field_violations=e.field_violations, retry_delay=e.retry_delay)

@@ -108,6 +108,8 @@ class ServiceEngine:
                 waited, attempt = waited + pause, attempt + 1
 
     def _answer(self, row: Row) -> dict:
+        from nextpara.client._channel import RequestTooLarge
+
         try:
             if row.candidates is not None:
                 r = self.client.rerank(row.context, row.candidates, top_k=row.top_k)
@@ -116,6 +118,11 @@ class ServiceEngine:
             p = self.client.predict_next(row.context, row.top_k, omit_text=not self.with_text)
             self.model_version = p.model_version
             return predict_output(row, p.predictions, p.context_dropped, self.with_text)
+        except RequestTooLarge as e:  # the library's advice (max_message_bytes) is no option of this command's
+            return error_output(row, f"the row's request is {int(e.metadata['size']):,} bytes, over the "
+                                     f"{int(e.metadata['max']):,}-byte message limit of rerank-batch's client: split it "
+                                     "into rows of fewer or shorter context paragraphs or candidates (a server's "
+                                     "--max-message-mb does not raise this limit)")
         except self.row_errors as e:
             return error_output(row, getattr(e, "details", None) or str(e))
 

@@ -78,6 +78,11 @@ def send_limit(max_message_bytes: int, extra: Iterable[tuple[str, object]] = ())
     return limit if limit >= 0 else None
 
 
+class RequestTooLarge(InvalidInputError):
+    """A request over the client's own send limit, refused before it was sent; ``metadata`` has its ``size`` and the
+    ``max``. A caller without the client's settings (rerank-batch) says what it can do instead."""
+
+
 def check_size(request, limit: int | None) -> None:
     """An InvalidInputError for a unary request over ``limit`` bytes (send_limit), before it is sent: grpc's own
     refusal is RESOURCE_EXHAUSTED "CLIENT: Sent message larger than max", as if the server were full."""
@@ -85,7 +90,7 @@ def check_size(request, limit: int | None) -> None:
         return
     size = request.ByteSize()
     if size > limit:
-        raise InvalidInputError(f"the request is {size:,} bytes, over the {limit:,}-byte message limit: send fewer or "
+        raise RequestTooLarge(f"the request is {size:,} bytes, over the {limit:,}-byte message limit: send fewer or "
                                 "shorter items (or raise max_message_bytes here and --max-message-mb on the server)",
                                 reason=Reason.OUT_OF_RANGE, metadata={"max": limit, "size": size})
 

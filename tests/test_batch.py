@@ -151,8 +151,47 @@ def test_the_service_engine_waits_out_a_busy_server_and_a_row_too_large_is_its_e
         server.stop()
     assert r.returncode == 0, r.stderr
     out = load(tmp_path / "out.jsonl")
-    assert out[20]["id"] == "big" and out[20]["error"].startswith("the request is ") and "message limit" in out[20]["error"]
+    assert out[20]["id"] == "big" and out[20]["error"].startswith("the row's request is ") and "message limit" in out[20]["error"]
     assert_same_output(in_process_output[:40], out[:20] + out[21:])  # every other row answered as in-process
+
+
+def test_a_job_through_a_service_says_why_it_stopped_in_its_own_terms(server_store, batch_input, tmp_path):
+    """A call that outlasted the job's own --timeout was said to be "stopped by the service ... DEADLINE_EXCEEDED"; a
+    server shut down mid-job ended it with "CANCELLED: CANCELLED"; a row over the client's message limit was told to
+    "raise max_message_bytes here", an option rerank-batch does not have."""
+    path, _ = batch_input
+    rows = path.read_text().splitlines(keepends=True)[:30]
+    big = json.dumps({"id": "big", "context": [1], "candidates": ["x" * 400_000] * 45}) + "\n"  # 18 MB of request
+    (tmp_path / "in.jsonl").write_text(big + "".join(rows))
+    server = LiveServer(server_store, max_wait_ms=1000).start()  # each call waits a second for others to join it
+    try:
+        out = tmp_path / "slow.jsonl"
+        r = run_cli("rerank-batch", str(tmp_path / "in.jsonl"), str(out), "--address", server.address, "--in-flight",
+                    "1", "--chunk-rows", "1", "--timeout", "0.3")
+        assert r.returncode == 1 and "rerank-batch: stopped by this command's --timeout (below); the rows in " in r.stderr
+        assert ("error: DEADLINE_EXCEEDED: a call had no answer within --timeout 0.3 s, this command's own deadline for "
+                "each call, not the service's refusal: give a longer --timeout") in r.stderr, r.stderr
+        assert "stopped by the service" not in r.stderr
+        error = load(out)[0]["error"]  # the big row, refused unsent, before the call that timed out
+        assert error.startswith("the row's request is ") and ("-byte message limit of rerank-batch's client: split it "
+                                                              "into rows of fewer or shorter") in error, error
+        assert "max_message_bytes" not in error
+
+        out = tmp_path / "stopped.jsonl"
+        proc = subprocess.Popen([sys.executable, "-m", "nextpara", "-q", "rerank-batch", str(tmp_path / "in.jsonl"),
+                                 str(out), "--address", server.address, "--in-flight", "1", "--chunk-rows", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while (not out.exists() or out.read_bytes().count(b"\n") < 2) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        server.stop()  # mid-job: 29 rows to go (its calls end UNAVAILABLE here, or CANCELLED: the same message)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 1 and "the rows in " in stderr and "rerun the same command to resume" in stderr
+        assert f"the server at {server.address} stopped or went away" in stderr, stderr
+        assert "CANCELLED: CANCELLED" not in stderr
+    finally:
+        server.stop()
 
 
 def test_ray_engine_matches_in_process_on_a_store_the_general_model_serves(trained_store, batch_input, tmp_path):
