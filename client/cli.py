@@ -144,6 +144,16 @@ def predict_filter(args):
                   distinct_texts=args.distinct_texts)
 
 
+def _filter_flags(args) -> str:
+    """The filter flags given, as they were typed (for a message about the filter)."""
+    flags = ([f"--label {k}={v}" for k, v in args.label] + [f"--only-doc {d}" for d in args.only_doc]
+             + [f"--exclude-doc {d}" for d in args.exclude_doc]
+             + ([f"--min-score {args.min_score:g}"] if args.min_score is not None else [])
+             + ([f"--max-per-document {args.max_per_document}"] if args.max_per_document else [])
+             + (["--distinct-texts"] if args.distinct_texts else []))
+    return " ".join(flags)
+
+
 def cmd_predict(args) -> int:
     from nextpara.errors import InvalidInputError
 
@@ -153,10 +163,16 @@ def cmd_predict(args) -> int:
     if not 1 <= args.top_k <= MAX_TOP_K:  # the client would refuse it too, naming top_k: it is this command line's
         raise InvalidInputError(f"-k must be 1 to {MAX_TOP_K}, got {args.top_k}")
     context = read_context(getattr(args, "context", None) or [])
+    chosen = predict_filter(args)
     with client_from(args) as c:
-        r = c.predict_next(context, top_k=args.top_k, include_attention=args.explain, filter=predict_filter(args))
+        r = c.predict_next(context, top_k=args.top_k, include_attention=args.explain, filter=chosen)
     if args.json:
         print_json(r)
+        return 0
+    if not r.predictions:  # a blank line and the model's, as if something had been predicted: nothing, and why
+        print(f"nextpara predict: no stored paragraph matched the filter ({_filter_flags(args)})" if chosen is not None
+              else "nextpara predict: the service predicted no paragraph (does the store hold any beside the context's?)",
+              file=sys.stderr)
         return 0
     for i, p in enumerate(r.predictions, 1):
         text = p.text if len(p.text) <= 200 else p.text[:197] + "..."

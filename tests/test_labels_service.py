@@ -186,6 +186,11 @@ def test_the_cli_adds_labels_and_predicts_with_a_filter(server, acme, tmp_path):
                 env=env)
     assert r.returncode == 0, r.stderr
     assert [p["doc_id"] for p in json.loads(r.stdout)["predictions"]] == ["acme-bread"] * 2
+    r = run_cli("predict", "Clean the kitchen.", "--label", "tenant=nosuch", env=env)  # printed a blank line, said nothing
+    assert r.returncode == 0 and r.stdout == "", r.stdout
+    assert "nextpara predict: no stored paragraph matched the filter (--label tenant=nosuch)" in r.stderr, r.stderr
+    r = run_cli("predict", "Clean the kitchen.", "--label", "tenant=nosuch", "--json", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["predictions"] == [] and r.stderr == "", r.stderr
     r = run_cli("predict", "Boil the water.", "--label", "tenant", env=env)
     assert r.returncode == 2 and "KEY=VALUE" in r.stderr
     r = run_cli("predict", "Clean the kitchen.", "--label", "tenant=cli", "--label", "tenant=acme", env=env)
