@@ -52,6 +52,10 @@ class InProcessEngine:
     def store_id(self) -> str:
         return self.predictor.store.store_id
 
+    @property
+    def index_version(self) -> int:
+        return self.predictor.store.index_generation
+
     def run(self, rows: Iterable[Row]) -> Iterator[list[dict]]:
         from .scoring import score_rows, vectors_as_arrays
 
@@ -77,7 +81,7 @@ class ServiceEngine:
         # --overwrite emptied it, then found no server)
         try:
             info = client.info()
-            self.model_version, self.store_id = info.model_version, info.store_id
+            self.model_version, self.store_id, self.index_version = info.model_version, info.store_id, info.index_version
         except BaseException:
             client.close()
             raise
@@ -181,7 +185,8 @@ class RayEngine:
             raise FailedPreconditionError(f"nothing can serve {self.data_dir}: {served['reason']} (with --ray the path "
                                           "must hold the store on every node)", reason=Reason.NO_MODEL)
         self.model_version = served["model_version"]
-        self.store_id = store_id(DataDir(self.data_dir).read_store_meta())
+        meta = DataDir(self.data_dir).read_store_meta()
+        self.store_id, self.index_version = store_id(meta), int(meta.get("generation", 0))
         import ray
 
         self._started = not ray.is_initialized()

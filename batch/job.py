@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from typing import Iterator
 
 from .output import ResumableOutput
 from .rows import Row, count_rows, dumps, parse_row, read_raw
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,9 +63,16 @@ def run_job(input_path: str | Path, output_path: str | Path, engine, default_top
             overwrite: bool = False, quiet: bool = False) -> JobSummary:
     summary = JobSummary(str(input_path), str(output_path), engine.name)
     total = count_rows(input_path)
-    out = ResumableOutput(output_path, overwrite=overwrite, input_path=input_path, settings={  # what the rows depend on
-        "top_k": default_top_k, "with_text": getattr(engine, "with_text", True),
-        "model_version": getattr(engine, "model_version", ""), "store_id": getattr(engine, "store_id", "")})
+    index_version = getattr(engine, "index_version", None)
+    out = ResumableOutput(output_path, overwrite=overwrite, input_path=input_path, index_version=index_version,
+                          settings={  # what the rows depend on
+                              "top_k": default_top_k, "with_text": getattr(engine, "with_text", True),
+                              "model_version": getattr(engine, "model_version", ""),
+                              "store_id": getattr(engine, "store_id", "")})
+    if out.index_then is not None:  # a live store's writes are no reason to refuse; but the rows will differ in kind
+        log.warning("the rows already in %s were ranked at index generation %d, and the store is at %d now: the rows "
+                    "this run adds may find paragraphs written since, which those could not (--overwrite ranks every "
+                    "row at one generation)", output_path, out.index_then, index_version)
     summary.torn_bytes = out.torn_bytes
     started = time.perf_counter()
     try:

@@ -28,11 +28,17 @@ class OutputError(InvalidInputError):
 
 
 class ResumableOutput:
-    def __init__(self, path: str | Path, settings: dict, overwrite: bool = False, input_path: str | Path | None = None):
-        """``input_path``: the INPUT, whose bytes a resumed OUTPUT's rows must have been made from."""
+    def __init__(self, path: str | Path, settings: dict, overwrite: bool = False, input_path: str | Path | None = None,
+                 index_version: int | None = None):
+        """``input_path``: the INPUT, whose bytes a resumed OUTPUT's rows must have been made from. ``index_version``:
+        the store's generation the rows are ranked at; a resume at another keeps the first in the job file and sets
+        ``index_then`` (the rows so far could not find what was written since: the job says so, and goes on)."""
         self.path, self.input_path = Path(path), input_path
+        self.index_then: int | None = None
         if input_path is not None:
             settings = {**settings, "input": _input_state(input_path)}
+        if index_version is not None:
+            settings = {**settings, "index_version": index_version}
         self.settings_path = self.path.with_name(self.path.name + ".job.json")
         self.done_keys: Counter[str] = Counter()  # json.dumps(id) -> rows with that id already in OUTPUT
         self.done_lines: set[int] = set()  # input lines of error rows that had no readable id
@@ -77,14 +83,17 @@ class ResumableOutput:
                               "(the store, the model, -k, --no-text): they may not be this job's to resume; give another "
                               "OUTPUT, or --overwrite to start over")
         changed = [_setting_change(name, begun[name], settings[name]) for name in sorted(settings)
-                   if name in begun and begun[name] != settings[name] and name != "input"]
+                   if name in begun and begun[name] != settings[name] and name not in ("input", "index_version")]
         if changed:
             raise OutputError(f"{self.path} was begun with other settings ({'; '.join(changed)}; "
                               f"{self.settings_path.name}): rerun with those, or --overwrite to start over")
         if "input" in settings:
             self._check_input(begun.get("input"))
+        if begun.get("index_version", settings.get("index_version")) != settings.get("index_version"):
+            self.index_then = begun["index_version"]
         if set(settings) - set(begun) or begun.get("input") != settings.get("input", begun.get("input")):
-            self._write_settings({**begun, **settings})  # a setting kept since (store_id), or the INPUT as it is now
+            kept = {"index_version": begun["index_version"]} if "index_version" in begun else {}  # (the first rows')
+            self._write_settings({**begun, **settings, **kept})  # a setting kept since (store_id), or the INPUT now
 
     def _check_input(self, then: dict | None) -> None:
         """Refuse an INPUT whose first bytes differ from the INPUT's when the job last began (rows appended since are

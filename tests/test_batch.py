@@ -455,6 +455,34 @@ def test_a_rerun_with_another_input_is_refused_and_one_with_rows_appended_resume
         "since" in r.stderr, r.stderr
 
 
+def test_a_resume_after_the_store_was_written_says_its_rows_differ_in_generation(trained_store, batch_input, tmp_path):
+    """A job resumed after a write to its store went on without a word, its later rows able to find what its earlier
+    could not; now it says at which index generation the rows so far were ranked and at which it ranks the rest (a
+    live store's writes are no reason to refuse), and OUTPUT.job.json keeps the first."""
+    from nextpara.store.ingest import build
+
+    path, _ = batch_input
+    store = tmp_path / "store"
+    shutil.copytree(trained_store, store, ignore=shutil.ignore_patterns("write.lock"))
+    given = tmp_path / "in.jsonl"
+    given.write_text("".join(path.read_text().splitlines(keepends=True)[:6]))
+    out = tmp_path / "out.jsonl"
+    assert run_cli("rerank-batch", str(given), str(out), "--data-dir", str(store)).returncode == 0
+    then = json.loads((tmp_path / "out.jsonl.job.json").read_text())["index_version"]
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:3]))  # as if interrupted
+    corpus = tmp_path / "more.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "written-since", "paragraphs": ["A paragraph written after the job began."]})
+                      + "\n")
+    build(str(corpus), store, quiet=True)
+    with open_store(store, readonly=True) as opened:
+        now = opened.index_generation
+    assert now > then
+    r = run_cli("rerank-batch", str(given), str(out), "--data-dir", str(store))
+    assert r.returncode == 0 and "3 already in OUTPUT skipped" in r.stdout, r.stdout + r.stderr
+    assert f"were ranked at index generation {then}, and the store is at {now} now" in r.stderr, r.stderr
+    assert json.loads((tmp_path / "out.jsonl.job.json").read_text())["index_version"] == then
+
+
 def test_a_rerun_with_other_settings_is_refused_not_mixed(trained_store, batch_input, tmp_path):
     """Rows of -k 4 without texts, then a rerun with -k 5 and texts, went into one OUTPUT without a word: OUTPUT.job.json
     says what made its rows, and a rerun with other settings is refused (exit 2) with OUTPUT as it was."""
