@@ -106,7 +106,7 @@ def read_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
             if raw.strip():
-                yield n, raw
+                yield n, raw.rstrip(b"\r\n")  # (a row cut short: its error's column is at its end, not 1 of the next)
 
 
 def parse_row(line: int, raw: Any, default_top_k: int) -> Row:

@@ -197,7 +197,8 @@ class CorpusReader:
                 if not raw.strip():
                     continue
                 try:
-                    doc = _document_from_json(json.loads(raw.decode("utf-8")))
+                    doc = _document_from_json(json.loads(raw.decode("utf-8").rstrip("\r\n")))  # (a line cut short:
+                    # its error's column is at its end, not at column 1 of the next line)
                     doc.source = f"{path}:{lineno}"
                     validate_document(doc)
                 except UnicodeDecodeError as e:

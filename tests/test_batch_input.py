@@ -58,11 +58,12 @@ def test_malformed_json_line_names_its_line_with_orjson(tmp_path):
     assert rows_module.orjson is not None
     src = tmp_path / "in.jsonl"
     src.write_bytes(b'{"id": "a", "context": [1]}\n\n{"id": "b", "context": [1, 2}\n{"id": "c", "context": [2]}\n'
-                    b'{"id": "d" "context": [3]}\n')
+                    b'{"id": "d" "context": [3]}\n{"id": "e", "context": [4]\n')
     parsed = [parse_row(n, raw, 10) for n, raw in read_raw(src)]
     assert [(r.line, r.error) for r in parsed] == [
         (1, None), (3, "malformed JSON: Expecting ',' delimiter at column 29"), (4, None),
-        (5, "malformed JSON: Expecting ',' delimiter at column 12")]
+        (5, "malformed JSON: Expecting ',' delimiter at column 12"),
+        (6, "malformed JSON: Expecting ',' delimiter at column 27")]  # a row cut short: its end (it said column 1)
 
 
 def test_output_lines_mean_the_same_with_either_writer(monkeypatch):

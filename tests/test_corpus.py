@@ -123,3 +123,12 @@ def test_peps_corpus_reads_whole(peps_path):
     docs = list(CorpusReader(peps_path))
     assert len(docs) == 734
     assert sum(len(d.paragraphs) for d in docs) == 43588
+
+
+def test_a_line_cut_short_names_the_column_where_it_ends(tmp_path):
+    """The error of a JSON line cut short (a truncated write) was at column 1: of the line after it, counting the
+    line's newline. It is where the line ends."""
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(b'{"doc_id": "a", "paragraphs": ["x"]}\n{"doc_id": "b", "paragraphs": ["y"\n')
+    with pytest.raises(CorpusFormatError, match=r":2: not valid JSON \(Expecting ',' delimiter at column 35\)"):
+        list(CorpusReader(p))
