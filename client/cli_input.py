@@ -7,7 +7,7 @@ import codecs
 import json
 import sys
 
-from nextpara.errors import not_utf8
+from nextpara.errors import json_kind, not_utf8
 
 STDIN = "-"
 
@@ -71,7 +71,7 @@ def parse_document(line: str) -> dict:
     if "paragraphs" not in doc:
         raise ValueError(f"document {doc_id!r}: missing field paragraphs (a list of strings)")
     if not isinstance(paragraphs, list):  # a lone string was shown as it was, not said to be the wrong kind
-        raise ValueError(f"document {doc_id!r}: paragraphs must be a list of strings, got {_json_kind(paragraphs)}")
+        raise ValueError(f"document {doc_id!r}: paragraphs must be a list of strings, got {json_kind(paragraphs)}")
     if not paragraphs:
         raise ValueError(f"document {doc_id!r}: paragraphs must be a non-empty list of strings, got an empty list")
     for i, text in enumerate(paragraphs):
@@ -94,16 +94,6 @@ def parse_document(line: str) -> dict:
         if (why := not_utf8(text)) is not None:
             raise ValueError(f"document {doc_id!r:.80}: {part} {why}")
     return {"doc_id": doc_id, "title": title, "paragraphs": paragraphs, "vectors": vectors, "labels": labels or {}}
-
-
-def _json_kind(value: object) -> str:
-    """What a JSON value is, in the words of JSON (``a string``, not ``str``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    kinds = {str: "a string", int: "a number", float: "a number", dict: "an object", list: "a list"}
-    return kinds.get(type(value), type(value).__name__)
 
 
 def label_pair(text: str) -> tuple[str, str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from nextpara.errors import CorpusFormatError, InvalidInputError, Reason, misspelt_field, not_utf8
+from nextpara.errors import CorpusFormatError, InvalidInputError, Reason, json_kind, misspelt_field, not_utf8
 
 from .labels import check_labels
 from .unit_vectors import unit_rows
@@ -121,22 +121,12 @@ def _document_from_json(obj: object) -> Document:
     if not isinstance(title, str):
         raise ValueError(f"title must be a string, got {type(title).__name__}")
     if not isinstance(obj["paragraphs"], list):  # a lone string was "has no paragraphs", as if it were empty
-        raise ValueError(f"paragraphs must be a list of strings, got {_json_kind(obj['paragraphs'])}")
+        raise ValueError(f"paragraphs must be a list of strings, got {json_kind(obj['paragraphs'])}")
     labels = obj.get("labels")
     if labels is not None and not isinstance(labels, dict):
         raise ValueError(f"labels must be an object of strings, got {type(labels).__name__}")
     return Document(doc_id=obj["doc_id"], paragraphs=obj["paragraphs"], title=title, vectors=obj.get("vectors"),
                     labels=labels or {})
-
-
-def _json_kind(value: object) -> str:
-    """What a JSON value is, in the words of JSON (``a string``, not ``str``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    kinds = {str: "a string", int: "a number", float: "a number", dict: "an object", list: "a list"}
-    return kinds.get(type(value), type(value).__name__)
 
 
 class CorpusReader:

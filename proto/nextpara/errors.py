@@ -181,3 +181,13 @@ def misspelt_field(keys, fields=DOCUMENT_FIELDS) -> str | None:
                 if form in absent:
                     return f"unknown field {key!r} (did you mean {absent[form]!r}?)"
     return None
+
+
+def json_kind(value: object) -> str:
+    """What a JSON value is, in the words of JSON (``a string``, not ``str``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    kinds = {str: "a string", int: "a number", float: "a number", dict: "an object", list: "a list"}
+    return kinds.get(type(value), type(value).__name__)
