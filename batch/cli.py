@@ -90,7 +90,7 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"INPUT {args.input} is not a file")
     if Path(args.input).resolve() == Path(args.output).resolve():
         raise InvalidInputError("INPUT and OUTPUT are the same file")
-    if not Path(args.output).parent.is_dir():  # (a typo in the path: made into folders, as it was, it loses the rows)
+    if not Path(args.output).parent.is_dir():  # (a file where the folder should be: it "does not exist" as a folder)  # (a typo in the path: made into folders, as it was, it loses the rows)
         raise InvalidInputError(f"OUTPUT {args.output}: the folder {Path(args.output).parent} does not exist; create "
                                 "it first")
     if Path(args.output).suffix.lower() in (".parquet", ".pq"):
@@ -100,7 +100,9 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
     try:
         engine = make_engine(args)
     except ServiceError as e:  # the service asked for its model and store: a deadline passed is this command's own
-        raise _explained(e, args, mid_job=False) from e
+        if (explained := _explained(e, args, mid_job=False)) is e:
+            raise
+        raise explained from e
     try:
         summary = run_job(args.input, args.output, engine, default_top_k=args.top_k, overwrite=args.overwrite,
                           quiet=args.quiet)
@@ -112,7 +114,9 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         who = "by this command's --timeout" if e.code.name == "DEADLINE_EXCEEDED" else "by the service"
         print(f"rerank-batch: stopped {who} (below); the rows in {args.output} are complete: rerun the same "
               "command to resume", file=sys.stderr)
-        raise _explained(e, args) from e
+        if (explained := _explained(e, args)) is e:
+            raise
+        raise explained from e
     finally:
         engine.close()
     if args.json:
@@ -133,7 +137,8 @@ def _explained(e, args, mid_job: bool = True):
     if code == "DEADLINE_EXCEEDED":
         message = (f"a call had no answer within --timeout {args.timeout:g} s, this command's own deadline for each call, "
                    "not the service's refusal: give a longer --timeout (the service may be busy, or the rows large)")
-    elif code in ("CANCELLED", "UNAVAILABLE") and mid_job:
+    elif code in ("CANCELLED", "UNAVAILABLE") and mid_job and not e.reason:  # (the transport's, not a refusal such
+        # as EMBEDDING_SERVICE_FAILED from a server still up)
         message = f"the server at {args.address} stopped or went away"
     else:
         return e

@@ -53,6 +53,7 @@ class ResumableOutput:
                     raise IsADirectoryError(21, "Is a directory", str(self.path))
                 self._check_settings(settings)
                 self._scan()
+                self._settle_index(index_version)
                 self._file = open(self.path, "ab")
         except OSError as e:  # a folder, a read-only place, a file where a folder should be: OUTPUT, not a helper file
             raise OutputError(f"OUTPUT {self.path} cannot be written: {e.strerror or e}"
@@ -77,6 +78,7 @@ class ResumableOutput:
             begun = None
         if not isinstance(begun, dict):
             if self.path.stat().st_size == 0:  # nothing to mix with: this job's settings from now on
+                self._begun = {}
                 self._write_settings(settings)
                 return
             raise OutputError(f"{self.path} holds rows but no readable {self.settings_path.name} saying what made them "
@@ -89,11 +91,24 @@ class ResumableOutput:
                               f"{self.settings_path.name}): rerun with those, or --overwrite to start over")
         if "input" in settings:
             self._check_input(begun.get("input"))
-        if begun.get("index_version", settings.get("index_version")) != settings.get("index_version"):
-            self.index_then = begun["index_version"]
+        self._begun = begun
         if set(settings) - set(begun) or begun.get("input") != settings.get("input", begun.get("input")):
-            kept = {"index_version": begun["index_version"]} if "index_version" in begun else {}  # (the first rows')
-            self._write_settings({**begun, **settings, **kept})  # a setting kept since (store_id), or the INPUT now
+            self._write_settings({**begun, **settings})  # a setting kept since (store_id), or the INPUT as it is now
+
+    def _settle_index(self, now: int | None) -> None:
+        """Keep in the job file the index generation OUTPUT's first rows were ranked at: ``now`` while OUTPUT holds no
+        row, None (unknown) for rows of a job file from before it was kept; ``index_then`` is it when it is not now."""
+        if now is None:
+            return
+        if not (self.done_keys or self.done_lines):
+            first = now
+        else:
+            first = self._begun.get("index_version")
+        if first is not None and first != now:
+            self.index_then = first
+        written = json.loads(self.settings_path.read_text())
+        if "index_version" not in written or written["index_version"] != first:
+            self._write_settings({**written, "index_version": first})
 
     def _check_input(self, then: dict | None) -> None:
         """Refuse an INPUT whose first bytes differ from the INPUT's when the job last began (rows appended since are

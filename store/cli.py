@@ -107,8 +107,8 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
         print(f"pruned {report.documents_pruned} stored document(s) the corpus does not hold")
     if report.documents_absent:
         shown = ", ".join(map(repr, report.absent_doc_ids)) + (", ..." if report.documents_absent > 5 else "")
-        print(f"kept {report.documents_absent} stored document(s) the corpus does not hold ({shown}): `nextpara build "
-              "--prune` deletes them", file=sys.stderr)
+        print(f"kept {report.documents_absent} stored document(s) the corpus does not hold ({shown}): this build "
+              "with --prune deletes them", file=sys.stderr)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -291,3 +291,27 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
         count_rows(path)
     with pytest.raises(RowError, match="reading Parquet needs pyarrow"):
         list(read_raw(path))
+
+
+def test_the_job_file_keeps_the_index_generation_of_the_first_rows(tmp_path):
+    """The generation OUTPUT's first rows were ranked at: the one of the run that writes the first row (an OUTPUT
+    begun and left empty takes the next run's), kept across resumes at others (``index_then``: the job warns), and
+    unknown (null) for rows of a job file from before it was kept, which no resume then warns about."""
+    from nextpara.batch.output import ResumableOutput
+
+    out, job, settings = tmp_path / "out.jsonl", tmp_path / "out.jsonl.job.json", {"top_k": 10}
+    ResumableOutput(out, settings, index_version=3).close()  # begun, stopped before its first row
+    o = ResumableOutput(out, settings, index_version=5)
+    assert o.index_then is None and json.loads(job.read_text())["index_version"] == 5
+    o.append([b'{"id": 1, "results": []}\n'])
+    o.close()
+    o = ResumableOutput(out, settings, index_version=7)
+    o.close()
+    assert o.index_then == 5 and json.loads(job.read_text())["index_version"] == 5
+    older = json.loads(job.read_text())
+    del older["index_version"]
+    job.write_text(json.dumps(older))
+    for _ in range(2):
+        o = ResumableOutput(out, settings, index_version=7)
+        o.close()
+        assert o.index_then is None and json.loads(job.read_text())["index_version"] is None

@@ -66,8 +66,8 @@ def test_a_rebuild_names_documents_the_corpus_no_longer_holds_and_prune_deletes_
     assert run_cli("build", "--corpus", str(corpus), "--data-dir", str(data)).returncode == 0
     (corpus / "b.md").unlink()
     r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data))
-    assert r.returncode == 0 and "kept 1 stored document(s) the corpus does not hold ('b.md'): `nextpara build " \
-        "--prune` deletes them" in r.stderr, r.stderr
+    assert r.returncode == 0 and "kept 1 stored document(s) the corpus does not hold ('b.md'): this build with " \
+        "--prune deletes them" in r.stderr, r.stderr
     assert documents() == 3
     lines = tmp_path / "notes.jsonl"
     lines.write_text(json.dumps({"doc_id": "a.md", "paragraphs": ["The first paragraph of note a, long enough."]})
