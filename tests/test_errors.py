@@ -413,14 +413,18 @@ class HeldEndpoint:
         self.threads.append(threading.Thread(target=ask))
         self.threads[-1].start()
 
-    def release(self, sent: int) -> list[list[str]]:
-        """Let the endpoint answer once every call sent is waiting at the server; the texts of each request made after
-        the held ones."""
+    def admitted(self) -> None:
+        """Wait until every call sent is waiting at the server (so calls sent next queue behind them)."""
         waiting = 'nextpara_calls_waiting{queue="embeddings endpoint"}'
         deadline = time.monotonic() + 30
         while self.server.metric(waiting) < len(self.threads) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert self.server.metric(waiting) == len(self.threads)
+
+    def release(self, sent: int) -> list[list[str]]:
+        """Let the endpoint answer once every call sent is waiting at the server; the texts of each request made after
+        the held ones."""
+        self.admitted()
         assert len(self.fake.requests) == sent + len(self.held)  # (none of them could reach the endpoint)
         self.fake.answering.set()
         for t in self.threads:
@@ -451,6 +455,7 @@ def test_text_calls_that_wait_for_the_endpoint_share_its_requests(tmp_path, monk
             sent = server.hold()
             waiting = [f"Waiting text {i}." for i in range(12)]
             server.queue(waiting)
+            server.admitted()  # (the call of many texts queues after the dozen: else it cuts their batch in two)
             many = [f"Candidate {i}." for i in range(EMBED_TEXTS)]  # with its context, more than a request holds
             server.queue_rerank("A context of many candidates.", many)
             later = server.release(sent)
