@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -90,7 +91,7 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"INPUT {args.input} is not a file")
     if Path(args.input).resolve() == Path(args.output).resolve():
         raise InvalidInputError("INPUT and OUTPUT are the same file")
-    if not Path(args.output).parent.is_dir():  # (a file where the folder should be: it "does not exist" as a folder)  # (a typo in the path: made into folders, as it was, it loses the rows)
+    if not Path(args.output).parent.is_dir():  # (a typo in the path: made into folders, as it was, it loses the rows)
         raise InvalidInputError(f"OUTPUT {args.output}: the folder {Path(args.output).parent} does not exist; create "
                                 "it first")
     if Path(args.output).suffix.lower() in (".parquet", ".pq"):
@@ -100,9 +101,7 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
     try:
         engine = make_engine(args)
     except ServiceError as e:  # the service asked for its model and store: a deadline passed is this command's own
-        if (explained := _explained(e, args, mid_job=False)) is e:
-            raise
-        raise explained from e
+        _raise_explained(e, args, mid_job=False)
     try:
         summary = run_job(args.input, args.output, engine, default_top_k=args.top_k, overwrite=args.overwrite,
                           quiet=args.quiet)
@@ -114,9 +113,7 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
         who = "by this command's --timeout" if e.code.name == "DEADLINE_EXCEEDED" else "by the service"
         print(f"rerank-batch: stopped {who} (below); the rows in {args.output} are complete: rerun the same "
               "command to resume", file=sys.stderr)
-        if (explained := _explained(e, args)) is e:
-            raise
-        raise explained from e
+        _raise_explained(e, args)
     finally:
         engine.close()
     if args.json:
@@ -129,10 +126,11 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explained(e, args, mid_job: bool = True):
-    """``e`` with a message that says what happened in this command's terms, where grpc's own says only its code: a
-    deadline exceeded is the caller's own --timeout (not the service's refusal), and a call CANCELLED or UNAVAILABLE
-    ``mid_job`` is a server that stopped or went away (it was "CANCELLED: CANCELLED"). Any other error is ``e``."""
+def _raise_explained(e, args, mid_job: bool = True) -> NoReturn:
+    """Raise ``e`` with a message that says what happened in this command's terms, where grpc's own says only its
+    code: a deadline exceeded is the caller's own --timeout (not the service's refusal), and a call CANCELLED or
+    UNAVAILABLE ``mid_job`` is a server that stopped or went away (it was "CANCELLED: CANCELLED"). Any other error is
+    raised as it is."""
     code = e.code.name
     if code == "DEADLINE_EXCEEDED":
         message = (f"a call had no answer within --timeout {args.timeout:g} s, this command's own deadline for each call, "
@@ -141,7 +139,7 @@ def _explained(e, args, mid_job: bool = True):
         # as EMBEDDING_SERVICE_FAILED from a server still up)
         message = f"the server at {args.address} stopped or went away"
     else:
-        return e
+        raise e
     said = e.details if e.details and e.details != code and e.details.lower() != code.replace("_", " ").lower() else ""
-    return type(e)(message + (f" ({said})" if said else ""), e.code, reason=e.reason, domain=e.domain,
-                   metadata=e.metadata, field_violations=e.field_violations, retry_delay=e.retry_delay)
+    raise type(e)(message + (f" ({said})" if said else ""), e.code, reason=e.reason, domain=e.domain,
+                  metadata=e.metadata, field_violations=e.field_violations, retry_delay=e.retry_delay) from e

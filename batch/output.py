@@ -35,8 +35,6 @@ class ResumableOutput:
         ``index_then`` (the rows so far could not find what was written since: the job says so, and goes on)."""
         self.path, self.input_path = Path(path), input_path
         self.index_then: int | None = None
-        if input_path is not None:
-            settings = {**settings, "input": _input_state(input_path)}
         if index_version is not None:
             settings = {**settings, "index_version": index_version}
         self.settings_path = self.path.with_name(self.path.name + ".job.json")
@@ -46,14 +44,14 @@ class ResumableOutput:
         try:
             if overwrite or not self.path.exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._write_settings(settings)
+                self._write_settings({**settings, **self._check_input(None)})
                 self._file = open(self.path, "wb")
             else:
                 if self.path.is_dir():
                     raise IsADirectoryError(21, "Is a directory", str(self.path))
-                self._check_settings(settings)
+                begun, kept = self._check_settings(settings)
                 self._scan()
-                self._settle_index(index_version)
+                self._keep_settings(begun, kept, index_version)
                 self._file = open(self.path, "ab")
         except OSError as e:  # a folder, a read-only place, a file where a folder should be: OUTPUT, not a helper file
             raise OutputError(f"OUTPUT {self.path} cannot be written: {e.strerror or e}"
@@ -68,60 +66,56 @@ class ResumableOutput:
             os.fsync(f.fileno())
         os.replace(tmp, self.settings_path)
 
-    def _check_settings(self, settings: dict) -> None:
+    def _check_settings(self, settings: dict) -> tuple[dict, dict]:
         """Refuse to resume with settings other than those OUTPUT was begun with (OutputError naming each), or rows
-        whose settings are unknown (no readable OUTPUT.job.json: they could be of another store or model); an older
-        job file gets the settings it lacks."""
+        whose settings are unknown (no readable OUTPUT.job.json: they could be of another store or model), or another
+        INPUT. The job file as it was ({} for an empty OUTPUT without one) and as it is to be (an older one gets the
+        settings it lacks, and the INPUT as it is now)."""
         try:
             begun = json.loads(self.settings_path.read_text()) if self.settings_path.exists() else None
         except (ValueError, OSError):
             begun = None
         if not isinstance(begun, dict):
             if self.path.stat().st_size == 0:  # nothing to mix with: this job's settings from now on
-                self._begun = {}
-                self._write_settings(settings)
-                return
+                return {}, {**settings, **self._check_input(None)}
             raise OutputError(f"{self.path} holds rows but no readable {self.settings_path.name} saying what made them "
                               "(the store, the model, -k, --no-text): they may not be this job's to resume; give another "
                               "OUTPUT, or --overwrite to start over")
         changed = [_setting_change(name, begun[name], settings[name]) for name in sorted(settings)
-                   if name in begun and begun[name] != settings[name] and name not in ("input", "index_version")]
+                   if name in begun and begun[name] != settings[name] and name != "index_version"]
         if changed:
             raise OutputError(f"{self.path} was begun with other settings ({'; '.join(changed)}; "
                               f"{self.settings_path.name}): rerun with those, or --overwrite to start over")
-        if "input" in settings:
-            self._check_input(begun.get("input"))
-        self._begun = begun
-        if set(settings) - set(begun) or begun.get("input") != settings.get("input", begun.get("input")):
-            self._write_settings({**begun, **settings})  # a setting kept since (store_id), or the INPUT as it is now
+        return begun, {**begun, **settings, **self._check_input(begun.get("input"))}
 
-    def _settle_index(self, now: int | None) -> None:
-        """Keep in the job file the index generation OUTPUT's first rows were ranked at: ``now`` while OUTPUT holds no
-        row, None (unknown) for rows of a job file from before it was kept; ``index_then`` is it when it is not now."""
-        if now is None:
-            return
-        if not (self.done_keys or self.done_lines):
-            first = now
-        else:
-            first = self._begun.get("index_version")
-        if first is not None and first != now:
-            self.index_then = first
-        written = json.loads(self.settings_path.read_text())
-        if "index_version" not in written or written["index_version"] != first:
-            self._write_settings({**written, "index_version": first})
+    def _keep_settings(self, begun: dict, kept: dict, now: int | None) -> None:
+        """Write the job file if it changes; with it the index generation OUTPUT's first rows were ranked at: ``now``
+        while OUTPUT holds no row, None (unknown) for rows of a job file from before it was kept. ``index_then`` is
+        that generation when it is not ``now``."""
+        if now is not None:
+            first = now if not (self.done_keys or self.done_lines) else begun.get("index_version")
+            kept["index_version"] = first
+            if first is not None and first != now:
+                self.index_then = first
+        if kept != begun:
+            self._write_settings(kept)
 
-    def _check_input(self, then: dict | None) -> None:
-        """Refuse an INPUT whose first bytes differ from the INPUT's when the job last began (rows appended since are
-        new rows); a job file from before the INPUT was kept says nothing of it."""
-        if not isinstance(then, dict) or not isinstance(then.get("bytes"), int):
-            return
-        size = then["bytes"]
-        if _input_state(self.input_path, size) != then:
+    def _check_input(self, then: dict | None) -> dict:
+        """``{"input": the INPUT's size and sha256 now}`` ({} without an INPUT), read once; OutputError for an INPUT
+        whose first bytes differ from ``then``'s, the INPUT's when the job last began, or whose last line then has
+        grown since (rows appended after it are new rows). A job file from before the INPUT was kept says nothing."""
+        if self.input_path is None:
+            return {}
+        size = then["bytes"] if isinstance(then, dict) and isinstance(then.get("bytes"), int) else None
+        now, first, grown = _read_input(self.input_path, size)
+        if size is None:
+            return {"input": now}
+        if first != then:
             why = f"its first {size} bytes are not those its rows were made from"
-        elif _line_grown(self.input_path, size):
+        elif grown:
             why = f"the line its first {size} bytes ended in, without a newline, has grown since"
         else:
-            return
+            return {"input": now}
         raise OutputError(f"{self.input_path} is not the INPUT {self.path} was begun with: {why} "
                           f"({self.settings_path.name}), so an id answered then may stand for another row now; rerun "
                           "with that INPUT (rows appended to its end are resumed), or --overwrite to start over")
@@ -184,29 +178,33 @@ def _setting_change(name: str, then, now) -> str:
     return f"{name} {then!r} then, {now!r} now"
 
 
-def _line_grown(path: str | Path, size: int) -> bool:
-    """Whether INPUT's first ``size`` bytes end inside a line that has grown since (a row being written then, or a last
-    line without its newline that more was appended to): that row may read otherwise now."""
-    if size == 0:
-        return False
-    with open(path, "rb") as f:
-        f.seek(size - 1)
-        around = f.read(2)
-    return len(around) == 2 and around[:1] not in (b"\n", b"\r") and around[1:] not in (b"\n", b"\r")
-
-
-def _input_state(path: str | Path, size: int | None = None) -> dict:
-    """The INPUT's size and the sha256 of its bytes (of its first ``size`` bytes, when given: shorter, and they differ)."""
-    digest, left = hashlib.sha256(), size
+def _read_input(path: str | Path, at: int | None = None) -> tuple[dict, dict | None, bool]:
+    """In one pass over INPUT: its size and sha256; with ``at``, those of its first ``at`` bytes (fewer when it is
+    shorter: they differ), and whether they end inside a line that has grown since (a row being written then, or a
+    last line without its newline that more was appended to: their last byte and the next are no line end)."""
+    digest, first, grown = hashlib.sha256(), None, False
     try:
         with open(path, "rb") as f:
-            while chunk := f.read(1 << 20 if left is None else min(1 << 20, left)):
-                digest.update(chunk)
-                if left is not None:
-                    left -= len(chunk)
-                    if not left:
-                        break
-            read = f.tell()
+            if at is not None:
+                _hash(f, digest, at)
+                first = {"bytes": f.tell(), "sha256": digest.hexdigest()}
+                if at and f.tell() == at:
+                    f.seek(at - 1)
+                    last, following = f.read(1), f.read(1)
+                    digest.update(following)
+                    grown = bool(following) and last not in b"\r\n" and following not in b"\r\n"
+            _hash(f, digest)
+            return {"bytes": f.tell(), "sha256": digest.hexdigest()}, first, grown
     except OSError:  # (the job says what is wrong with INPUT when it reads it)
-        return {}
-    return {"bytes": read, "sha256": digest.hexdigest()}
+        return {}, first, grown
+
+
+def _hash(f, digest, limit: int | None = None) -> None:
+    """Feed ``digest`` from ``f``'s place on: to its end, or ``limit`` bytes."""
+    while limit is None or limit > 0:
+        chunk = f.read(1 << 20 if limit is None else min(1 << 20, limit))
+        if not chunk:
+            return
+        digest.update(chunk)
+        if limit is not None:
+            limit -= len(chunk)

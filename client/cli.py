@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -125,12 +124,12 @@ def predict_filter(args):
     """The Filter of ``predict``'s filter flags; None when none is given."""
     from nextpara.errors import InvalidInputError
 
+    from ._convert import finite
     from .types import Filter
 
     if args.max_per_document < 0:
         raise InvalidInputError(f"--max-per-document must be 0 (no limit) or more, got {args.max_per_document}")
-    if args.min_score is not None and not math.isfinite(args.min_score):
-        raise InvalidInputError(f"--min-score must be a finite number, got {args.min_score}")
+    finite(args.min_score, "--min-score")  # (InvalidInputError: a usage error)
     if not (args.label or args.only_doc or args.exclude_doc or args.min_score is not None or args.max_per_document
             or args.distinct_texts):
         return None

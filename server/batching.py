@@ -42,6 +42,7 @@ class _Call:
     payload: Any
     deadline: float | None  # time.monotonic() by which the caller stops waiting
     future: asyncio.Future = field(default=None)
+    cost: float = 0  # what it weighs in a batch (Coalescer's cost), reckoned once
 
 
 class Coalescer:
@@ -90,7 +91,7 @@ class Coalescer:
                                   f"{delay:.2f} s", retry_delay=delay, metadata={"queueLimit": self.max_queue})
         self._admitted += 1
         call = _Call(key, payload, time.monotonic() + timeout if timeout is not None else None,
-                     asyncio.get_running_loop().create_future())
+                     asyncio.get_running_loop().create_future(), self.cost(payload))
         try:
             self._queue.put_nowait(call)
             return await call.future
@@ -105,16 +106,16 @@ class Coalescer:
         while True:
             first = held.pop(0) if held else await self._queue.get()
             await self._free.acquire()  # released when the batch has run (_run)
-            batch, cost = [first], self.cost(first.payload)
+            batch, cost = [first], first.cost
             until = loop.time() + self.max_wait
             full = False
             for call in [c for c in held if c.key == first.key]:
-                if len(batch) >= self.max_batch or cost + self.cost(call.payload) > self.max_cost:
+                if len(batch) >= self.max_batch or cost + call.cost > self.max_cost:
                     full = True
                     break
                 held.remove(call)
                 batch.append(call)
-                cost += self.cost(call.payload)
+                cost += call.cost
             while not full and len(batch) < self.max_batch:
                 if not self._queue.empty():  # arrived while the workers were busy
                     call = self._queue.get_nowait()
@@ -126,9 +127,9 @@ class Coalescer:
                         call = await asyncio.wait_for(self._queue.get(), remaining)
                     except asyncio.TimeoutError:
                         break
-                if call.key == first.key and cost + self.cost(call.payload) <= self.max_cost:
+                if call.key == first.key and cost + call.cost <= self.max_cost:
                     batch.append(call)
-                    cost += self.cost(call.payload)
+                    cost += call.cost
                 else:
                     held.append(call)  # (in arrival order: the first of the next batch)
                     full = call.key == first.key
