@@ -57,6 +57,13 @@ def change_table(ablation: dict) -> list[str]:
     for name, by_len in ablation.items():
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(
             f"{signed(by_len[b]['change'], 'recall@1')} ({by_len[b]['change']['mrr@10']:+.3f})" for _, b in steps) + " |")
+    first = next(iter(ablation.values()))
+    if all("queries_reading_more" in first[b]["change"] for _, b in steps):  # (not in a result from before it)
+        lines.append("| queries reading more | " + " | ".join(
+            f"{first[b]['change']['queries_reading_more']} of {first[b]['change']['queries']}" for _, b in steps) + " |")
+        lines += ["", "A query reads at most the paragraphs before its target, so only the queries that hold more than "
+                  "the shorter length (last row) read more at the longer one; the others read the same context twice "
+                  "and add 0 to the change, which is their mean over every query."]
     return lines
 
 

@@ -119,3 +119,23 @@ def test_settings_the_protocol_cannot_run_with_are_refused_by_every_caller(dupli
         assert ev.L == 8 and ev.targets
         with pytest.raises(InvalidInputError, match="latency queries"):
             ev.evaluate(latency_queries=0)
+
+
+def test_each_length_step_says_how_many_queries_read_more(tmp_path):
+    """On short documents most targets have few paragraphs before them: at L=8 they read what they read at L=4, and
+    the step's change is a mean over every query, most of whom read nothing more. The step says how many did."""
+    rng = np.random.default_rng(3)
+    docs = []
+    for d in range(16):  # 6 paragraphs each: 5 queries per document, holding 1 to 5 context paragraphs
+        vecs = rng.standard_normal((6, DIM))
+        docs.append((doc_in("test" if d < 4 else "train", f"short{d}"), [f"short {d} paragraph {p}" for p in range(6)],
+                     vecs / np.linalg.norm(vecs, axis=1, keepdims=True)))
+    path = vector_store(tmp_path, "short16", docs)
+    with open_store(path, readonly=True) as store:
+        result = Evaluation(store, ParagraphSequences(store), None, None, n_queries=100).evaluate(latency_queries=1)
+    from nextpara.attention_core.eval_report import markdown_table
+
+    for by_len in result["context_length"].values():  # 20 queries: 4 hold 1 paragraph, 4 hold 2, ..., 4 hold 5
+        assert [by_len[L]["change"]["queries_reading_more"] for L in ("2", "4", "8")] == [16, 12, 4]
+        assert by_len["8"]["change"]["queries"] == 20
+    assert "| queries reading more | 16 of 20 | 12 of 20 | 4 of 20 |" in markdown_table(result)
