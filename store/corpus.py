@@ -224,15 +224,17 @@ class CorpusReader:
 
 
 _HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")
+_ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")  # CommonMark's: "#123 ..." or "#tag" is a line of text
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
     """Split text into paragraphs at blank lines; drop headings and fenced code blocks.
 
-    Lines inside a paragraph are joined with single spaces. With ``markdown``, lines
-    starting with ``#`` are headings and are dropped; reST-style underlined headings are
-    dropped in either mode.
+    Lines inside a paragraph are joined with single spaces. With ``markdown``, ATX headings
+    (one to six ``#`` then a space or the line's end, indented at most three spaces) are
+    dropped; a line that merely starts with ``#`` (``#123 was fixed``, a ``#tag``) is text.
+    reST-style underlined headings are dropped in either mode.
     """
     paragraphs: list[str] = []
     current: list[str] = []
@@ -256,7 +258,7 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
         if not line.strip():
             flush()
             continue
-        if markdown and line.lstrip().startswith("#"):
+        if markdown and _ATX_HEADING.match(line):
             flush()
             continue
         if _HEADING_UNDERLINE.match(line):

@@ -132,3 +132,11 @@ def test_a_line_cut_short_names_the_column_where_it_ends(tmp_path):
     p.write_bytes(b'{"doc_id": "a", "paragraphs": ["x"]}\n{"doc_id": "b", "paragraphs": ["y"\n')
     with pytest.raises(CorpusFormatError, match=r":2: not valid JSON \(Expecting ',' delimiter at column 35\)"):
         list(CorpusReader(p))
+
+
+def test_markdown_drops_headings_but_not_lines_that_start_with_a_hash():
+    """A wrapped line beginning "#123" ended the paragraph and was lost with it; a heading needs "# " (CommonMark)."""
+    text = ("We fixed the crash reported in issue\n#123 and released it the same day.\n\n# Title\n\n"
+            "   ## Indented heading\nBody.\n\n#research #nlp\n\n####### seven hashes\n\n#\n\nEnd.")
+    assert split_paragraphs(text) == ["We fixed the crash reported in issue #123 and released it the same day.",
+                                      "Body.", "#research #nlp", "####### seven hashes", "End."]
