@@ -24,11 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "as good as the new model and above the one that serves, the store ranks by cosine "
                                    "from then on.")
     add_data_dir(p)
-    from .train_config import FINETUNE_HEAD, TrainConfig
+    from .train_config import FINETUNE_HEAD, HELP, TrainConfig
 
-    for f in fields(TrainConfig):
+    for f in fields(TrainConfig):  # each help says what the setting does: "(default 0)" alone read as none at all
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                       help=f"(default {f.default})",
+                       help=f"{HELP[f.name]} (default {f.default})",
                        **({"metavar": "{" + ",".join(FINETUNE_HEAD) + "}"} if f.name == "finetune_head" else {}))
     p.add_argument("--d-model", type=int, default=None, help="model width (default from RerankerConfig)")
     p.add_argument("--layers", type=int, default=None, help="context encoder layers")

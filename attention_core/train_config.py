@@ -73,3 +73,31 @@ class TrainConfig:
     def head_trial(self, fine_tuning: bool) -> bool:
         """Whether phase 1 is a trial whose head is kept only if it pays (finetune_head auto, Trainer.phase1)."""
         return fine_tuning and self.init_shrink == 1.0 and self.finetune_head == "auto" and self.head_epochs(True) > 0
+
+
+# what each setting's flag does, for `nextpara train --help` (the comments above say why); every default is appended
+HELP = {
+    "max_context": "context paragraphs per training query, L",
+    "n_candidates": "stage-1 candidates per source (query head, last paragraph)",
+    "phase1_epochs": "query-head epochs when the head starts fresh (from scratch, or --init-shrink below 1)",
+    "finetune_phase1_epochs": "query-head epochs when fine-tuning (0: the starting model's head is kept)",
+    "finetune_head": "with --finetune-phase1-epochs: auto keeps the trained head only if it finds clearly more "
+                     "validation targets; train keeps every epoch",
+    "phase2_epochs": "scorer epochs at most (early stopping may end sooner)",
+    "batch_size": "queries per batch",
+    "lr": "learning rate",
+    "weight_decay": "AdamW weight decay",
+    "temperature": "temperature of the query head's softmax loss",
+    "truncate_prob": "chance a training context is cut to a random shorter length",
+    "text_dropout": "chance a phase-2 query's texts are hidden, so the model also learns to score raw vectors",
+    "max_train_queries": "a seeded sample of this many training queries; 0: every one",
+    "val_queries": "validation queries for early stopping",
+    "patience": "epochs without a better validation MRR@10 before stopping",
+    "phase2_lr": "learning rate of phase 2; 0: the same as --lr",
+    "phase2_query_weight": "weight of the query head's loss kept in phase 2",
+    "near_weight": "weight of a loss whose positives are the target and the --near-window paragraphs after it; 0: off",
+    "near_window": "paragraphs after the target that count as near for --near-weight",
+    "init_shrink": "start from this times the starting model's weights plus the rest of a fresh initialisation; "
+                   "1: off",
+    "seed": "random seed",
+}

@@ -459,3 +459,24 @@ def test_eval_says_why_it_cannot_run_before_it_runs(tmp_path):
     r = run_without_torch("info", "--data-dir", str(data))
     assert r.returncode == 0 and "documents     40" in r.stdout, r.stdout + r.stderr
     assert "model         none: " in r.stdout and "not a nextpara safetensors checkpoint" in r.stdout
+
+
+def test_train_help_says_what_each_setting_does():
+    """Each setting's help was "(default N)" alone: --max-train-queries "(default 0)" and --phase2-lr "(default 0.0)"
+    read as no training queries and a learning rate of 0, where 0 means every query and the same rate as --lr."""
+    from dataclasses import fields
+
+    from nextpara.attention_core.train_config import TrainConfig
+
+    import re
+
+    r = run_cli("train", "--help")
+    assert r.returncode == 0, r.stderr
+    options = " ".join(r.stdout.split("options:", 1)[1].split())  # each option's help on one line
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        said = re.search(rf"{flag} (?:{f.name.upper()}|\{{[a-z,]+\}}) (.*?)(?= -{{1,2}}[a-z]|$)", options)
+        assert said and not said[1].startswith("(default"), (flag, said and said[1])
+    helps = {flag: re.search(rf"{flag} [A-Z_0-9]+ (.*?)\(default", options)[1] for flag in
+             ("--max-train-queries", "--phase2-lr")}
+    assert "0: every one" in helps["--max-train-queries"] and "0: the same as --lr" in helps["--phase2-lr"]
