@@ -8,8 +8,8 @@ Three sources, one shape (:class:`Document`):
   ``"labels": {"tenant": "acme", ...}`` the document's labels (labels.py). Other keys are ignored, except a field it
   lacks spelt another way (``"label"``, errors.misspelt_field): malformed, since ignoring it would lose what it holds.
 * A directory of ``.txt`` / ``.md`` files: one document per file (doc_id = path relative
-  to the directory), paragraphs separated by blank lines; markdown headings and fenced
-  code blocks are dropped.
+  to the directory; files and folders whose names begin with ``.`` are skipped), paragraphs separated by blank
+  lines; markdown headings and fenced code blocks are dropped.
 * ``builtin``: the default corpus made from the running interpreter (see builtin_corpus.py).
 
 Paragraph order inside a document is kept; a paragraph's stable identity is
@@ -203,9 +203,12 @@ class CorpusReader:
                 yield doc
 
     def _read_dir(self, root: Path) -> Iterator[Document]:
-        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+        # hidden files and folders are not the corpus: an editor's or a sync tool's (.trash/, .git/, macOS's binary
+        # ._name.md beside each file copied to a foreign disk, which stopped the build as not UTF-8)
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES
+                       and not any(part.startswith(".") for part in p.relative_to(root).parts))
         if not files:
-            raise InvalidInputError(f"corpus directory {str(root)!r} holds no .txt or .md files")
+            raise InvalidInputError(f"corpus directory {str(root)!r} holds no .txt or .md files (outside hidden ones)")
         yield from self._read_text_files(root, files)
 
     def _read_text_files(self, root: Path, files: list[Path]) -> Iterator[Document]:

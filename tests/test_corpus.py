@@ -140,3 +140,20 @@ def test_markdown_drops_headings_but_not_lines_that_start_with_a_hash():
             "   ## Indented heading\nBody.\n\n#research #nlp\n\n####### seven hashes\n\n#\n\nEnd.")
     assert split_paragraphs(text) == ["We fixed the crash reported in issue #123 and released it the same day.",
                                       "Body.", "#research #nlp", "####### seven hashes", "End."]
+
+
+def test_hidden_files_and_folders_of_a_corpus_folder_are_skipped(tmp_path):
+    """A notes folder copied from a Mac to a foreign disk holds ._name.md (binary AppleDouble) beside each note: the
+    build stopped at it, not UTF-8. Nor are an editor's .trash/ or a .git/ folder the corpus."""
+    (tmp_path / "note.md").write_text("A note.\n\nIts second paragraph.\n")
+    (tmp_path / "._note.md").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        \xff\xfe")
+    (tmp_path / ".trash").mkdir()
+    (tmp_path / ".trash" / "deleted.md").write_text("A deleted note.\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "other.txt").write_text("Another note.\n")
+    assert [d.doc_id for d in CorpusReader(tmp_path)] == ["note.md", "sub/other.txt"]
+    hidden = tmp_path / ".only"
+    hidden.mkdir()
+    (hidden / ".x.md").write_text("hidden\n")
+    with pytest.raises(InvalidInputError, match="holds no .txt or .md files"):
+        list(CorpusReader(hidden))
