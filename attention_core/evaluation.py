@@ -68,8 +68,11 @@ class Evaluation:
                 f"(docs/evaluation.md); this store has {store.count_documents()} documents")
         rows = sorted({int(r) for q in self.targets for r in q.context})
         texts = store_texts(store, seq, rows)
-        if embedder is None:  # a store of precomputed vectors: the context is given as its stored vectors
-            log.info("no text embedder for %s: contexts use their stored vectors", store.embedder_name)
+        if embedder is None:  # a store of precomputed vectors, or the guard's figures: the stored vectors
+            # (said as what is done, not as a lack: the guards of build and train pass None on purpose, and a log of
+            # "no text embedder for MiniLM" after every build read as a broken installation)
+            log.info("contexts given as their stored vectors (%s), not embedded again from their texts",
+                     store.embedder_name)
             vecs = seq.vectors[rows]
         else:
             log.info("embedding %d context paragraphs as text", len(rows))

@@ -139,3 +139,15 @@ def test_each_length_step_says_how_many_queries_read_more(tmp_path):
         assert [by_len[L]["change"]["queries_reading_more"] for L in ("2", "4", "8")] == [16, 12, 4]
         assert by_len["8"]["change"]["queries"] == 20
     assert "| queries reading more | 16 of 20 | 12 of 20 | 4 of 20 |" in markdown_table(result)
+
+
+def test_contexts_from_stored_vectors_are_not_reported_as_a_missing_embedder(duplicates_store, caplog):
+    """The guards of build and train evaluate from the stored vectors on purpose; the log said "no text embedder for
+    sentence-transformers/all-MiniLM-L6-v2" after every build, as if the embedder were missing."""
+    import logging
+
+    path, _ = duplicates_store
+    with open_store(path, readonly=True) as store, caplog.at_level(logging.INFO, "nextpara.attention_core.evaluation"):
+        Evaluation(store, ParagraphSequences(store), None, None, n_queries=10, split="test")
+    assert "no text embedder" not in caplog.text
+    assert "contexts given as their stored vectors (dup16), not embedded again from their texts" in caplog.text
