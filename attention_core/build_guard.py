@@ -19,7 +19,8 @@ now (its write generation): so a store changed by ``nextpara add``, by a build w
 interrupted before its guard, and a store whose general model came with a new nextpara version, is judged by the next
 build even if that build writes nothing. A store with a model of its own (trained, or cosine chosen by ``nextpara
 train``) is left alone: training judged it. A store without validation queries, or of an embedder the general model
-does not fit, is not judged, and the line says why; so is a store whose checkpoint cannot be read or written (the
+does not fit, is not judged, and the line says why (one with fewer than guard.MIN_JUDGED validation queries is
+run, and keeps what serves); so is a store whose checkpoint cannot be read or written (the
 build's documents are committed by then). The guard holds the store's model lock (DataDir.model_lock) from reading
 what serves to writing its verdict, as ``nextpara train``'s guard does: one waits for the other and then judges
 what that one left. ``nextpara build --no-guard`` skips the step; the default store that ``nextpara serve`` builds on first use

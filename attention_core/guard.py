@@ -136,9 +136,16 @@ def judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = Fals
     clearly above it, its MRR@10 interval clear of the model's (a difference inside the noise keeps the model, which
     was above cosine on every corpus measured); where a build's plain cosine serves already (``cosine_serves``), it
     stays until the general model scores at least as well as B1: B1 ahead inside the noise keeps whichever serves, so
-    a store near the line does not change at every build (an exact tie goes to the general model)."""
+    a store near the line does not change at every build (an exact tie goes to the general model). Below MIN_JUDGED
+    validation queries, whichever serves stays, as after training."""
     served, b1 = figures["replaced"], figures["B1"]
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"
+    n = b1.get("queries")
+    if n is not None and n < MIN_JUDGED:  # as training's guard: a few queries' luck changes nothing that serves
+        kept = COSINE_NAME if cosine_serves else name
+        return Verdict(False, f"kept {kept}: {n} validation queries are too few to tell it from cosine (the guard "
+                              f"needs {MIN_JUDGED}); {name}'s validation MRR@10 {fmt(served)} against {cosine}",
+                       figures, name, serve_cosine=cosine_serves)
     if cosine_serves and served[METRIC] < b1[METRIC]:
         return Verdict(False, f"kept {COSINE_NAME}: its validation MRR@10 {fmt(b1)} is still above {name}'s "
                               f"{fmt(served)}", figures, name, serve_cosine=True)

@@ -274,3 +274,17 @@ def test_the_guards_of_build_and_train_take_turns_and_train_judges_what_serves_w
     assert report["replaced"] == "plain cosine (B1)", report  # judged against what served when it ended
     result = json.loads(out)
     assert result["line"] == report["line"] and result["cosine_serves"] == (not result["served"])
+
+
+@pytest.mark.parametrize("cosine", [False, True])
+def test_too_few_validation_queries_change_nothing_that_serves(cosine):
+    """A small notes folder has a dozen validation queries: B1's interval clear of the general model's there is a few
+    queries' luck, and the build switched the store to plain cosine (training's guard keeps what serves below 30)."""
+    few = {"replaced": {**figures(0.10), "queries": 12}, "B1": {**figures(0.30), "queries": 12}}
+    verdict = judge_served(few, "the general model g1", cosine_serves=cosine)
+    assert verdict.serve_cosine is cosine and not verdict.serve_new
+    kept = "plain cosine (B1)" if cosine else "the general model g1"
+    assert verdict.line.startswith(f"kept {kept}: 12 validation queries are too few to tell it from cosine (the guard "
+                                   "needs 30); the general model g1's validation MRR@10 0.100"), verdict.line
+    few["B1"]["queries"] = few["replaced"]["queries"] = 30
+    assert judge_served(few, "the general model g1").serve_cosine  # enough to judge: cosine is clearly above
