@@ -41,6 +41,11 @@ def markdown_table(result: dict) -> str:
     for name, by_len in result["context_length"].items():
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(
             f"{v['recall@1']:.3f} ({v['mrr@10']:.3f})" for v in by_len.values()) + " |")
+    reads = result.get("model_max_context")
+    longer = [L for L in lengths if int(L) > (reads or int(max(lengths, key=int)))]
+    if "full" in result["context_length"] and longer:  # a model trained with --max-context below the longest L
+        lines += ["", f"The model reads at most {reads} context paragraphs (its --max-context): at L = "
+                  f"{', '.join(longer)} the full pipeline is given more than it reads, and drops the oldest."]
     return "\n".join(lines + change_table(result["context_length"]))
 
 
@@ -58,12 +63,12 @@ def change_table(ablation: dict) -> list[str]:
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(
             f"{signed(by_len[b]['change'], 'recall@1')} ({by_len[b]['change']['mrr@10']:+.3f})" for _, b in steps) + " |")
     first = next(iter(ablation.values()))
-    if all("queries_reading_more" in first[b]["change"] for _, b in steps):  # (not in a result from before it)
-        lines.append("| queries reading more | " + " | ".join(
-            f"{first[b]['change']['queries_reading_more']} of {first[b]['change']['queries']}" for _, b in steps) + " |")
-        lines += ["", "A query reads at most the paragraphs before its target, so only the queries that hold more than "
-                  "the shorter length (last row) read more at the longer one; the others read the same context twice "
-                  "and add 0 to the change, which is their mean over every query."]
+    if all("queries_given_more" in first[b]["change"] for _, b in steps):  # (not in a result from before it)
+        lines.append("| queries given more paragraphs | " + " | ".join(
+            f"{first[b]['change']['queries_given_more']} of {first[b]['change']['queries']}" for _, b in steps) + " |")
+        lines += ["", "A query holds at most the paragraphs before its target, so only the queries holding more than "
+                  "the shorter length (last row) are given more at the longer one; the others get the same context "
+                  "twice and add 0 to the change, which is a mean over every query."]
     return lines
 
 

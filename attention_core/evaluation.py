@@ -189,18 +189,19 @@ class Evaluation:
                              **self.latency(name, latency_queries)}
             curves[name] = [float((ranks <= k).mean()) for k in range(1, 101)]
             log.info("%s: %s", name, {k: round(v, 4) for k, v in results[name].items() if isinstance(v, float)})
-        return {"methods": results, "context_length": self.length_ablation(), "recall_curves": curves}
+        return {"methods": results, "context_length": self.length_ablation(), "recall_curves": curves,
+                "model_max_context": self.pipeline.max_context if self.pipeline else None}  # what the model reads
 
     def length_ablation(self) -> dict:
         """Recall@1, MRR@10 and stage-1 recall per method (B1, B2, and the full pipeline if any) and context length,
         the same 8 preceding paragraphs excluded at every length; from the second length on, the paired change from
-        the one before (``change``), over every query, with how many of them read more paragraphs at this length
-        (``queries_reading_more``: a query whose target has fewer paragraphs before it reads the same context twice)."""
+        the one before (``change``), over every query, with how many of them are given more paragraphs at this length
+        (``queries_given_more``: a query whose target has fewer paragraphs before it gets the same context twice)."""
         ablation = {}
-        # a query reads at most the paragraphs before its target: from one length to the next, only those with more
-        # than the shorter length read more (the others read the same context twice, a change of 0 in the mean)
+        # a query holds at most the paragraphs before its target: from one length to the next, only those with more
+        # than the shorter length are given more (the others get the same context twice, a change of 0 in the mean)
         held = np.array([len(q.context) for q in self.targets])
-        reading_more = {b: int((held > a).sum()) for a, b in zip(ABLATION_LENGTHS[:-1], ABLATION_LENGTHS[1:])}
+        given_more = {b: int((held > a).sum()) for a, b in zip(ABLATION_LENGTHS[:-1], ABLATION_LENGTHS[1:])}
         for name in (["B1", "B2", "full"] if self.pipeline else ["B1", "B2"]):
             ablation[name], before = {}, None
             for L in ABLATION_LENGTHS:
@@ -210,7 +211,7 @@ class Evaluation:
                                           "stage1_recall": float((ranks < NO_HIT).mean())}  # the target ranked at all
                 if before is not None:  # what reading more paragraphs changed, on the same queries
                     ablation[name][str(L)]["change"] = {**paired_gain(before, ranks),
-                                                        "queries_reading_more": reading_more[L],
+                                                        "queries_given_more": given_more[L],
                                                         "queries": len(self.targets)}
                 before = ranks
         return ablation

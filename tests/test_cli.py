@@ -409,7 +409,7 @@ def test_train_and_eval_json(trained_store, tmp_path):
     assert result["config"]["queries"] <= 40 and result["config"]["context_length"] == 4
     assert {"B1", "head", "full"} <= set(result["methods"])
     assert set(result["context_length"]["full"]["8"]["change"]) == {"recall@1", "recall@1_ci", "mrr@10", "mrr@10_ci",
-                                                                   "queries_reading_more", "queries"}
+                                                                   "queries_given_more", "queries"}
 
 
 def test_a_reader_that_stops_early_ends_the_command_quietly(trained_store):

@@ -136,9 +136,9 @@ def test_each_length_step_says_how_many_queries_read_more(tmp_path):
     from nextpara.attention_core.eval_report import markdown_table
 
     for by_len in result["context_length"].values():  # 20 queries: 4 hold 1 paragraph, 4 hold 2, ..., 4 hold 5
-        assert [by_len[L]["change"]["queries_reading_more"] for L in ("2", "4", "8")] == [16, 12, 4]
+        assert [by_len[L]["change"]["queries_given_more"] for L in ("2", "4", "8")] == [16, 12, 4]
         assert by_len["8"]["change"]["queries"] == 20
-    assert "| queries reading more | 16 of 20 | 12 of 20 | 4 of 20 |" in markdown_table(result)
+    assert "| queries given more paragraphs | 16 of 20 | 12 of 20 | 4 of 20 |" in markdown_table(result)
 
 
 def test_contexts_from_stored_vectors_are_not_reported_as_a_missing_embedder(duplicates_store, caplog):
@@ -151,3 +151,25 @@ def test_contexts_from_stored_vectors_are_not_reported_as_a_missing_embedder(dup
         Evaluation(store, ParagraphSequences(store), None, None, n_queries=10, split="test")
     assert "no text embedder" not in caplog.text
     assert "contexts given as their stored vectors (dup16), not embedded again from their texts" in caplog.text
+
+
+def test_a_model_that_reads_fewer_paragraphs_than_the_longest_length_is_said_to(tmp_path):
+    """A model trained with --max-context 4 reads the last 4 at L = 8: its L=8 figures are its L=4 ones, and the
+    table, headed L=8, did not say so."""
+    rng = np.random.default_rng(4)
+    docs = []
+    for d in range(12):
+        vecs = np.cumsum(rng.standard_normal((12, DIM)), axis=0)
+        docs.append((doc_in("test" if d < 4 else "train", f"cap{d}"), [f"cap {d} paragraph {p}" for p in range(12)],
+                     vecs / np.linalg.norm(vecs, axis=1, keepdims=True)))
+    path = vector_store(tmp_path, "cap16", docs)
+    model = NextParagraphModel(RerankerConfig(embed_dim=DIM, lexical=False, max_context=4)).eval()
+    with open_store(path, readonly=True) as store:
+        result = Evaluation(store, ParagraphSequences(store), None, RerankPipeline(model, store, 10),
+                            n_queries=100).evaluate(latency_queries=1)
+    from nextpara.attention_core.eval_report import markdown_table
+
+    full = result["context_length"]["full"]
+    assert result["model_max_context"] == 4 and full["8"]["mrr@10"] == full["4"]["mrr@10"]
+    assert ("The model reads at most 4 context paragraphs (its --max-context): at L = 8 the full pipeline is given "
+            "more than it reads") in markdown_table(result)
