@@ -182,9 +182,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     c = result["config"]
-    print(f"{c['queries']} test queries, L={c['context_length']}, {c['paragraphs']} paragraphs indexed, "
-          + (f"model {c['model_version']} ({c['model_source']})\n" if c["model_version"] else
-             "no model serves it: the baselines alone\n"))
+    if c["model_source"] == "cosine":  # its rows below are B1's: "full pipeline (reranked)" alone read as a model's
+        serves = (f"plain cosine (B1) serves it ({c['model_version']}): the query head and the full pipeline below rank "
+                  "by cosine to the last paragraph, as B1 does\n")
+    else:
+        serves = (f"model {c['model_version']} ({c['model_source']})\n" if c["model_version"] else
+                  "no model serves it: the baselines alone\n")
+    print(f"{c['queries']} test queries, L={c['context_length']}, {c['paragraphs']} paragraphs indexed, " + serves)
     print(markdown_table(result))
     for path in result.get("plots", []):
         print(f"wrote {path}")

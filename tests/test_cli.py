@@ -480,3 +480,16 @@ def test_train_help_says_what_each_setting_does():
     helps = {flag: re.search(rf"{flag} [A-Z_0-9]+ (.*?)\(default", options)[1] for flag in
              ("--max-train-queries", "--phase2-lr")}
     assert "0: every one" in helps["--max-train-queries"] and "0: the same as --lr" in helps["--phase2-lr"]
+
+
+def test_eval_of_a_store_served_by_plain_cosine_says_its_rows_are_b1s(tmp_path):
+    """Where plain cosine serves (here: vectors the general model cannot read), the header said "model <version>
+    (cosine)" and the table went on to a "full pipeline (reranked)" row, B1's figures under a reranker's name."""
+    write_vector_corpus(tmp_path / "c.jsonl", 40, 4, 8)
+    data = tmp_path / "store"
+    assert run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data),
+                   "--embedder", "precomputed:rand8").returncode == 0
+    r = run_cli("-q", "eval", "--data-dir", str(data), "--latency-queries", "1")
+    assert r.returncode == 0, r.stderr
+    header = r.stdout.splitlines()[0]
+    assert "plain cosine (B1) serves it (" in header and "rank by cosine to the last paragraph, as B1 does" in header
