@@ -228,7 +228,7 @@ class CorpusReader:
 
 _HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")  # CommonMark's: "#123 ..." or "#tag" is a line of text
-_FENCE = re.compile(r"^\s*(```|~~~)")
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")  # CommonMark's: closed only by a run of the same mark at least as long
 
 
 def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
@@ -241,7 +241,7 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
     """
     paragraphs: list[str] = []
     current: list[str] = []
-    in_fence = False
+    fence = ""  # the run of marks that opened the code block we are in
 
     def flush() -> None:
         if current:
@@ -252,11 +252,14 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
 
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     for line in lines:
-        if _FENCE.match(line):
-            flush()
-            in_fence = not in_fence
+        mark = _FENCE.match(line)
+        if fence:  # a "~~~" inside a "```" block (or a shorter run, or one followed by text) is a line of the code
+            if mark and mark[1][0] == fence[0] and len(mark[1]) >= len(fence) and not line[mark.end():].strip():
+                fence = ""
             continue
-        if in_fence:
+        if mark:
+            flush()
+            fence = mark[1]
             continue
         if not line.strip():
             flush()

@@ -142,6 +142,14 @@ def test_markdown_drops_headings_but_not_lines_that_start_with_a_hash():
                                       "Body.", "#research #nlp", "####### seven hashes", "End."]
 
 
+def test_a_code_block_ends_only_at_a_fence_of_its_own_mark():
+    """A "~~~" line inside a block opened by three backticks closed it (and the next backtick fence opened one that
+    dropped the rest of the file). CommonMark: a fence closes at a run of the same mark, at least as long, alone."""
+    text = ("Before.\n\n```sh\necho ~~~\n~~~\nstill code\n``` not a close\n``\n```\n\nAfter one.\n\n"
+            "````\n```\ninside four\n````\n\nAfter two.\n\n~~~\ncode\n~~~~\n\nEnd.")
+    assert split_paragraphs(text) == ["Before.", "After one.", "After two.", "End."]
+
+
 def test_hidden_files_and_folders_of_a_corpus_folder_are_skipped(tmp_path):
     """A notes folder copied from a Mac to a foreign disk holds ._name.md (binary AppleDouble) beside each note: the
     build stopped at it, not UTF-8. Nor are an editor's .trash/ or a .git/ folder the corpus."""
