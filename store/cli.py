@@ -101,8 +101,10 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
     print(f"built {report.data_dir}: {report.documents_read} documents read"
           f" ({report.documents_added} added, {report.documents_replaced} replaced, {report.documents_unchanged} unchanged,"
           f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
-          f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s"
-          f" ({report.paragraphs_per_second:.0f}/s), {report.cache_hits} from cache; total {report.total_seconds:.1f}s")
+          f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s ({report.paragraphs_per_second:.0f}/s"
+          + (f"; loading the model {report.model_load_seconds:.1f}s" if report.model_load_seconds else "") + "),"
+          f" {report.cache_hits} from the embedding cache, {report.paragraphs_repeated} repeated texts embedded once;"
+          f" total {report.total_seconds:.1f}s")
     if report.documents_pruned:
         print(f"pruned {report.documents_pruned} stored document(s) the corpus does not hold")
     if report.documents_absent:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -146,10 +147,12 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size or (16 if self.bf16 else 8)
         self._model = None
         self._dim: int | None = None
+        self.load_seconds = 0.0  # what loading the model took (imports included): not the model's embedding rate
 
     @property
     def model(self):
         if self._model is None:
+            started = time.perf_counter()
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             import transformers
@@ -163,6 +166,7 @@ class SentenceTransformerEmbedder:
             if self.int8:
                 model = quantize_linear_int8(model)
             self._model = model
+            self.load_seconds = time.perf_counter() - started
         return self._model
 
     @property

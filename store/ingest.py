@@ -39,11 +39,13 @@ class BuildReport:
     documents_unchanged: int = 0
     paragraphs_embedded: int = 0
     paragraphs_written: int = 0
-    cache_hits: int = 0
+    cache_hits: int = 0  # distinct texts whose vectors the embedding cache held (from earlier builds or serving)
+    paragraphs_repeated: int = 0  # paragraphs whose text an earlier paragraph of this build has: embedded once
     documents_absent: int = 0  # stored documents this corpus does not hold (a removed file's, say): kept
     absent_doc_ids: list[str] = field(default_factory=list)  # the first of them
     documents_pruned: int = 0  # with prune: those documents, deleted
-    embed_seconds: float = 0.0
+    embed_seconds: float = 0.0  # embedding alone (paragraphs_per_second's time): loading the model is model_load_seconds
+    model_load_seconds: float = 0.0
     total_seconds: float = 0.0
     skipped_reasons: list[str] = field(default_factory=list)
 
@@ -199,6 +201,9 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         skip = store.unchanged(docs)
         report.documents_unchanged = len(skip)
         todo = [d for d in docs if d.doc_id not in skip]
+        texts = [text for d in todo if d.vectors is None for text in d.paragraphs]  # what the embedder is asked for
+        model = getattr(emb, "inner", emb)  # (under the embedding cache)
+        loaded = getattr(model, "load_seconds", 0.0)
         with progress_bar(total=sum(len(d.paragraphs) for d in todo), desc="embed+store", unit="para", quiet=quiet) as bar:
             for batch in _batches(todo, batch_paragraphs):
                 t0 = time.perf_counter()
@@ -221,13 +226,16 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
             log.info("pruned %d stored documents the corpus does not hold: %s", len(absent), ", ".join(absent[:5]))
         elif absent:
             report.documents_absent, report.absent_doc_ids = len(absent), absent[:5]
+        report.model_load_seconds = getattr(model, "load_seconds", 0.0) - loaded  # (if this loop loaded it)
+        report.embed_seconds -= report.model_load_seconds
         with progress_bar(total=1, desc="snapshot index", unit="step", quiet=quiet) as bar:
             store.snapshot()
             bar.update(1)
     finally:
         store.close()
     if isinstance(emb, CachedEmbedder):
-        report.cache_hits = emb.hits
+        distinct = len(set(texts))  # each embedded by the model or found in the cache, once
+        report.cache_hits, report.paragraphs_repeated = distinct - emb.misses, len(texts) - distinct
         report.paragraphs_embedded = emb.misses
         emb.close()
     elif not isinstance(emb, PrecomputedEmbedder):

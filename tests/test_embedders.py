@@ -76,6 +76,31 @@ def test_cache_hits_cost_no_model_time(minilm, tmp_path):
         other.embed(TEXTS[:1])  # the key includes the embedder: MiniLM's vectors are not reused
 
 
+def test_a_build_counts_repeated_texts_apart_from_cached_ones_and_times_the_model_apart_from_loading_it(
+        tmp_path, monkeypatch, capsys):
+    """A first build into an empty cache said "156 from cache" for the texts it had repeated, and its rate ("3
+    embedded in 5.1s (1/s)") counted the seconds of loading MiniLM as embedding."""
+    from argparse import Namespace
+
+    from nextpara.store.cli import print_build
+
+    monkeypatch.setenv("NEXTPARA_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "a", "paragraphs": ["Alpha one.", "Shared text.", "Shared text."]}) + "\n"
+                      + json.dumps({"doc_id": "b", "paragraphs": ["Shared text.", "Beta two."]}) + "\n")
+    first = build(str(corpus), tmp_path / "one", quiet=True)
+    assert (first.paragraphs_embedded, first.cache_hits, first.paragraphs_repeated) == (3, 0, 2)
+    assert first.model_load_seconds > 0 and first.embed_seconds < first.total_seconds - first.model_load_seconds
+    print_build(Namespace(json=False), first)
+    line = capsys.readouterr().out
+    assert "3 embedded in" in line and "loading the model" in line and "0 from the embedding cache, 2 repeated" in line
+    second = build(str(corpus), tmp_path / "two", quiet=True)  # another store, the same cache: nothing to embed
+    assert (second.paragraphs_embedded, second.cache_hits, second.paragraphs_repeated) == (0, 3, 2)
+    assert second.model_load_seconds == 0  # (MiniLM's dimension is declared: a build that embeds nothing never loads it)
+    print_build(Namespace(json=False), second)
+    assert "loading the model" not in capsys.readouterr().out
+
+
 def test_unknown_embedder_spec():
     with pytest.raises(InvalidInputError, match="unknown embedder 'word2vec'"):
         make_embedder("word2vec")
