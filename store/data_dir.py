@@ -158,8 +158,9 @@ class DataDir(os.PathLike):
                 # most often a server (it holds its store's lock while it runs): say what the user can do about it
                 raise StoreLockedError(f"{self.path} is being written by another process (pid {holder}): if that is "
                                        "a nextpara server, add documents through it (`nextpara add --address "
-                                       "HOST:PORT FILE`), serve a replica beside it (`nextpara serve --read-only`), "
-                                       "or stop it first; else wait for it to finish") from None
+                                       "HOST:PORT FILE.jsonl`; add reads JSON Lines only: a folder or text file is "
+                                       "built with the server stopped), serve a replica beside it (`nextpara serve "
+                                       "--read-only`), or stop it first; else wait for it to finish") from None
             log.info("%s waits for pid %s, which holds %s", waiter, holder, self.path / name)
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)

@@ -184,7 +184,8 @@ def test_refusals_name_expected_and_actual(tmp_path, caplog):
         with pytest.raises(StoreLockedError, match="being written by another process") as err:
             open_store(tmp_path)
         assert (f"(pid {os.getpid()}): if that is a nextpara server, add documents through it (`nextpara add --address "
-                "HOST:PORT FILE`), serve a replica beside it (`nextpara serve --read-only`), or stop it first; else "
+                "HOST:PORT FILE.jsonl`; add reads JSON Lines only: a folder or text file is built with the server "
+                "stopped), serve a replica beside it (`nextpara serve --read-only`), or stop it first; else "
                 "wait for it to finish") in str(err.value)  # what to do
     with pytest.raises(StoreMismatchError, match="built by embedder 'test-embedder' .*not 'other'"):
         open_store(tmp_path, embedder_name="other", dim=DIM)
