@@ -175,7 +175,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     result = run_evaluation(args.data_dir, n_queries=args.queries, context_length=args.context_length,
                             output=args.output, plot_dir=args.plot, latency_queries=args.latency_queries, seed=args.seed,
-                            model=args.model)
+                            model=args.model, quiet=args.quiet)
     if args.json:  # the document --output writes
         import json
 

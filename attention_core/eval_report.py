@@ -139,7 +139,7 @@ def write_plots(result: dict, plot_dir: Path) -> list[Path]:
 
 def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, output: str | None = None,
                    plot_dir: str | None = None, latency_queries: int = 100, seed: int = 0,
-                   model: str | None = None) -> dict:
+                   model: str | None = None, quiet: bool = False) -> dict:
     """The protocol on the store in ``data_dir`` with the model that serves it (general.py), or ``model``: a
     checkpoint's path, or "general" for the packaged general model (its word weights fitted on this store)."""
     from nextpara.store.store import open_store
@@ -154,7 +154,8 @@ def run_evaluation(data_dir, n_queries: int = 2000, context_length: int = 4, out
     started = time.perf_counter()
     with open_store(data_dir, readonly=True) as store:
         seq, embedder, pipeline, meta = evaluation_parts(store, model)
-        ev = Evaluation(store, seq, embedder, pipeline, n_queries=n_queries, context_length=context_length, seed=seed)
+        ev = Evaluation(store, seq, embedder, pipeline, n_queries=n_queries, context_length=context_length, seed=seed,
+                        quiet=quiet)
         result = ev.evaluate(latency_queries=latency_queries)
         result["attention_example"] = attention_example(ev)
         result["config"] = {"data_dir": str(store.data_dir), "queries": len(ev.targets), "context_length": context_length,

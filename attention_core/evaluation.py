@@ -51,10 +51,23 @@ def check_settings(n_queries: int | None = None, context_length: int | None = No
             raise InvalidInputError(f"{name} must be {within}, got {value}")
 
 
+def _embed(embedder, texts: list[str], quiet: bool, chunk: int = 256) -> np.ndarray:
+    """``texts`` embedded a chunk at a time, a progress bar counting them (one call gave no sign of life for minutes)."""
+    from nextpara.progress import progress_bar
+
+    parts = []
+    with progress_bar(total=len(texts), desc="embed contexts", unit="para", quiet=quiet) as bar:
+        for start in range(0, len(texts), chunk):
+            parts.append(embedder.embed(texts[start:start + chunk]))
+            bar.update(len(parts[-1]))
+    return np.concatenate(parts)
+
+
 class Evaluation:
     def __init__(self, store, seq: ParagraphSequences, embedder, pipeline=None, n_queries: int = 2000,
-                 context_length: int = 4, seed: int = 0, split: str = "test"):
-        """``split`` "validation" is for training's own checks (guard.py); the protocol's figures are "test"."""
+                 context_length: int = 4, seed: int = 0, split: str = "test", quiet: bool = True):
+        """``split`` "validation" is for training's own checks (guard.py); the protocol's figures are "test". Unless
+        ``quiet``, embedding the contexts' texts (minutes on a large store) shows a progress bar on a terminal."""
         check_settings(n_queries, context_length)
         self.store, self.seq, self.embedder, self.pipeline = store, seq, embedder, pipeline
         self.L = context_length
@@ -76,7 +89,7 @@ class Evaluation:
             vecs = seq.vectors[rows]
         else:
             log.info("embedding %d context paragraphs as text", len(rows))
-            vecs = embedder.embed(texts) if rows else np.zeros((0, store.dim), np.float32)
+            vecs = _embed(embedder, texts, quiet) if rows else np.zeros((0, store.dim), np.float32)
         self.text_vec = dict(zip(rows, vecs))
         self.text = dict(zip(rows, texts))  # the context is given as text: the model may compare its words
         self._b4 = None

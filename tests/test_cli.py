@@ -1,6 +1,7 @@
 """The CLI as a user runs it: build, info, search, bad corpora; and the packaging promises."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -403,13 +404,51 @@ def test_train_and_eval_json(trained_store, tmp_path):
     trained = json.loads(r.stdout)
     assert trained["trained"] is True and isinstance(trained["served"], bool) and trained["line"]
     assert trained["model"]["model_version"] and "validation" in trained["model"]["metrics"]
-    r = run_cli("-q", "eval", "--data-dir", str(store), "--queries", "40", "--latency-queries", "3", "--json")
-    assert r.returncode == 0, r.stderr
-    result = json.loads(r.stdout)
+    # on a terminal (as a user runs it), embedding the contexts shows its progress: minutes on a large store, silent
+    code, out, err = run_on_a_terminal("eval", "--data-dir", str(store), "--queries", "40", "--latency-queries", "3",
+                                       "--json")
+    assert code == 0, err
+    assert re.search(r"embed contexts: 100%.*\| (\d+)/\1 ", err), err
+    result = json.loads(out)
     assert result["config"]["queries"] <= 40 and result["config"]["context_length"] == 4
     assert {"B1", "head", "full"} <= set(result["methods"])
     assert set(result["context_length"]["full"]["8"]["change"]) == {"recall@1", "recall@1_ci", "mrr@10", "mrr@10_ci",
                                                                    "queries_given_more", "queries"}
+
+
+def run_on_a_terminal(*args: str) -> tuple[int, str, str]:
+    """``python -m nextpara ARGS`` with its stderr on a pseudo-terminal (where progress bars are drawn), stdout a pipe:
+    (exit status, stdout, what the terminal showed)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # (a new one is 0 columns wide)
+    shown = bytearray()
+
+    def drain() -> None:  # (a terminal nobody reads stops its writer when its buffer fills)
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the follower's last holder closed it
+                return
+            if not data:
+                return
+            shown.extend(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "nextpara", *args], stdout=subprocess.PIPE, stderr=follower,
+                              stdin=subprocess.DEVNULL, timeout=600)
+    finally:
+        os.close(follower)
+    reader.join(timeout=10)
+    os.close(leader)
+    return proc.returncode, proc.stdout.decode(), shown.decode(errors="replace").replace("\r", "\n")
 
 
 def test_a_reader_that_stops_early_ends_the_command_quietly(trained_store):
