@@ -195,8 +195,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def cmd_info(args: argparse.Namespace) -> int:
     import json
 

@@ -1,8 +1,8 @@
 """The CLI as a user runs it: build, info, search, bad corpora; and the packaging promises."""
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -503,11 +503,10 @@ def test_eval_says_why_it_cannot_run_before_it_runs(tmp_path):
 def test_train_help_says_what_each_setting_does():
     """Each setting's help was "(default N)" alone: --max-train-queries "(default 0)" and --phase2-lr "(default 0.0)"
     read as no training queries and a learning rate of 0, where 0 means every query and the same rate as --lr."""
+    import re
     from dataclasses import fields
 
     from nextpara.attention_core.train_config import TrainConfig
-
-    import re
 
     r = run_cli("train", "--help")
     assert r.returncode == 0, r.stderr
