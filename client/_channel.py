@@ -104,7 +104,26 @@ def check_open(client) -> None:
 
 
 def metadata(token: str | None) -> list[tuple[str, str]] | None:
-    return [("authorization", f"Bearer {token}")] if token else None
+    """The call metadata carrying ``token`` (None or blank: none). It goes in the header ``authorization: Bearer
+    TOKEN``, so it is checked here, at construction: surrounding blanks (a token read from a file ends in a newline)
+    are dropped, as the server drops them from its --read-tokens and --write-tokens, and any other character that a
+    header value cannot hold (a control character, a non-ASCII letter) is an InvalidInputError naming ``token``: grpc
+    refused such a call only when it was made, INTERNAL "Invalid metadata" from the sync client, a grpc internal
+    error from the asyncio one. The token itself is never put in a message."""
+    if token is None:
+        return None
+    if not isinstance(token, str):
+        raise TypeError(f"token must be a string, got {type(token).__name__}")
+    token = token.strip(" \t\r\n")
+    if not token:
+        return None
+    bad = next((i for i, ch in enumerate(token) if not " " <= ch <= "~"), None)
+    if bad is not None:
+        kind = "a non-ASCII character" if ord(token[bad]) > 127 else "a control character"
+        raise InvalidInputError(f"token has {kind} at position {bad}: a bearer token is sent as the header "
+                                "'authorization: Bearer TOKEN', which takes printable ASCII only",
+                                reason=Reason.INVALID_TEXT, field="token")
+    return [("authorization", f"Bearer {token}")]
 
 
 def open_channel(api, address: str, tls: bool, root_certificates: str | bytes | None, max_message_bytes: int,

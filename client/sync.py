@@ -65,12 +65,12 @@ class Client:
                  max_message_bytes: int = _channel.DEFAULT_MAX_MESSAGE_BYTES, retry_queue_full: bool = True,
                  options: Sequence[tuple[str, object]] = ()):
         timeout, max_message_bytes = _channel.checked_settings(timeout, max_message_bytes)
+        self._metadata = _channel.metadata(token)  # checked before the channel is opened
         self._channel = _channel.open_channel(grpc, address, tls, root_certificates, max_message_bytes, options)
         self._stub = pb_grpc.NextParagraphServiceStub(self._channel)
         self.timeout, self.max_message_bytes = timeout, max_message_bytes
         self._server_max: int | None = None  # the server's message limit, asked once for AddDocuments (_upload_bytes)
         self.retry_queue_full = retry_queue_full  # False: QUEUE_FULL is raised at once, for callers that shed load
-        self._metadata = _channel.metadata(token)
         self._closed = False
         self._send_limit = _channel.send_limit(max_message_bytes, options)  # requests over it are refused unsent
 
