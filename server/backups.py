@@ -42,6 +42,11 @@ class Backups:
             copy = asyncio.get_running_loop().run_in_executor(None, backup, self.data_dir, dest)
             try:
                 report = await asyncio.shield(copy)
+            except InvalidInputError as e:  # the store's refusal (it exists, it cannot be made): of this field too
+                if e.reason == Reason.INVALID_DESTINATION:
+                    e.field = "destination"
+                    e.metadata = {**e.metadata, "destination": str(name), "path": str(dest)}
+                raise
             except asyncio.CancelledError:
                 await asyncio.wait([copy])  # the lock is held until the copy thread has finished
                 if copy.exception() is not None:

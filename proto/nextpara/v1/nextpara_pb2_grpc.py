@@ -64,7 +64,8 @@ class NextParagraphServiceStub:
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
     INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
     --backup-dir (absolute, with "..", blank or with a blank part, or
-    already there); destination
+    already there, or a path that cannot be made); destination (as
+    given), and path (the server's) when it was there or not made
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
@@ -211,7 +212,8 @@ class NextParagraphServiceServicer:
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
     INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
     --backup-dir (absolute, with "..", blank or with a blank part, or
-    already there); destination
+    already there, or a path that cannot be made); destination (as
+    given), and path (the server's) when it was there or not made
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
@@ -453,7 +455,8 @@ class NextParagraphService:
     INVALID_PAGE_TOKEN        INVALID_ARGUMENT     a page_token that this service did not hand out
     INVALID_DESTINATION       INVALID_ARGUMENT     a Backup destination that is not a new directory inside the server's
     --backup-dir (absolute, with "..", blank or with a blank part, or
-    already there); destination
+    already there, or a path that cannot be made); destination (as
+    given), and path (the server's) when it was there or not made
     INVALID_ARGUMENT          INVALID_ARGUMENT     other bad input: no known request gets it (each has a reason above)
     UNKNOWN_IDS               NOT_FOUND            paragraph ids or doc_ids that are not stored; idKind ("paragraph_id",
     "doc_id"), missingCount, missingIds (JSON, the first that fit)
