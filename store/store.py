@@ -217,7 +217,11 @@ class ParagraphStore:
         doc_ids = [c.doc.doc_id for c in checked]
         if len(set(doc_ids)) != len(doc_ids):
             again = next(i for i, d in enumerate(doc_ids) if d in doc_ids[:i])
-            raise InvalidInputError(f"document {doc_ids[again]!r} appears twice in one write", reason=Reason.DUPLICATE_DOC_ID,
+            first = doc_ids.index(doc_ids[again])
+            where = f"{docs[again].source}: " if docs[again].source else ""  # "message 1, documents[3]", "FILE:LINE"
+            also = f" (first at {docs[first].source})" if docs[first].source else ""
+            raise InvalidInputError(f"{where}document {doc_ids[again]!r:.200} appears twice in one write{also}",
+                                    reason=Reason.DUPLICATE_DOC_ID,
                                     field=f"{docs[again].request_path}.doc_id" if docs[again].request_path else None)
         with self._mutex:
             with self._disk_full_is_clear("adding documents"):
