@@ -79,8 +79,9 @@ def send_limit(max_message_bytes: int, extra: Iterable[tuple[str, object]] = ())
 
 
 class RequestTooLarge(InvalidInputError):
-    """A request over the client's own send limit, refused before it was sent; ``metadata`` has its ``size`` and the
-    ``max``. A caller without the client's settings (rerank-batch) says what it can do instead."""
+    """A request over the client's own send limit, refused before it was sent, with the reason MESSAGE_TOO_LARGE, as the
+    server refuses one over its limit; ``metadata`` has its ``size`` and the ``max`` (and the server's keys). A caller
+    without the client's settings (rerank-batch) says what it can do instead."""
 
 
 def check_size(request, limit: int | None) -> None:
@@ -92,7 +93,13 @@ def check_size(request, limit: int | None) -> None:
     if size > limit:
         raise RequestTooLarge(f"the request is {size:,} bytes, over the {limit:,}-byte message limit: send fewer or "
                                 "shorter items (or raise max_message_bytes here and --max-message-mb on the server)",
-                                reason=Reason.OUT_OF_RANGE, metadata={"max": limit, "size": size})
+                                reason=Reason.MESSAGE_TOO_LARGE, metadata=too_large(size, limit))
+
+
+def too_large(size: int, limit: int) -> dict[str, object]:
+    """The metadata of a request refused unsent for its size: the server's keys for MESSAGE_TOO_LARGE (limitBytes,
+    actualBytes, message) and this client's own (max, size)."""
+    return {"limitBytes": limit, "actualBytes": size, "message": "request", "max": limit, "size": size}
 
 
 def check_open(client) -> None:

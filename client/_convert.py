@@ -12,7 +12,7 @@ from google.rpc import error_details_pb2, status_pb2
 from nextpara.errors import InvalidInputError, Reason, misspelt_field, not_utf8
 from nextpara.v1 import nextpara_pb2 as pb
 
-from ._channel import check_size
+from ._channel import check_size, too_large
 from .errors import ServiceError, from_status
 from .types import (
     AddResult,
@@ -383,8 +383,10 @@ def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Itera
         message = document_message(doc, f"documents[{i}]")
         n = message.ByteSize() + 8
         if n > max_bytes:
-            raise InvalidInputError(f"document {i} ({message.doc_id!r}) is {n} bytes encoded, over the {max_bytes}-byte "
-                                    "message limit: split it, or raise the limit on both server and client")
+            raise InvalidInputError(f"document {i} ({message.doc_id!r:.200}) is {n} bytes encoded, over the {max_bytes}-byte "
+                                    "message limit: split it, or raise the limit on both server and client",
+                                    reason=Reason.MESSAGE_TOO_LARGE, field=f"documents[{i}]",
+                                    metadata=too_large(n, max_bytes))
         if batch and size + n > max_bytes:
             yield pb.AddDocumentsRequest(documents=batch)
             batch, size = [], 0
