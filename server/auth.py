@@ -72,7 +72,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             return self._deny(handler, method, AuthError("the authorization metadata's scheme is not Bearer: send the "
                                                          "metadata 'authorization: Bearer TOKEN'",
                                                          reason=Reason.TOKEN_MISSING))
-        token = token.lstrip(" ")
+        token = token.strip(" ")  # blanks around it are no part of it, as around --read-tokens' and --write-tokens'
         if not token:
             return self._deny(handler, method, AuthError("no bearer token: send the metadata 'authorization: Bearer TOKEN'",
                                             reason=Reason.TOKEN_MISSING))

@@ -50,3 +50,14 @@ def test_a_token_read_with_its_newline_is_sent_without_it(token_server):
         async with AsyncClient(token_server.address, token=" writer-7\r\n", timeout=60) as c:
             return (await c.delete_documents(["nope"], allow_missing=True)).missing_doc_ids
     assert asyncio.run(aio()) == ["nope"]
+
+
+def test_blanks_around_a_raw_bearer_token_are_no_part_of_it(token_server):
+    import grpc
+    from nextpara.v1 import nextpara_pb2 as pb
+    from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(token_server.address) as channel:  # as a client of the proto alone builds the header
+        get_info = pb_grpc.NextParagraphServiceStub(channel).GetInfo
+        for header in ("Bearer reader-7 ", "Bearer  reader-7 "):  # these were TOKEN_INVALID
+            assert get_info(pb.GetInfoRequest(), metadata=[("authorization", header)], timeout=60).documents == 2
