@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable
 
@@ -14,6 +15,7 @@ DEFAULT_ADDRESS = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MIN_MESSAGE_BYTES = 80 * 1024  # AddDocuments needs room beside UPLOAD_MARGIN: 16 KiB messages at the least
+PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"  # what a PEM file of root certificates holds, one per certificate
 UPLOAD_MARGIN = 64 * 1024  # AddDocuments' messages are chunked this far under the limit (the message's own framing)
 
 
@@ -63,12 +65,20 @@ def options(max_message_bytes: int, extra: Iterable[tuple[str, object]] = ()) ->
 
 def credentials(tls: bool, root_certificates: str | bytes | None) -> grpc.ChannelCredentials | None:
     """TLS credentials (verifying the server against ``root_certificates`` or the system roots), or None."""
-    if not tls and root_certificates is None:
-        return None
+    if root_certificates is None:
+        return grpc.ssl_channel_credentials() if tls else None  # the system's roots
     roots = root_certificates
-    if isinstance(roots, str):
+    if isinstance(roots, (str, os.PathLike)):  # a file's path (a pathlib.Path too)
         roots = Path(roots).read_bytes()
-    return grpc.ssl_channel_credentials(root_certificates=roots)
+    if not isinstance(roots, (bytes, bytearray)):
+        raise TypeError(f"root_certificates must be PEM bytes or a file's path, got {type(roots).__name__}")
+    if PEM_CERTIFICATE not in roots:
+        where = "in the bytes given" if isinstance(root_certificates, (bytes, bytearray)) else f"in {root_certificates}"
+        raise InvalidInputError(f"root_certificates: no PEM certificate {where} (no {PEM_CERTIFICATE.decode()!r} "
+                                "line): give the PEM file, or its bytes, of the certificate authority that signed the "
+                                "server's certificate (a DER file converts with `openssl x509 -inform der`)",
+                                reason=Reason.INVALID_ARGUMENT, field="root_certificates")
+    return grpc.ssl_channel_credentials(root_certificates=bytes(roots))
 
 
 def send_limit(max_message_bytes: int, extra: Iterable[tuple[str, object]] = ()) -> int | None:

@@ -52,9 +52,9 @@ class Client:
     """A connection to a nextpara server at ``address`` (host:port).
 
     ``timeout``: the default deadline of each call, in seconds (each method also takes ``timeout=``). ``token``: a
-    bearer token sent with every call. ``tls`` / ``root_certificates`` (PEM bytes or a file path; implies TLS): verify
-    the server against these roots, or the system's. ``max_message_bytes``: the largest message sent or received
-    (AddDocuments is chunked under it). ``retry_queue_full=False`` raises QUEUE_FULL at once instead of retrying it.
+    bearer token sent with every call. ``tls`` / ``root_certificates`` (PEM bytes or a file's path, checked here;
+    implies TLS): verify the server against these roots, or the system's. ``max_message_bytes``: the largest message
+    sent or received (AddDocuments is chunked under it). ``retry_queue_full=False`` raises QUEUE_FULL at once instead of retrying it.
     ``options``: grpc channel options, ``(key, value)`` pairs such as ``("grpc.keepalive_time_ms", 30000)`` or
     ``("grpc.primary_user_agent", "my-app/1.0")``, passed to the channel after the client's own (message limits,
     retries), which they override where a key is in both.
