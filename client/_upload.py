@@ -43,11 +43,22 @@ class DocumentStream:
 
     def locate(self, error: BaseException) -> None:
         """Set ``error.document_index``, the place in the caller's documents of the one a refusal names (by its message,
-        metadata messageIndex, and its place there, the field ``documents[j]...``), when it names one."""
-        message = getattr(error, "metadata", {}).get("messageIndex", "")
+        metadata messageIndex, and its place there, the field ``documents[j]...``), when it names one; and
+        ``error.documents_committed``, the caller's documents in the messages the server committed before it (metadata
+        committedMessages), when it says: each message commits whole, so the documents before the refused one in its
+        own message were not stored."""
+        metadata = getattr(error, "metadata", None) or {}
+        message = metadata.get("messageIndex", "")
         place = re.match(r"documents\[(\d+)\]", getattr(error, "field", None) or "")
         if message.isdigit() and place and int(message) < len(self.sizes):
             error.document_index = sum(self.sizes[:int(message)]) + int(place.group(1))
+        committed = metadata.get("committedMessages", "")
+        if committed.isdigit() and int(committed) <= len(self.sizes):
+            error.documents_committed = sum(self.sizes[:int(committed)])
+            if hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"AddDocuments stopped there: the first {error.documents_committed} document(s) were "
+                               "committed, no later one (documents are upserted by doc_id: sending the rest again from "
+                               "there is safe)")
 
     def raise_if_failed(self, result: AddResult) -> AddResult:
         """``result`` when every document was sent; otherwise raise the kept error, telling how many documents

@@ -168,7 +168,8 @@ class Client:
         message commits whole. If reading or chunking a document fails (the iterable raises; a document over the
         message limit: InvalidInputError naming it), the stream ends before that document's message and that
         exception is raised once the server has answered, with ``documents_committed`` set on it. A refusal that names
-        a document has ``document_index``, that document's place in ``documents``."""
+        a document has ``document_index``, that document's place in ``documents``, and a refusal midway
+        ``documents_committed``, the documents of the messages committed before it."""
         stream = DocumentStream(documents, self._upload_bytes(timeout))
         try:
             result = _convert.add_result(self._call("AddDocuments", iter(stream), timeout,
