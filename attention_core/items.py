@@ -10,6 +10,9 @@ kind (ids only, vectors only: a batch job's rows) is checked as one array, witho
 list with a bad item becomes an error that names it (``context[2]: unknown paragraph id 99``)
 without stopping the other lists.
 
+A list longer than the model reads (``keep_last``) has its oldest items dropped for the model: they are checked as the
+others are (an error names them), and excluded as below, but never embedded.
+
 What a context excludes from predictions: the ids it gives, and every stored paragraph whose text
 equals one of its texts (given, or stored for an id), and every stored paragraph whose vector is a raw vector's
 (cosine at least SAME_VECTOR: a caller who brings vectors and sends back the ones it stored gets those paragraphs
@@ -109,6 +112,7 @@ class _Parsed:
     vectors: np.ndarray | None = None  # (n_vec, D) for positions ``vector_at``
     vector_at: list[int] = field(default_factory=list)
     unknown: list[tuple[int, int]] = field(default_factory=list)  # (position, id) of ids beyond 64 bits
+    older: "_Parsed | None" = None  # the dropped oldest items (positions from 0): checked and excluded, never embedded
 
 
 def _id_array(values: list) -> np.ndarray | None:
@@ -135,17 +139,25 @@ class ItemResolver:
             raise InvalidInputError(f"{where} has {len(items)} items, at most {MAX_ITEMS}", reason=Reason.OUT_OF_RANGE,
                                     field=where, metadata={"max": MAX_ITEMS})
         dropped = max(0, len(items) - keep_last) if keep_last else 0
+        if not (isinstance(items, np.ndarray) and items.ndim == 2 and items.dtype.kind == "f"):  # (a Parquet row's)
+            items = list(items)
+        # the oldest, which the model does not read, are the caller's items too: checked as the others are (first, so
+        # that an error names the first bad item), and what they stand for is excluded from predictions
+        older = self._sorted(items[:dropped], where, 0) if dropped else None
+        kept = self._sorted(items[dropped:], where, dropped)
+        kept.older = older
+        return kept
 
+    def _sorted(self, items, where: str, dropped: int) -> _Parsed:
+        """``items`` (the ones after the ``dropped`` oldest) sorted by kind and checked; errors name ``where[i]``."""
         def vectors(rows, at: Sequence[int]) -> np.ndarray:  # rows at positions ``at``, checked: errors name them
             return unit_rows(rows, self.store.dim, where, self.store.embedder_name,
                              name=lambda j: f"{where}[{at[j] + dropped}]",
                              field=lambda j: f"{where}[{at[j] + dropped}].vector")
 
         if isinstance(items, np.ndarray) and items.ndim == 2 and items.dtype.kind == "f":  # a Parquet row's vectors
-            items = items[dropped:]
             return _Parsed(n=len(items), dropped=dropped, vector_at=list(range(len(items))),
                            vectors=vectors(items, range(len(items))))
-        items = list(items)[dropped:]
         # a batch job's rows, of one kind: stored ids only, or vectors only (lists of numbers: one array conversion)
         if all(type(item) is int for item in items):
             values = _id_array(items)
@@ -183,6 +195,27 @@ class ItemResolver:
         if raw:
             p.vectors = vectors(raw, p.vector_at)
         return p
+
+    def _id_error(self, p: _Parsed, lost: np.ndarray, where: str) -> NextparaError | None:
+        """The error of a list whose ids at ``lost`` (indices into ``p.id_values``) or ``p.unknown`` are not in the
+        index, naming the first: INDEX_BEHIND on a replica whose writer wrote it since, else NOT_FOUND; None if none."""
+        if not (len(lost) or p.unknown):
+            return None
+        i, bad = zip(*sorted([*zip(p.id_at[lost].tolist(), p.id_values[lost].tolist()), *p.unknown]))
+        i, bad = i[0], list(bad)
+        if (newer := self._written_since_load(bad)) is not None:  # named at its own place in the list
+            i = int(p.id_at[np.flatnonzero(p.id_values == newer)[0]])
+            return IndexBehindError(
+                f"{where}[{i + p.dropped}]: paragraph id {newer} was written after this replica loaded its index "
+                f"(generation {self.store.index_generation}): read from the writer, or have this replica catch up "
+                "(Reload, or a read with the write's index_version as min_index_version and wait_for_index)",
+                field=f"{where}[{i + p.dropped}].paragraph_id",
+                metadata={"indexVersion": self.store.index_generation, "readOnly": "true"})
+        return NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {bad[0]}"
+                             + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else ""),
+                             field=f"{where}[{i + p.dropped}].paragraph_id",
+                             metadata={"idKind": "paragraph_id", "missingCount": len(bad),
+                                       "missingIds": json.dumps(bad[:20])})
 
     def _written_since_load(self, ids: list[int]) -> int | None:
         """On a read-only replica whose writer has written since it loaded: the first of ``ids`` that SQLite holds and
@@ -240,7 +273,9 @@ class ItemResolver:
             except InvalidInputError as e:
                 parsed.append(e)
         ok = [p for p in parsed if isinstance(p, _Parsed)]
-        asked = np.unique(np.concatenate([p.id_values for p in ok])) if ok else np.zeros(0, np.int64)
+        olders = [p.older for p in ok if p.older is not None]  # dropped items: their ids checked, nothing embedded
+        asked = (np.unique(np.concatenate([p.id_values for p in ok + olders])) if ok
+                 else np.zeros(0, np.int64))
         stored: dict[int, str] = {}
         read = (asked if stored_texts is True else stored_texts(asked)) if stored_texts and len(asked) else asked[:0]
         if len(read):  # one read; an id whose row SQLite lacks is missing
@@ -261,8 +296,10 @@ class ItemResolver:
             if e.reason != Reason.VECTORS_REQUIRED:  # (an embedding service down stops the call, as before)
                 raise
             text_vectors, embed_error = {}, e
-        same_text = self.store.ids_by_text([*texts, *stored.values()]) if exclusions and (texts or stored) else {}
-        same_vector = self._same_vectors(ok) if exclusions else {}
+        old_texts = [t for o in olders for t in o.texts.values()]
+        same_text = (self.store.ids_by_text([*texts, *old_texts, *stored.values()])
+                     if exclusions and (texts or old_texts or stored) else {})
+        same_vector = self._same_vectors(ok + olders) if exclusions else {}
         every = np.concatenate([p.id_values for p in ok]) if ok else np.zeros(0, np.int64)  # one search for all
         rows = iter(np.split(np.minimum(np.searchsorted(known, every), max(len(known) - 1, 0)),
                              np.cumsum([len(p.id_values) for p in ok])[:-1]))
@@ -277,24 +314,13 @@ class ItemResolver:
                 out.append(type(embed_error)(f"{where}[{first}]: {embed_error}", reason=embed_error.reason,
                                              field=f"{where}[{first}].text", metadata=embed_error.metadata))
                 continue
+            o = p.older
+            if o is not None and (error := self._id_error(o, np.flatnonzero(~np.isin(o.id_values, known)), where)):
+                out.append(error)
+                continue
             lost = np.flatnonzero(known[row] != p.id_values) if len(known) else np.arange(len(p.id_values))
-            if len(lost) or p.unknown:
-                i, bad = zip(*sorted([*zip(p.id_at[lost].tolist(), p.id_values[lost].tolist()), *p.unknown]))
-                i, bad = i[0], list(bad)
-                if (newer := self._written_since_load(bad)) is not None:  # named at its own place in the list
-                    i = int(p.id_at[np.flatnonzero(p.id_values == newer)[0]])
-                    out.append(IndexBehindError(
-                        f"{where}[{i + p.dropped}]: paragraph id {newer} was written after this replica loaded its index "
-                        f"(generation {self.store.index_generation}): read from the writer, or have this replica catch up "
-                        "(Reload, or a read with the write's index_version as min_index_version and wait_for_index)",
-                        field=f"{where}[{i + p.dropped}].paragraph_id",
-                        metadata={"indexVersion": self.store.index_generation, "readOnly": "true"}))
-                    continue
-                out.append(NotFoundError(f"{where}[{i + p.dropped}]: unknown paragraph id {bad[0]}"
-                                         + (f" ({len(bad) - 1} more unknown)" if len(bad) > 1 else ""),
-                                         field=f"{where}[{i + p.dropped}].paragraph_id",
-                                         metadata={"idKind": "paragraph_id", "missingCount": len(bad),
-                                                   "missingIds": json.dumps(bad[:20])}))
+            if error := self._id_error(p, lost, where):
+                out.append(error)
                 continue
             one_kind = p.n in (len(p.id_values), len(p.vector_at))  # ids only or vectors only: no array to fill
             vectors = None if one_kind else np.zeros((p.n, self.store.dim), np.float32)
@@ -320,5 +346,10 @@ class ItemResolver:
                 for t in item_texts:
                     exclude.update(same_text.get(t, ()) if t is not None else ())
                 exclude.update(same_vector.get(id(p), ()))
+                if o is not None:  # and those of the dropped oldest: never predicted either
+                    exclude.update(o.id_values.tolist())
+                    for t in [*o.texts.values(), *(stored.get(pid) for pid in o.id_values.tolist())]:
+                        exclude.update(same_text.get(t, ()) if t is not None else ())
+                    exclude.update(same_vector.get(id(o), ()))
             out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped, item_ids))
         return out
