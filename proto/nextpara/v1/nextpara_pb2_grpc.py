@@ -107,7 +107,10 @@ class NextParagraphServiceStub:
     Reload, Backup); method
     INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
     DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
-    from the transport and carry no details.
+    from the transport and carry no details. A write is the exception: one already being written when its deadline
+    passes (or its caller goes away) runs to its end and is committed all the same (one still waiting for the write
+    lock is dropped), so after either code GetDocument says whether it was stored, and sending it again is safe (an
+    upsert; a delete with allow_missing).
     """
 
     def __init__(self, channel):
@@ -255,7 +258,10 @@ class NextParagraphServiceServicer:
     Reload, Backup); method
     INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
     DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
-    from the transport and carry no details.
+    from the transport and carry no details. A write is the exception: one already being written when its deadline
+    passes (or its caller goes away) runs to its end and is committed all the same (one still waiting for the write
+    lock is dropped), so after either code GetDocument says whether it was stored, and sending it again is safe (an
+    upsert; a delete with allow_missing).
     """
 
     def PredictNext(self, request, context):
@@ -498,7 +504,10 @@ class NextParagraphService:
     Reload, Backup); method
     INTERNAL_ERROR            INTERNAL             a bug in the server (logged there with its traceback)
     DEADLINE_EXCEEDED and CANCELLED (the call's deadline passed, or the caller went away: its work was dropped) come
-    from the transport and carry no details.
+    from the transport and carry no details. A write is the exception: one already being written when its deadline
+    passes (or its caller goes away) runs to its end and is committed all the same (one still waiting for the write
+    lock is dropped), so after either code GetDocument says whether it was stored, and sending it again is safe (an
+    upsert; a delete with allow_missing).
     """
 
     @staticmethod
