@@ -7,8 +7,9 @@ INTERNAL with a logged traceback, and each call is counted and timed.
 from __future__ import annotations
 
 import contextlib
+import json
 
-from nextpara.errors import NextparaError
+from nextpara.errors import NextparaError, NotFoundError
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import convert
@@ -19,6 +20,19 @@ from .runtime import Runtime
 from .status import code_for, status_of
 
 STREAM_IN_FLIGHT = 64  # RerankStream requests being scored at once per stream
+
+
+@contextlib.contextmanager
+def unknown_at(field: str, asked: list | None = None):
+    """A NotFoundError names the request's field of the first unknown id it lists (``field[i]``, the first place it
+    is asked at in ``asked``; ``field`` itself for a single id), as every other refusal names the field at fault."""
+    try:
+        yield
+    except NotFoundError as e:
+        listed = json.loads(e.metadata.get("missingIds", "[]"))
+        if e.field is None:
+            e.field = f"{field}[{asked.index(listed[0])}]" if asked and listed and listed[0] in asked else field
+        raise
 
 
 class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
@@ -72,13 +86,15 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
 
     @rpc
     async def DeleteDocuments(self, request, context):
-        deleted = await self.rt.delete_documents(list(request.doc_ids), request.allow_missing)
+        with unknown_at("doc_ids", list(request.doc_ids)):
+            deleted = await self.rt.delete_documents(list(request.doc_ids), request.allow_missing)
         return convert.delete_documents_response(deleted)
 
     @rpc
     async def GetParagraphs(self, request, context):
         await self._index_at_least(request, context)
-        paragraphs, vectors = await self.rt.get_paragraphs(list(request.paragraph_ids), request.include_vectors)
+        with unknown_at("paragraph_ids", list(request.paragraph_ids)):
+            paragraphs, vectors = await self.rt.get_paragraphs(list(request.paragraph_ids), request.include_vectors)
         return convert.paragraphs_response(paragraphs, vectors)
 
     @rpc
@@ -91,7 +107,8 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
     @rpc
     async def GetDocument(self, request, context):
         await self._index_at_least(request, context)
-        return convert.document_response(*await self.rt.get_document(request.doc_id))
+        with unknown_at("doc_id"):
+            return convert.document_response(*await self.rt.get_document(request.doc_id))
 
     @rpc
     async def GetInfo(self, request, context):

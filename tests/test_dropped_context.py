@@ -47,7 +47,8 @@ def test_dropped_context_paragraphs_are_never_predicted_and_bad_ones_are_refused
                     ([0.5] * 7, InvalidArgument, "DIMENSION_MISMATCH", "context[0].vector"),
                     ([float("nan")] * 384, InvalidArgument, "INVALID_VECTOR", "context[0].vector")]
         for bad, error, reason, field in refusals:
-            for call in (lambda: c.predict_next([bad, *base], top_k=1), lambda: c.rerank([bad, *base], [river[2]])):
+            for call in (lambda bad=bad: c.predict_next([bad, *base], top_k=1),
+                         lambda bad=bad: c.rerank([bad, *base], [river[2]])):
                 with pytest.raises(error) as err:
                     call()
                 assert (err.value.reason, err.value.field) == (reason, field), bad
