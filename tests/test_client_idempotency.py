@@ -257,6 +257,17 @@ def test_documents_are_chunked_under_the_servers_message_limit_too(trained_store
             async with AsyncClient(server.address, timeout=60) as c:
                 return await c.add_documents([dict(d, doc_id=f"a{d['doc_id']}") for d in docs])
         assert asyncio.run(go()).documents_added == 6
+
+        async def late_documents():  # an async generator: Python's "'async_generator' object is not iterable" before
+            yield {"doc_id": "late", "paragraphs": ["Late."]}
+
+        async def refused():
+            async with AsyncClient(server.address, timeout=60) as c:
+                before = (await c.info()).index_version
+                with pytest.raises(TypeError, match=r"not an async iterable \(async_generator\); collect it first"):
+                    await c.add_documents(late_documents())
+                assert (await c.info()).index_version == before  # nothing sent
+        asyncio.run(refused())
     finally:
         server.stop()
 
