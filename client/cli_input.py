@@ -116,7 +116,7 @@ def read_context(items: list) -> list:
     for item in items:
         if item == STDIN:
             try:
-                lines = sys.stdin.buffer.read().decode("utf-8").splitlines()
+                lines = sys.stdin.buffer.read().decode("utf-8-sig").splitlines()  # (a byte-order mark is no text)
             except UnicodeDecodeError as e:
                 raise InvalidInputError(f"<stdin>: not valid UTF-8 ({e.reason} at byte {e.start})") from e
             context += [line.strip() for line in lines if line.strip()]
