@@ -320,13 +320,6 @@ class ParagraphStore:
         with self._mutex:
             return self.tables.get_document(doc_id)
 
-    def missing_ids(self, ids: Sequence[int]) -> set[int]:
-        """The ids among ``ids`` that the store does not hold."""
-        ids = np.asarray(ids, dtype=np.int64)
-        with self._mutex:
-            _, ok = self.vector_table.rows(ids)
-        return set(ids[~ok].tolist())
-
     def vectors(self, ids: Sequence[int]) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim); NotFoundError naming unknown ids."""
         with self._mutex:
