@@ -39,7 +39,7 @@ class Reason(str, enum.Enum):
     NO_WORD_INDEX = "NO_WORD_INDEX"  # the model takes word candidates and the (read-only) store has no word index
     READ_ONLY_REPLICA = "READ_ONLY_REPLICA"  # a write sent to a --read-only replica
     INDEX_BEHIND = "INDEX_BEHIND"  # the server's index is older than the request's min_index_version
-    FAILED_PRECONDITION = "FAILED_PRECONDITION"  # another state that forbids the call (none known: see above)
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"  # another state that forbids the call (e.g. no --backup-dir)
     # RESOURCE_EXHAUSTED
     QUEUE_FULL = "QUEUE_FULL"  # the server's call queue is full: retry after RetryInfo.retry_delay
     MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"  # a request (or the response it asks for) over the message size limit
