@@ -222,8 +222,14 @@ class CorpusReader:
             if not paragraphs:
                 self.reject(CorpusFormatError(str(path), 0, "no paragraphs after dropping headings and code"))
                 continue
-            doc_id = path.relative_to(root).as_posix()
-            yield Document(doc_id=doc_id, paragraphs=paragraphs, title=path.stem, source=str(path))
+            doc = Document(doc_id=path.relative_to(root).as_posix(), paragraphs=paragraphs, title=path.stem,
+                           source=str(path))
+            try:  # as a JSON line is: a file the store would refuse (a NUL character) is malformed as it is read
+                validate_document(doc)
+            except InvalidInputError as e:
+                self.reject(CorpusFormatError(str(path), 0, str(e)))
+                continue
+            yield doc
 
 
 _HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")

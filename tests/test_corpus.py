@@ -165,3 +165,15 @@ def test_hidden_files_and_folders_of_a_corpus_folder_are_skipped(tmp_path):
     (hidden / ".x.md").write_text("hidden\n")
     with pytest.raises(InvalidInputError, match="holds no .txt or .md files"):
         list(CorpusReader(hidden))
+
+
+def test_a_text_file_the_store_would_refuse_is_malformed_as_it_is_read(tmp_path):
+    """A UTF-16 file without a byte-order mark decodes as UTF-8 with a NUL after every letter. Its document was not
+    checked until the build embedded it: the build stopped there after storing the batches before it, and --skip-bad
+    did not skip it."""
+    (tmp_path / "a.txt").write_text("A good paragraph.\n")
+    (tmp_path / "b.txt").write_bytes("Hello world.\n\nAnother one.\n".encode("utf-16-le"))
+    with pytest.raises(CorpusFormatError, match=r"b\.txt: .*contains a NUL character"):
+        list(CorpusReader(tmp_path))
+    reader = CorpusReader(tmp_path, skip_bad=True)
+    assert [d.doc_id for d in reader] == ["a.txt"] and reader.skipped == 1
