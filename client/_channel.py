@@ -45,9 +45,9 @@ def deadline(timeout, default: float | None, name: str = "timeout") -> float:
     return float(timeout)
 
 
-def upload_bytes(client_limit: int, server_limit: int | None) -> int:
+def upload_bytes(client_limit: int, server_limit: int) -> int:
     """How large an AddDocuments message may be: under the smaller of the client's limit and the server's (GetInfo's
-    max_message_bytes; None when it could not be asked)."""
+    max_message_bytes; 0 when the server refused the question: the client's limit alone)."""
     limit = min(client_limit, server_limit) if server_limit else client_limit
     return limit - UPLOAD_MARGIN
 
