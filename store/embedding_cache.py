@@ -17,8 +17,7 @@ import numpy as np
 
 from .corpus import text_hash
 from .embedders import Embedder
-
-_CHUNK = 500  # SQLite host parameters per query, well under the limit
+from .tables import select_in
 
 
 def default_cache_path() -> Path:
@@ -59,16 +58,9 @@ class CachedEmbedder:
         return getattr(self.inner, "remote", False)
 
     def _lookup(self, hashes: list[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
-        unique = list(dict.fromkeys(hashes))
-        for start in range(0, len(unique), _CHUNK):
-            chunk = unique[start:start + _CHUNK]
-            rows = self._db.execute(
-                f"SELECT text_hash, vector FROM embeddings WHERE embedder = ? AND text_hash IN ({','.join('?' * len(chunk))})",
-                [self.key, *chunk])
-            for h, blob in rows:
-                found[h] = np.frombuffer(blob, dtype=np.float32)
-        return found
+        rows = select_in(self._db, "SELECT text_hash, vector FROM embeddings WHERE embedder = ? AND text_hash",
+                         dict.fromkeys(hashes), [self.key])
+        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         hashes = [text_hash(t) for t in texts]
