@@ -105,6 +105,10 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
           + (f"; loading the model {report.model_load_seconds:.1f}s" if report.model_load_seconds else "") + "),"
           f" {report.cache_hits} from the embedding cache, {report.paragraphs_repeated} repeated texts embedded once;"
           f" total {report.total_seconds:.1f}s")
+    if report.paragraphs_cut:
+        print(f"{report.paragraphs_cut} paragraph text(s) longer than the model reads ({report.model_reads_tokens} word "
+              f"pieces; the first: {report.first_cut}): each is embedded by its beginning, so the rest of it counts "
+              "for its words only; split them to have all of it read", file=sys.stderr)
     if report.documents_pruned:
         print(f"pruned {report.documents_pruned} stored document(s) the corpus does not hold")
     if report.documents_absent:

@@ -101,6 +101,29 @@ def test_a_build_counts_repeated_texts_apart_from_cached_ones_and_times_the_mode
     assert "loading the model" not in capsys.readouterr().out
 
 
+def test_a_build_says_which_paragraphs_are_longer_than_the_model_reads(tmp_path, capsys):
+    """MiniLM reads 256 word pieces of a text and embeds that beginning; a build stored a longer paragraph without a
+    word, so a user could not know that most of it counted for nothing in its vector."""
+    from argparse import Namespace
+
+    from nextpara.store.cli import print_build
+
+    long = " ".join(f"word{i}" for i in range(300))  # well over 256 word pieces
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "a", "paragraphs": ["Short one.", "Short two."]}) + "\n"
+                      + json.dumps({"doc_id": "b", "paragraphs": ["Short three.", long, long + " more"]}) + "\n")
+    report = build(str(corpus), tmp_path / "store", quiet=True, use_cache=False)
+    assert (report.paragraphs_cut, report.first_cut, report.model_reads_tokens) == (2, "'b'[1]", 256)
+    print_build(Namespace(json=False), report)
+    assert "2 paragraph text(s) longer than the model reads (256 word pieces; the first: 'b'[1])" in capsys.readouterr().err
+    short = tmp_path / "short.jsonl"
+    short.write_text(json.dumps({"doc_id": "a", "paragraphs": ["Short one.", "x " * 200]}) + "\n")  # 202 pieces: read whole
+    report = build(str(short), tmp_path / "other", quiet=True, use_cache=False)
+    assert (report.paragraphs_cut, report.first_cut) == (0, "")
+    print_build(Namespace(json=False), report)
+    assert "longer than the model reads" not in capsys.readouterr().err
+
+
 def test_unknown_embedder_spec():
     with pytest.raises(InvalidInputError, match="unknown embedder 'word2vec'"):
         make_embedder("word2vec")
