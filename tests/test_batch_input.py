@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from nextpara.batch import rows as rows_module
 from nextpara.batch.rows import FIELDS, Row, dumps, parse_row, read_raw
 from test_batch import BAD_ROWS, assert_same_output, load, make_input
@@ -315,3 +316,18 @@ def test_the_job_file_keeps_the_index_generation_of_the_first_rows(tmp_path):
         o = ResumableOutput(out, settings, index_version=7)
         o.close()
         assert o.index_then is None and json.loads(job.read_text())["index_version"] is None
+
+
+def test_an_input_of_no_rows_is_said_to_hold_none(trained_store, tmp_path):
+    """An empty or blank INPUT (a wrong file, an export that failed) wrote 0 rows with exit status 0 and the usual
+    summary line, nothing telling it from a job that had work."""
+    for name, content in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n")):
+        (tmp_path / name).write_text(content)
+        r = run_cli("rerank-batch", str(tmp_path / name), str(tmp_path / f"{name}.out"), "--data-dir", str(trained_store))
+        assert r.returncode == 0 and f"{tmp_path / name} holds no rows" in r.stderr, r.stderr
+        assert "0 rows written" in r.stdout
+    done = tmp_path / "one.jsonl"  # a rerun with every row already in OUTPUT ranks nothing too, and says that instead
+    done.write_text(json.dumps({"id": "a", "context": ["Some text."]}) + "\n")
+    for expected in ("1 rows written", "1 already in OUTPUT skipped"):
+        r = run_cli("rerank-batch", str(done), str(tmp_path / "one.out"), "--data-dir", str(trained_store))
+        assert r.returncode == 0 and expected in r.stdout and "holds no rows" not in r.stderr, r.stderr
