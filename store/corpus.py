@@ -234,7 +234,10 @@ class CorpusReader:
 
 _HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")  # CommonMark's: "#123 ..." or "#tag" is a line of text
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")  # CommonMark's: closed only by a run of the same mark at least as long
+# A code fence as CommonMark has it (closed only by a run of the same mark at least as long, alone on its line; a
+# backtick run followed by another backtick on its line is text: "```x``` starts this line"), at any indentation,
+# since a list item's code is indented further than CommonMark's three spaces outside one.
+_FENCE = re.compile(r"^\s*(`{3,}(?!.*`)|~{3,})")
 
 
 def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
@@ -263,6 +266,8 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
             if mark and mark[1][0] == fence[0] and len(mark[1]) >= len(fence) and not line[mark.end():].strip():
                 fence = ""
             continue
+        if mark and not markdown and current and _HEADING_UNDERLINE.match(line):
+            mark = None  # in a text file, "~~~~" under a line underlines a reST title: it opens no code block
         if mark:
             flush()
             fence = mark[1]

@@ -148,6 +148,16 @@ def test_a_code_block_ends_only_at_a_fence_of_its_own_mark():
     text = ("Before.\n\n```sh\necho ~~~\n~~~\nstill code\n``` not a close\n``\n```\n\nAfter one.\n\n"
             "````\n```\ninside four\n````\n\nAfter two.\n\n~~~\ncode\n~~~~\n\nEnd.")
     assert split_paragraphs(text) == ["Before.", "After one.", "After two.", "End."]
+    inline = "```x``` starts this line.\n\nAnd the next."  # a backtick after the run: text, no block
+    assert split_paragraphs(inline) == ["```x``` starts this line.", "And the next."]
+
+
+def test_a_tilde_underline_in_a_text_file_is_a_title_s_not_a_code_fence():
+    """reST underlines a title with "~~~~" as long as the title: read as a code fence in a .txt file, a longer
+    underline followed by shorter ones never closed, and the rest of the file was dropped without a word."""
+    text = "Chapter one\n~~~~~~~~~~~\n\nBody one.\n\nSection\n~~~~~~~\n\nBody two.\n\nBody three."
+    assert split_paragraphs(text, markdown=False) == ["Body one.", "Body two.", "Body three."]
+    assert split_paragraphs("Code:\n~~~\nx = 1\n~~~\n\nAfter.") == ["Code:", "After."]  # Markdown: a fence
 
 
 def test_hidden_files_and_folders_of_a_corpus_folder_are_skipped(tmp_path):
