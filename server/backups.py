@@ -43,9 +43,9 @@ class Backups:
             try:
                 report = await asyncio.shield(copy)
             except InvalidInputError as e:  # the store's refusal (it exists, it cannot be made): of this field too
-                if e.reason == Reason.INVALID_DESTINATION:
-                    e.field = "destination"
-                    e.metadata = {**e.metadata, "destination": str(name), "path": str(dest)}
+                if e.reason == Reason.INVALID_DESTINATION:  # (a name the server chose is not the caller's field)
+                    e.field = "destination" if destination else e.field
+                    e.metadata = {**e.metadata, "destination": destination, "path": str(dest)}
                 raise
             except asyncio.CancelledError:
                 await asyncio.wait([copy])  # the lock is held until the copy thread has finished

@@ -7,7 +7,6 @@ INTERNAL with a logged traceback, and each call is counted and timed.
 from __future__ import annotations
 
 import contextlib
-import json
 
 from nextpara.errors import NextparaError, NotFoundError
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
@@ -29,9 +28,9 @@ def unknown_at(field: str, asked: list | None = None):
     try:
         yield
     except NotFoundError as e:
-        listed = json.loads(e.metadata.get("missingIds", "[]"))
+        first = getattr(e, "first_missing", None)
         if e.field is None:
-            e.field = f"{field}[{asked.index(listed[0])}]" if asked and listed and listed[0] in asked else field
+            e.field = f"{field}[{asked.index(first)}]" if asked and first is not None and first in asked else field
         raise
 
 

@@ -113,10 +113,12 @@ def unknown_ids(what: str, missing: Sequence) -> NotFoundError:
         if len(json.dumps([*listed, value], ensure_ascii=False).encode()) > MAX_LISTED_BYTES:
             break
         listed.append(value)
-    return NotFoundError(f"unknown {what}(s): {', '.join(map(quote, missing[:10]))}"
-                         + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""),
-                         metadata={"idKind": what.replace(" ", "_"), "missingCount": len(missing),
-                                   "missingIds": json.dumps(listed, ensure_ascii=False)})
+    error = NotFoundError(f"unknown {what}(s): {', '.join(map(quote, missing[:10]))}"
+                          + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""),
+                          metadata={"idKind": what.replace(" ", "_"), "missingCount": len(missing),
+                                    "missingIds": json.dumps(listed, ensure_ascii=False)})
+    error.first_missing = missing[0] if len(missing) else None  # (listed may hold none: one doc_id over the bytes)
+    return error
 
 
 OPTION_KEYS = {"base_url": "embedder_url", "api_key_env": "embedder_key_env"}  # embedder option -> its key in meta

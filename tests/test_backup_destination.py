@@ -51,3 +51,19 @@ def test_a_destination_that_exists_or_cannot_be_made_is_refused_naming_the_field
             pb_grpc.NextParagraphServiceStub(channel).Backup(pb.BackupRequest(destination="nightly/one"), timeout=60)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert field_violations(err.value) == ["destination"]
+
+
+def test_a_name_the_server_chose_is_not_blamed_on_the_caller(tmp_path):
+    """With --backup-dir a regular file, Backup("") failed naming the caller's empty field and, as its destination,
+    a name of another timestamp than the path it had tried."""
+    store = vector_store(tmp_path, "own8", [("d0", ["One.", "Two."], unit_vectors(2, 8, seed=6))])
+    (tmp_path / "not-a-dir").write_text("a file")
+    s = LiveServer(store, backup_dir=str(tmp_path / "not-a-dir")).start()
+    try:
+        with Client(s.address, timeout=60) as c, pytest.raises(InvalidArgument) as err:
+            c.backup("")
+    finally:
+        s.stop()
+    e = err.value
+    assert (e.reason, e.field, e.metadata["destination"]) == ("INVALID_DESTINATION", None, ""), e
+    assert e.metadata["path"].startswith(str(tmp_path / "not-a-dir" / "nextpara-g")), e.metadata

@@ -144,6 +144,7 @@ def test_a_refusal_quoting_long_ids_stays_small(client):
     ids = [f"{i}" + "\U0001F600" * 599 for i in range(10)]
     e = refusal(lambda: client.delete_documents(ids))
     assert e.reason == "UNKNOWN_IDS" and e.metadata["missingCount"] == "10"
+    assert e.field == "doc_ids[0]"  # (it was "doc_ids": the field was found from missingIds, which here lists none)
     assert json.loads(e.metadata["missingIds"]) == ids[:len(json.loads(e.metadata["missingIds"]))]
 
 
