@@ -28,9 +28,9 @@ def ensure_default_store(data_dir: DataDir, quiet: bool, read_only: bool = False
         return
     log.info("%s the built-in corpus in %s", "checking" if data_dir.has_store else "building", data_dir)
     report = build("builtin", data_dir, embedder=spec, quiet=quiet)
-    log.info("%d paragraphs written (%d embedded by the model, %d from the embedding cache), %d documents unchanged, "
-             "in %.0fs", report.paragraphs_written, report.paragraphs_embedded, report.cache_hits,
-             report.documents_unchanged, report.total_seconds)
+    log.info("%d paragraphs written (%d embedded by the model, %d from the embedding cache, %d repeating an earlier "
+             "one's text), %d documents unchanged, in %.0fs", report.paragraphs_written, report.paragraphs_embedded,
+             report.cache_hits, report.paragraphs_repeated, report.documents_unchanged, report.total_seconds)
     if not (data_dir / CHECKPOINT).exists():
         log.info("no model of its own in %s: the general model serves it (`nextpara train` trains one)", data_dir)
 

@@ -103,8 +103,8 @@ def print_build(args: argparse.Namespace, report, extra: dict | None = None) -> 
           f" {report.documents_skipped_bad} malformed skipped); {report.paragraphs_written} paragraphs written;"
           f" {report.paragraphs_embedded} embedded in {report.embed_seconds:.1f}s ({report.paragraphs_per_second:.0f}/s"
           + (f"; loading the model {report.model_load_seconds:.1f}s" if report.model_load_seconds else "") + "),"
-          f" {report.cache_hits} from the embedding cache, {report.paragraphs_repeated} repeated texts embedded once;"
-          f" total {report.total_seconds:.1f}s")
+          + (f" {report.cache_hits} from the embedding cache, {report.paragraphs_repeated} repeated texts embedded once;"
+             if report.cached else " no embedding cache;") + f" total {report.total_seconds:.1f}s")
     if report.paragraphs_cut:
         print(f"{report.paragraphs_cut} paragraph text(s) longer than the model reads ({report.model_reads_tokens} word "
               f"pieces; the first: {report.first_cut}): each is embedded by its beginning, so the rest of it counts "

@@ -39,6 +39,7 @@ class BuildReport:
     documents_unchanged: int = 0
     paragraphs_embedded: int = 0
     paragraphs_written: int = 0
+    cached: bool = False  # whether the build embedded through the embedding cache (not with --no-cache)
     cache_hits: int = 0  # distinct texts whose vectors the embedding cache held (from earlier builds or serving)
     paragraphs_repeated: int = 0  # paragraphs whose text an earlier paragraph of this build has: embedded once
     paragraphs_cut: int = 0  # texts the model embedded longer than it reads: their vectors are of the beginning only
@@ -244,7 +245,7 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     if isinstance(emb, CachedEmbedder):
         distinct = len(set(texts))  # each embedded by the model or found in the cache, once
         report.cache_hits, report.paragraphs_repeated = distinct - emb.misses, len(texts) - distinct
-        report.paragraphs_embedded = emb.misses
+        report.paragraphs_embedded, report.cached = emb.misses, True
         emb.close()
     elif not isinstance(emb, PrecomputedEmbedder):
         report.paragraphs_embedded = report.paragraphs_written

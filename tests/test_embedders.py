@@ -115,7 +115,9 @@ def test_a_build_says_which_paragraphs_are_longer_than_the_model_reads(tmp_path,
     report = build(str(corpus), tmp_path / "store", quiet=True, use_cache=False)
     assert (report.paragraphs_cut, report.first_cut, report.model_reads_tokens) == (2, "'b'[1]", 256)
     print_build(Namespace(json=False), report)
-    assert "2 paragraph text(s) longer than the model reads (256 word pieces; the first: 'b'[1])" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "2 paragraph text(s) longer than the model reads (256 word pieces; the first: 'b'[1])" in out.err
+    assert "no embedding cache" in out.out and "embedded once" not in out.out  # (without it, nothing is embedded once)
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps({"doc_id": "a", "paragraphs": ["Short one.", "x " * 200]}) + "\n")  # 202 pieces: read whole
     report = build(str(short), tmp_path / "other", quiet=True, use_cache=False)
