@@ -11,7 +11,8 @@ list with a bad item becomes an error that names it (``context[2]: unknown parag
 without stopping the other lists.
 
 A list longer than the model reads (``keep_last``) has its oldest items dropped for the model: they are checked as the
-others are (an error names them), and excluded as below, but never embedded.
+others are (an error names them), and excluded as below, but never embedded (so a store of brought vectors, which
+refuses a kept text as VECTORS_REQUIRED, takes a dropped one: its text only excludes).
 
 What a context excludes from predictions: the ids it gives, and every stored paragraph whose text
 equals one of its texts (given, or stored for an id), and every stored paragraph whose vector is a raw vector's
