@@ -143,8 +143,8 @@ def judge_served(figures: dict[str, dict], name: str, cosine_serves: bool = Fals
     n = b1.get("queries")
     if n is not None and n < MIN_JUDGED:  # as training's guard: a few queries' luck changes nothing that serves
         kept = COSINE_NAME if cosine_serves else name
-        return Verdict(False, f"kept {kept}: {n} validation queries are too few to tell it from cosine (the guard "
-                              f"needs {MIN_JUDGED}); {name}'s validation MRR@10 {fmt(served)} against {cosine}",
+        return Verdict(False, f"kept {kept}: {n} validation queries are too few to tell {name} from cosine (the "
+                              f"guard needs {MIN_JUDGED}); {name}'s validation MRR@10 {fmt(served)} against {cosine}",
                        figures, name, serve_cosine=cosine_serves)
     if cosine_serves and served[METRIC] < b1[METRIC]:
         return Verdict(False, f"kept {COSINE_NAME}: its validation MRR@10 {fmt(b1)} is still above {name}'s "

@@ -284,7 +284,8 @@ def test_too_few_validation_queries_change_nothing_that_serves(cosine):
     verdict = judge_served(few, "the general model g1", cosine_serves=cosine)
     assert verdict.serve_cosine is cosine and not verdict.serve_new
     kept = "plain cosine (B1)" if cosine else "the general model g1"
-    assert verdict.line.startswith(f"kept {kept}: 12 validation queries are too few to tell it from cosine (the guard "
-                                   "needs 30); the general model g1's validation MRR@10 0.100"), verdict.line
+    assert verdict.line.startswith(f"kept {kept}: 12 validation queries are too few to tell the general model g1 from "
+                                   "cosine (the guard needs 30); the general model g1's validation MRR@10 0.100"), \
+        verdict.line  # ("to tell it from cosine", said of cosine, was no sense)
     few["B1"]["queries"] = few["replaced"]["queries"] = 30
     assert judge_served(few, "the general model g1").serve_cosine  # enough to judge: cosine is clearly above
