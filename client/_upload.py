@@ -25,6 +25,11 @@ class DocumentStream:
     asked for; an error of ``docs`` or of chunking ends the iteration and is kept in ``error``."""
 
     def __init__(self, documents: Iterable[Document | Mapping], max_bytes: int):
+        if hasattr(documents, "__aiter__") and not hasattr(documents, "__iter__"):  # (Python's own TypeError, raised
+            raise TypeError(  # on grpc's side, said only "'async_generator' object is not iterable", after a call)
+                f"documents: add_documents reads a list or another (sync) iterable, not an async iterable "
+                f"({type(documents).__name__}); collect it first ([d async for d in docs]) or send it in batches, "
+                "one add_documents call each")
         self._chunks = chunk_documents(documents, max_bytes)
         self.error: BaseException | None = None
         self.sizes: list[int] = []  # documents per message sent

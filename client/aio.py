@@ -135,11 +135,7 @@ class AsyncClient:
     async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the
         stream and is raised with ``documents_committed`` set on it. ``documents`` is a (sync) iterable: an async one
-        is refused with a TypeError saying so (Python's own said only "'async_generator' object is not iterable")."""
-        if hasattr(documents, "__aiter__") and not hasattr(documents, "__iter__"):
-            raise TypeError(f"documents: add_documents reads a list or another (sync) iterable, not an async iterable "
-                            f"({type(documents).__name__}); collect it first ([d async for d in docs]) or send it in "
-                            "batches, one add_documents call each")
+        is refused with a TypeError saying so (DocumentStream)."""
         stream = DocumentStream(documents, await self._upload_bytes(timeout))
         try:
             result = _convert.add_result(await self._call("AddDocuments", iter(stream), timeout,

@@ -169,7 +169,8 @@ class Client:
         message limit: InvalidInputError naming it), the stream ends before that document's message and that
         exception is raised once the server has answered, with ``documents_committed`` set on it. A refusal that names
         a document has ``document_index``, that document's place in ``documents``, and a refusal midway
-        ``documents_committed``, the documents of the messages committed before it."""
+        ``documents_committed``, the documents of the messages committed before it. An async iterable is refused
+        with a TypeError saying how to send it."""
         stream = DocumentStream(documents, self._upload_bytes(timeout))
         try:
             result = _convert.add_result(self._call("AddDocuments", iter(stream), timeout,

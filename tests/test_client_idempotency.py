@@ -268,6 +268,11 @@ def test_documents_are_chunked_under_the_servers_message_limit_too(trained_store
                     await c.add_documents(late_documents())
                 assert (await c.info()).index_version == before  # nothing sent
         asyncio.run(refused())
+        with Client(server.address, timeout=60) as c:  # the sync client too: it sent an empty AddDocuments call first
+            before = c.info().index_version
+            with pytest.raises(TypeError, match=r"not an async iterable \(async_generator\); collect it first"):
+                c.add_documents(late_documents())
+            assert c.info().index_version == before
     finally:
         server.stop()
 
