@@ -51,16 +51,13 @@ def check_settings(n_queries: int | None = None, context_length: int | None = No
             raise InvalidInputError(f"{name} must be {within}, got {value}")
 
 
-def _embed(embedder, texts: list[str], quiet: bool, chunk: int = 256) -> np.ndarray:
+def _embed(embedder, texts: list[str], quiet: bool) -> np.ndarray:
     """``texts`` embedded a chunk at a time, a progress bar counting them (one call gave no sign of life for minutes)."""
     from nextpara.progress import progress_bar
+    from nextpara.store.ingest import embed_in_chunks
 
-    parts = []
     with progress_bar(total=len(texts), desc="embed contexts", unit="para", quiet=quiet) as bar:
-        for start in range(0, len(texts), chunk):
-            parts.append(embedder.embed(texts[start:start + chunk]))
-            bar.update(len(parts[-1]))
-    return np.concatenate(parts)
+        return embed_in_chunks(embedder, texts, bar.update)
 
 
 class Evaluation:

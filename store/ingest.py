@@ -122,6 +122,18 @@ def _endpoint(spec: str, emb: Embedder, given: dict) -> dict | None:
 PROGRESS_CHUNK = 256  # paragraphs embedded per call when a build's bar follows the embedding
 
 
+def embed_in_chunks(embedder: Embedder, texts: Sequence[str], progress=None) -> np.ndarray | None:
+    """``texts`` embedded (None for none): in one call, or with ``progress`` in calls of PROGRESS_CHUNK texts,
+    ``progress(n)`` after each, so that a bar moves as the model embeds."""
+    step = PROGRESS_CHUNK if progress is not None else max(len(texts), 1)
+    parts = []
+    for s in range(0, len(texts), step):
+        parts.append(embedder.embed(texts[s:s + step]))
+        if progress is not None:
+            progress(len(parts[-1]))
+    return np.concatenate(parts) if parts else None
+
+
 def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> list[np.ndarray]:
     """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call (with
     ``progress``, in calls of PROGRESS_CHUNK paragraphs, ``progress(n)`` after each: a build's bar moves as it embeds).
@@ -138,14 +150,7 @@ def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> 
         raise InvalidInputError(f"{d.source or 'document'} ({d.doc_id!r}) has no vectors, and this store's embedder "
                                 f"{embedder.name!r} cannot embed text", reason=Reason.VECTORS_REQUIRED,
                                 field=f"{d.request_path}.vectors" if d.request_path else None)
-    texts = [p for d in todo for p in d.paragraphs]
-    step = PROGRESS_CHUNK if progress is not None else max(len(texts), 1)
-    parts = []
-    for s in range(0, len(texts), step):
-        parts.append(embedder.embed(texts[s:s + step]))
-        if progress is not None:
-            progress(len(parts[-1]))
-    flat = np.concatenate(parts) if parts else None
+    flat = embed_in_chunks(embedder, [p for d in todo for p in d.paragraphs], progress)
     out, start = [], 0
     for d in docs:
         if d.vectors is not None:
