@@ -95,6 +95,17 @@ def unit_vectors(n: int, dim: int, seed: int = 0, clusters: int = 0) -> np.ndarr
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def refusal(call):
+    """The ServiceError that ``call()`` raises, checked to come from the server (a grpc error is its cause)."""
+    import grpc
+    from nextpara.client import ServiceError
+
+    with pytest.raises(ServiceError) as err:
+        call()
+    assert isinstance(err.value.__cause__, grpc.RpcError)
+    return err.value
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600, stdin: str | None = None):
     """Run ``python -m nextpara ARGS`` as a user would (``stdin``: text piped to it); returns the CompletedProcess."""
     import subprocess

@@ -21,19 +21,12 @@ import urllib.request
 import grpc
 import numpy as np
 import pytest
-from conftest import REPO, LiveServer, unit_vectors, vector_store
+from conftest import REPO, LiveServer, refusal, unit_vectors, vector_store
 from nextpara.client import AsyncClient, Client, Reason, ServiceError
 from nextpara.client.errors import from_rpc_error
 from nextpara.server.status import CODE_OF
 from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
-
-
-def refusal(call) -> ServiceError:
-    with pytest.raises(ServiceError) as err:
-        call()
-    assert isinstance(err.value.__cause__, grpc.RpcError)
-    return err.value
 
 
 def test_the_proto_documents_every_reason_with_its_code():

@@ -7,10 +7,9 @@ import threading
 import time
 
 import grpc
-from conftest import LiveServer
+from conftest import LiveServer, refusal
 from nextpara.client import Client, ServiceError
 from openai_fake import FakeEmbeddingsServer, fake_vector
-from test_errors import refusal
 
 # ---- a remote embedder: EMBEDDING_SERVICE_FAILED, and FAILED_PRECONDITION without its key -------------------------------
 
