@@ -52,8 +52,8 @@ class Coalescer:
                  min_retry_delay: float = MIN_RETRY_DELAY, cost: Callable[[Any], int] = lambda payload: 0,
                  max_cost: float = math.inf):
         """``busy``: what the admitted calls are doing, in a refusal's message; ``min_retry_delay``: the least it asks a
-        refused caller to wait. ``retry_alone(error)``: whether a batch that failed with it has its calls run one by
-        one (else its failure is every call's, each given a copy of its own, as when the batch failed on something
+        refused caller to wait. ``retry_alone(error)``: whether a batch that failed with it has each of its calls run
+        alone, as many at once as the executor runs (else its failure is every call's, each given a copy of its own, as when the batch failed on something
         they share). ``cost(payload)``: what a call weighs, a batch at most ``max_cost`` (a call heavier alone goes
         alone)."""
         self.run_batch, self.executor, self.slots = run_batch, executor, slots
@@ -167,8 +167,9 @@ class Coalescer:
                     if not c.future.done():  # (a caller may add to its error's message: RerankStream's item number)
                         c.future.set_exception(e if i == 0 else _copy(e))
                 return
-            for c in live:  # attribute the failure: run each call alone
-                await self._run_calls([c])
+            # attribute the failure: run each call alone, as many at once as the executor runs (a remote embedder's
+            # threads wait on its endpoint: one after another, 64 calls to a slow one took 64 of its answers' time)
+            await asyncio.gather(*(self._run_calls([c]) for c in live))
             return
         for c, r in zip(live, results):
             if not c.future.done():

@@ -10,9 +10,9 @@ texts: a call of more goes alone, so that no call waits for another's many reque
 their own (--max-queue), so while an endpoint hangs, calls that send it nothing are still admitted.
 
 A failure the endpoint has whatever the texts (down, hung, 5xx after every try) is every waiting call's; one that may
-be a text's own (the request refused as malformed or too large, an unusable vector) is asked again call by call, so
-that only that text's call fails. A local model (MiniLM) embeds in the model's batch: all its calls' texts in one
-model call.
+be a text's own (the request refused as malformed or too large, an unusable vector) is asked again call by call,
+EMBED_REQUESTS at once, so that only that text's call fails. A local model (MiniLM) embeds in the model's batch: all
+its calls' texts in one model call.
 """
 
 from __future__ import annotations

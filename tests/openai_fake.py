@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -30,6 +31,7 @@ class FakeEmbeddingsServer:
         self.fail_next: list[int] = []
         self.zeros = False
         self.status_for = None
+        self.delay = 0.0  # seconds each request takes to answer, once answering
         self.answering = threading.Event()
         self.answering.set()
         self.requests: list[dict] = []
@@ -51,8 +53,12 @@ class FakeEmbeddingsServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                request = {"path": self.path, "auth": self.headers.get("Authorization"), "body": body,
+                           "started": time.monotonic()}
+                outer.requests.append(request)
                 outer.answering.wait()
+                time.sleep(outer.delay)
+                request["ended"] = time.monotonic()  # (when it began to answer)
                 if self.path != "/v1/embeddings":
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 if self.headers.get("Authorization") != f"Bearer {outer.api_key}":

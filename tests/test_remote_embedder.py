@@ -223,9 +223,12 @@ def test_an_endpoint_down_fails_the_calls_waiting_together_once_and_a_refused_te
             sent = server.hold()
             fine = [f"Fine text {i}." for i in range(5)]
             server.queue([*fine, "Refused text."])
+            fake.delay = 0.3  # each answer takes a while: the calls run alone are asked at once, not one by one
             later = server.release(sent)
             assert sorted(later[0]) == sorted([*fine, "Refused text."]) and sorted(map(tuple, later[1:])) == sorted(
                 (text,) for text in [*fine, "Refused text."]), later  # the batch, then each call alone
+            alone = fake.requests[-len(later) + 1:]
+            assert max(r["started"] for r in alone[:4]) < min(r["ended"] for r in alone[:4]), alone  # 4 at once
             e = server.answers["Refused text."]
             assert isinstance(e, ServiceError) and e.reason == "EMBEDDING_SERVICE_FAILED" and "answered 400" in e.details
             server.answered_as_by_vector(server.held + fine)
