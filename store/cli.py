@@ -25,7 +25,8 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="read a corpus, embed it and store it with a FAISS index",
                        description="Upsert every document of a corpus into the store; unchanged documents are skipped.")
-    p.add_argument("--corpus", default="builtin",
+    p.add_argument("corpus_given", nargs="?", metavar="CORPUS", help="the corpus, as --corpus names it")
+    p.add_argument("--corpus", default=None,
                    help="a .jsonl file, a directory of .txt/.md files, or 'builtin' (default: the interpreter's own docs)")
     add_data_dir(p)
     p.add_argument("--embedder", default=None,
@@ -81,7 +82,9 @@ def run_build(args: argparse.Namespace):
 
     if args.batch_paragraphs < 1:
         raise InvalidInputError(f"--batch-paragraphs must be at least 1, got {args.batch_paragraphs}")
-    report = build(args.corpus, args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
+    if args.corpus_given is not None and args.corpus is not None:
+        raise InvalidInputError(f"the corpus given twice ({args.corpus_given!r} and --corpus {args.corpus!r}): give one")
+    report = build(args.corpus_given or args.corpus or "builtin", args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
                    batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
                    embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env},  # (remote only)
                    prune=args.prune)

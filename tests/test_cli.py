@@ -37,8 +37,10 @@ def test_build_info_search_text_corpus(tmp_path):
                               "--json").stdout)["results"]
     assert [(h["doc_id"], h["position"]) for h in hits][0] == ("cooking.md", 1) and len(hits) == 2
     assert hits[0]["text"].startswith("Knead the dough") and hits[0]["score"] >= hits[1]["score"]
-    r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data))  # a second run reuses everything
-    assert "2 unchanged" in r.stdout and "0 embedded" in r.stdout
+    r = run_cli("build", str(corpus), "--data-dir", str(data))  # a second run reuses everything (the corpus given as
+    assert "2 unchanged" in r.stdout and "0 embedded" in r.stdout  # `add FILE` and `rerank-batch INPUT` take theirs)
+    r = run_cli("build", str(corpus), "--corpus", "builtin", "--data-dir", str(data), "--no-guard")
+    assert r.returncode == 2 and "the corpus given twice" in r.stderr, r.stderr
     report = json.loads(run_cli("build", "--corpus", str(corpus), "--data-dir", str(data), "--json").stdout)
     assert (report["documents_read"], report["documents_unchanged"], report["paragraphs_embedded"]) == (2, 2, 0)
     assert report["data_dir"] == str(data.resolve()) and report["skipped_reasons"] == []
