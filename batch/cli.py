@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("output", metavar="OUTPUT", help="JSON Lines written here (appended to when resuming)")
     engine = p.add_argument_group("engine (default: in-process on --data-dir)")
     engine.add_argument("--data-dir", default=None,
-                        help="store and model (default: $NEXTPARA_DATA_DIR, else $XDG_DATA_HOME/nextpara); with --ray "
-                             "every Ray node must be able to read this path")
+                        help="store and model (default: $NEXTPARA_DATA_DIR, else $XDG_DATA_HOME/nextpara, else "
+                             "~/.local/share/nextpara); with --ray every Ray node must be able to read this path")
     engine.add_argument("--address", default=None, metavar="HOST:PORT", help="send the rows to a running nextpara service")
     engine.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                         help="run on Ray Data: alone, a local Ray; with ADDRESS, join that cluster (needs nextpara[ray])")

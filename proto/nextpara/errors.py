@@ -33,7 +33,9 @@ class Reason(str, enum.Enum):
     # NOT_FOUND
     UNKNOWN_IDS = "UNKNOWN_IDS"  # paragraph ids or doc_ids that are not stored
     # FAILED_PRECONDITION
-    NO_MODEL = "NO_MODEL"  # no model can serve (none of the store's own, and the general model does not fit it)
+    NO_MODEL = "NO_MODEL"  # no model: none of the store's own, and the general model is missing from the install (a
+    #                        server then refuses; a store it cannot read, another embedder's, is served by plain cosine,
+    #                        while `eval --model general` there is refused with this reason)
     MODEL_UNREADABLE = "MODEL_UNREADABLE"  # the data directory's model file is not a nextpara checkpoint
     EMBEDDER_MISMATCH = "EMBEDDER_MISMATCH"  # the model was trained on another embedder or dimension than the store
     NO_WORD_INDEX = "NO_WORD_INDEX"  # the model takes word candidates and the (read-only) store has no word index
