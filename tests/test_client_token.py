@@ -61,3 +61,20 @@ def test_blanks_around_a_raw_bearer_token_are_no_part_of_it(token_server):
         get_info = pb_grpc.NextParagraphServiceStub(channel).GetInfo
         for header in ("Bearer reader-7 ", "Bearer  reader-7 "):  # these were TOKEN_INVALID
             assert get_info(pb.GetInfoRequest(), metadata=[("authorization", header)], timeout=60).documents == 2
+
+
+def test_the_command_line_says_which_flag_a_refused_token_wants(token_server, tmp_path):
+    from conftest import run_cli
+
+    env = {"NEXTPARA_TOKEN": ""}  # (not the caller's)
+    none = run_cli("predict", "--address", token_server.address, "--id", "1", env=env, timeout=120)
+    assert none.returncode == 1 and "(give a token: --token or $NEXTPARA_TOKEN)" in none.stderr, none.stderr
+    wrong = run_cli("predict", "--address", token_server.address, "--token", "nope", "--id", "1", env=env, timeout=120)
+    assert wrong.returncode == 1 and "(check --token or $NEXTPARA_TOKEN)" in wrong.stderr, wrong.stderr
+    reader = run_cli("delete", "d0", "--address", token_server.address, "--token", "reader-7", env=env, timeout=120)
+    assert reader.returncode == 1 and "(give a write token: --token or $NEXTPARA_TOKEN)" in reader.stderr, reader.stderr
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": "q", "context": [1]}\n')
+    batch = run_cli("rerank-batch", str(rows), str(tmp_path / "out.jsonl"), "--address", token_server.address, env=env,
+                    timeout=120)
+    assert batch.returncode == 1 and "(give a token: --token or $NEXTPARA_TOKEN)" in batch.stderr, batch.stderr

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except NextparaError as e:
         committed = getattr(e, "documents_committed", None)  # add: an error that ended the stream (client/_upload.py)
-        print(f"nextpara {args.command}: error: {e}"
+        print(f"nextpara {args.command}: error: {e}{token_hint(args, e)}"
               + ("" if committed is None else f"; {committed} document(s) before it were committed"), file=sys.stderr)
         return 1 if is_service_error(e) else 2
     except BrokenPipeError:  # the reader of stdout went away (`nextpara ... | head`): nothing of this command failed
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from nextpara.client.errors import from_rpc_error
 
-        print(f"nextpara {args.command}: error: {from_rpc_error(e)}", file=sys.stderr)
+        error = from_rpc_error(e)
+        print(f"nextpara {args.command}: error: {error}{token_hint(args, error)}", file=sys.stderr)
         return 1
 
 
@@ -88,6 +89,17 @@ AFTER_INTERRUPT = {  # what an interrupted command leaves, where a user would as
     "build": "; what it stored is kept, and the same command continues (stored documents are skipped)",
     "add": "; documents sent before may have been committed: the same command again is safe (upserted by doc_id)",
 }
+
+
+def token_hint(args: argparse.Namespace, e: BaseException) -> str:
+    """What to do about a refused token, for a command that takes ``--token``: the server's message speaks of gRPC
+    metadata, which a user of the command line does not send."""
+    code = getattr(getattr(e, "code", None), "name", None)
+    if not hasattr(args, "token") or code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return ""
+    if code == "PERMISSION_DENIED":
+        return " (give a write token: --token or $NEXTPARA_TOKEN)"
+    return " (give a token: --token or $NEXTPARA_TOKEN)" if not args.token else " (check --token or $NEXTPARA_TOKEN)"
 
 
 def is_service_error(e: BaseException) -> bool:
