@@ -84,10 +84,17 @@ def run_build(args: argparse.Namespace):
         raise InvalidInputError(f"--batch-paragraphs must be at least 1, got {args.batch_paragraphs}")
     if args.corpus_given is not None and args.corpus is not None:
         raise InvalidInputError(f"the corpus given twice ({args.corpus_given!r} and --corpus {args.corpus!r}): give one")
-    report = build(args.corpus_given or args.corpus or "builtin", args.data_dir, embedder=args.embedder, index=args.index, skip_bad=args.skip_bad,
-                   batch_paragraphs=args.batch_paragraphs, use_cache=not args.no_cache, quiet=args.quiet,
-                   embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env},  # (remote only)
-                   prune=args.prune)
+    try:
+        report = build(args.corpus_given or args.corpus or "builtin", args.data_dir, embedder=args.embedder,
+                       index=args.index, skip_bad=args.skip_bad, batch_paragraphs=args.batch_paragraphs,
+                       use_cache=not args.no_cache, quiet=args.quiet,
+                       embedder_options={"base_url": args.embedder_url, "api_key_env": args.api_key_env},  # (remote)
+                       prune=args.prune)
+    except InvalidInputError as e:  # a malformed document stopped the build before anything was stored: say so, and
+        if not getattr(e, "malformed_document", False):  # how to build the rest
+            raise
+        raise InvalidInputError(f"{e}; nothing was stored: fix it, or build with --skip-bad to skip such documents",
+                                reason=e.reason, field=e.field, metadata=e.metadata) from e
     for reason in report.skipped_reasons:
         print(f"skipped: {reason}", file=sys.stderr)
     return report

@@ -158,6 +158,7 @@ class CorpusReader:
         counted in ``skipped`` and said in ``skipped_reasons``. Public for what only a build can judge (ingest.py:
         vectors of another dimension than the others', none where the embedder cannot embed text)."""
         if not self.skip_bad:
+            error.malformed_document = True  # (the build command says what to do: fix it, or --skip-bad)
             raise error
         self.skipped += 1
         if len(self.skipped_reasons) < 20:

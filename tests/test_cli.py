@@ -95,6 +95,7 @@ def test_malformed_corpus_line_and_skip_bad(tmp_path):
     r = run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data), "--embedder", "precomputed:rand8")
     assert r.returncode == 2
     assert f"{tmp_path / 'c.jsonl'}:2: not valid JSON" in r.stderr
+    assert "nothing was stored: fix it, or build with --skip-bad to skip such documents" in r.stderr, r.stderr
     assert not (data / "paragraphs.sqlite").exists()  # nothing was created
     r = run_cli("build", "--corpus", str(tmp_path / "c.jsonl"), "--data-dir", str(data), "--embedder", "precomputed:rand8",
                 "--skip-bad")
@@ -401,3 +402,17 @@ def test_eval_of_a_store_served_by_plain_cosine_says_its_rows_are_b1s(tmp_path):
     assert r.returncode == 0, r.stderr
     header = r.stdout.splitlines()[0]
     assert "plain cosine (B1) serves it (" in header and "rank by cosine to the last paragraph, as B1 does" in header
+
+
+def test_an_empty_file_in_a_corpus_folder_says_how_to_build_the_rest(tmp_path):
+    corpus = tmp_path / "notes"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("# A\n\nThe first paragraph of a note.\n\nIts second paragraph.\n")
+    (corpus / "empty.md").write_text("")
+    data = tmp_path / "store"
+    r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data))
+    assert r.returncode == 2 and f"{corpus / 'empty.md'}: no paragraphs" in r.stderr, r.stderr
+    assert "fix it, or build with --skip-bad to skip such documents" in r.stderr, r.stderr
+    assert not data.exists()
+    r = run_cli("build", "--corpus", str(corpus), "--data-dir", str(data), "--skip-bad", "--no-guard")
+    assert r.returncode == 0 and "1 malformed skipped" in r.stdout, r.stderr
