@@ -39,7 +39,17 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "predict" and not any(x.startswith("-") and x != "-" for x in extra):
+        # texts after an option (`A --id 3 B`, `A -k 3 B`): argparse's "nextpara: error: unrecognized arguments: B"
+        # named neither the command nor the rule
+        print(f"nextpara predict: error: the TEXT arguments are one run, but {' '.join(map(repr, extra))} came after "
+              "an option that follows other texts: put the options before or after all the texts "
+              "(`--id 3 A B` or `A B --id 3`)", file=sys.stderr)
+        return 2
+    if extra:
+        parser.parse_args(argv)  # argparse's own message and exit status 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("nextpara").setLevel(logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO)
     from nextpara.errors import NextparaError
