@@ -233,7 +233,9 @@ class CorpusReader:
             yield doc
 
 
-_HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")
+_HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")  # reST's marks (a .txt)
+_MD_UNDERLINE = re.compile(r"^\s*([=\-])\1{2,}\s*$")  # Markdown's (setext): "=" and "-" alone
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")  # CommonMark's "***", "* * *", "___", "- - -"
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")  # CommonMark's: "#123 ..." or "#tag" is a line of text
 # A code fence as CommonMark has it (closed only by a run of the same mark at least as long, alone on its line; a
 # backtick run followed by another backtick on its line is text: "```x``` starts this line"), at any indentation,
@@ -246,8 +248,9 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
 
     Lines inside a paragraph are joined with single spaces. With ``markdown``, ATX headings
     (one to six ``#`` then a space or the line's end, indented at most three spaces) are
-    dropped; a line that merely starts with ``#`` (``#123 was fixed``, a ``#tag``) is text.
-    reST-style underlined headings are dropped in either mode.
+    dropped; a line that merely starts with ``#`` (``#123 was fixed``, a ``#tag``) is text; a heading underlined
+    with ``=`` or ``-`` is dropped, and a thematic break (``***``, ``* * *``, ``___``) ends a paragraph and is dropped.
+    Without it (plain text), headings underlined reST-style (``=``, ``-``, ``~``, ``*``, ``^``, ``#``, ``+``) are dropped.
     """
     paragraphs: list[str] = []
     current: list[str] = []
@@ -279,8 +282,11 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
         if markdown and _ATX_HEADING.match(line):
             flush()
             continue
-        if _HEADING_UNDERLINE.match(line):
+        if (_MD_UNDERLINE if markdown else _HEADING_UNDERLINE).match(line):
             current.clear()  # the line above was a heading title
+            continue
+        if markdown and _THEMATIC_BREAK.match(line):  # a rule between paragraphs ("***" under a paragraph is no
+            flush()  # underline in Markdown: it was taken for one, and the paragraph above it was dropped)
             continue
         current.append(line.strip())
     flush()

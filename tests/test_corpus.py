@@ -187,3 +187,12 @@ def test_a_text_file_the_store_would_refuse_is_malformed_as_it_is_read(tmp_path)
         list(CorpusReader(tmp_path))
     reader = CorpusReader(tmp_path, skip_bad=True)
     assert [d.doc_id for d in reader] == ["a.txt"] and reader.skipped == 1
+
+
+def test_a_markdown_thematic_break_keeps_the_paragraph_above_it():
+    text = "# Notes\n\nThe first paragraph, just above a rule.\n***\n\nThe second.\n\n* * *\n\nThe third.\n___\nThe fourth."
+    assert split_paragraphs(text) == ["The first paragraph, just above a rule.", "The second.", "The third.",
+                                      "The fourth."]  # the first was dropped as a heading title, "* * *" kept as text
+    assert split_paragraphs("Title\n=====\n\nBody.\n\nSub\n-----\n\nMore.") == ["Body.", "More."]  # setext headings
+    assert split_paragraphs("Kept +++ here.\n+++\n\nNext.") == ["Kept +++ here. +++", "Next."]  # no Markdown underline
+    assert split_paragraphs("Title\n*****\n\nBody.", markdown=False) == ["Body."]  # reST's marks, in a .txt
