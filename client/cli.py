@@ -192,6 +192,10 @@ LOST_CALL = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")  # status codes of
 
 
 def cmd_add(args) -> int:
+    import re
+
+    from nextpara.errors import InvalidInputError, Reason
+
     from .cli_input import read_jsonl, source_name
     from .errors import ServiceError
 
@@ -200,6 +204,17 @@ def cmd_add(args) -> int:
     with client_from(args) as c:
         try:
             r = c.add_documents(documents)
+        except InvalidInputError as e:  # a document over the message limit, refused unsent: its line, not its index
+            place = re.fullmatch(r"documents\[(\d+)\]", e.field or "")
+            if e.reason != Reason.MESSAGE_TOO_LARGE or place is None or int(place[1]) >= len(lines):
+                raise
+            message = re.sub(r"^document \d+ \((.+?)\) is ", r"document \1 is ", str(e))
+            message = message.replace("split it, or raise the limit on both server and client",  # (no flag here)
+                                      "split it into smaller documents (this command's messages are held to the "
+                                      "smaller of 16 MiB and the server's --max-message-mb)")
+            print(f"nextpara add: error: {source_name(args.corpus)}:{lines[int(place[1])]}: {message}; "
+                  f"{getattr(e, 'documents_committed', 0)} document(s) before it were committed", file=sys.stderr)
+            return 2
         except ServiceError as e:  # the service refused a document (a vector's dimension, say): where it is in the file
             at = getattr(e, "document_index", None)
             if at is not None and at < len(lines):

@@ -55,3 +55,18 @@ def test_the_server_and_both_clients_give_a_request_over_the_limit_one_reason(sm
                 await a.predict_next([BIG])
             return err.value.reason
     assert asyncio.run(aio()) == "MESSAGE_TOO_LARGE"
+
+
+def test_add_names_the_line_of_a_document_over_the_limit(small_server, tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    lines = [json.dumps({"doc_id": "small", "paragraphs": ["Small."], "vectors": [[1.0] + [0.0] * 7]}), "",
+             json.dumps({"doc_id": "big", "paragraphs": [BIG], "vectors": [[1.0] + [0.0] * 7]})]
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    r = run_cli("add", str(corpus), "--address", small_server.address, timeout=120)
+    assert r.returncode == 2, r  # it said "document 1 ('big')": its place among the documents, not the file's line
+    assert f"nextpara add: error: {corpus}:3: document 'big' is " in r.stderr and "message limit" in r.stderr, r.stderr
+    assert "split it into smaller documents" in r.stderr and "document(s) before it were committed" in r.stderr, r.stderr
