@@ -234,8 +234,16 @@ def cmd_add(args) -> int:
 
 
 def cmd_delete(args) -> int:
+    from .errors import NotFound
+
     with client_from(args) as c:
-        r = c.delete_documents(args.doc_ids, allow_missing=args.allow_missing)
+        try:
+            r = c.delete_documents(args.doc_ids, allow_missing=args.allow_missing)
+        except NotFound as e:  # the server deleted none of them: say so, and how to delete the stored ones
+            print(f"nextpara delete: error: {e}; nothing was deleted"
+                  + (" (--allow-missing deletes the stored ones and lists the others)" if len(args.doc_ids) > 1 else
+                     " (--allow-missing makes a delete of a doc_id that is not stored succeed)"), file=sys.stderr)
+            return 1
     if args.json:
         print_json(r)
         return 0

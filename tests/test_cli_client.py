@@ -149,3 +149,14 @@ def test_texts_split_by_an_option_are_a_usage_error_that_says_the_rule(server):
         assert "`--id 3 A B` or `A B --id 3`" in r.stderr and "'B'" in r.stderr, r.stderr
     r = cli(server, "predict", "A", "--bogus")  # an unknown flag is still argparse's own refusal
     assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr, r.stderr
+
+
+def test_a_refused_delete_says_nothing_was_deleted_and_how_to_delete_the_rest(server, client):
+    client.add_documents([{"doc_id": "del-kept", "paragraphs": ["Kept by a refused delete."]}])
+    r = cli(server, "delete", "del-kept", "del-never-stored")
+    assert r.returncode == 1 and "NOT_FOUND: unknown doc_id(s): 'del-never-stored'" in r.stderr, r.stderr
+    assert "nothing was deleted (--allow-missing deletes the stored ones and lists the others)" in r.stderr, r.stderr
+    assert client.get_document("del-kept").document.doc_id == "del-kept"  # as it says
+    r = cli(server, "delete", "del-never-stored")
+    assert r.returncode == 1 and "nothing was deleted (--allow-missing makes a delete" in r.stderr, r.stderr
+    assert cli_json(server, "delete", "del-kept", "del-never-stored", "--allow-missing")["documents_deleted"] == 1
