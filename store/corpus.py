@@ -193,7 +193,7 @@ class CorpusReader:
                     doc.source = f"{path}:{lineno}"
                     validate_document(doc)
                 except UnicodeDecodeError as e:
-                    self.reject(CorpusFormatError(path, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
+                    self.reject(CorpusFormatError(path, lineno, not_utf8_text(e, raw if lineno == 1 else b"")))
                     continue
                 except json.JSONDecodeError as e:
                     self.reject(CorpusFormatError(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})"))
@@ -214,10 +214,11 @@ class CorpusReader:
 
     def _read_text_files(self, root: Path, files: list[Path]) -> Iterator[Document]:
         for path in files:
+            data = path.read_bytes()
             try:
-                text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no part of the first paragraph
+                text = data.decode("utf-8-sig")  # a byte-order mark is no part of the first paragraph
             except UnicodeDecodeError as e:
-                self.reject(CorpusFormatError(str(path), 0, f"not valid UTF-8 ({e.reason} at byte {e.start})"))
+                self.reject(CorpusFormatError(str(path), 0, not_utf8_text(e, data)))
                 continue
             paragraphs = split_paragraphs(text, markdown=path.suffix.lower() != ".txt")
             if not paragraphs:
@@ -231,6 +232,17 @@ class CorpusReader:
                 self.reject(CorpusFormatError(str(path), 0, str(e)))
                 continue
             yield doc
+
+
+def not_utf8_text(error: UnicodeDecodeError, start: bytes) -> str:
+    """Why a file (whose first bytes are ``start``) is not UTF-8, and what to do: a UTF-16 or UTF-32 file (a Windows
+    editor's "Unicode") says so by its byte-order mark."""
+    boms = [("UTF-32", (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)), ("UTF-16", (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))]
+    encoding = next((name for name, marks in boms if start.startswith(marks)), None)  # (UTF-32-LE's begins as UTF-16-LE's)
+    said = f"not valid UTF-8 ({error.reason} at byte {error.start})"
+    if encoding:
+        return f"{said}: it is {encoding} (its byte-order mark says so); convert it to UTF-8"
+    return f"{said}: convert it to UTF-8 (from the encoding it was written in, e.g. Latin-1 or Windows-1252)"
 
 
 _HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")  # reST's marks (a .txt)

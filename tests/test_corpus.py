@@ -196,3 +196,21 @@ def test_a_markdown_thematic_break_keeps_the_paragraph_above_it():
     assert split_paragraphs("Title\n=====\n\nBody.\n\nSub\n-----\n\nMore.") == ["Body.", "More."]  # setext headings
     assert split_paragraphs("Kept +++ here.\n+++\n\nNext.") == ["Kept +++ here. +++", "Next."]  # no Markdown underline
     assert split_paragraphs("Title\n*****\n\nBody.", markdown=False) == ["Body."]  # reST's marks, in a .txt
+
+
+def test_a_file_in_another_encoding_says_which_and_what_to_do(tmp_path):
+    corpus = tmp_path / "notes"
+    corpus.mkdir()
+    (corpus / "windows.txt").write_bytes("A note saved as Unicode.\n\nIts second paragraph.\n".encode("utf-16"))
+    (corpus / "latin1.md").write_bytes("Caf\xe9 cr\xe8me.\n".encode("latin-1"))
+    (corpus / "ok.md").write_text("Fine.\n")
+    reader = CorpusReader(corpus, skip_bad=True)
+    assert [d.doc_id for d in reader] == ["ok.md"]
+    latin1, windows = reader.skipped_reasons
+    assert latin1.endswith("latin1.md: not valid UTF-8 (invalid continuation byte at byte 3): convert it to UTF-8 "
+                           "(from the encoding it was written in, e.g. Latin-1 or Windows-1252)"), latin1
+    assert windows.endswith("windows.txt: not valid UTF-8 (invalid start byte at byte 0): it is UTF-16 (its byte-order "
+                            "mark says so); convert it to UTF-8"), windows
+    (tmp_path / "docs.jsonl").write_bytes('{"doc_id": "a", "paragraphs": ["One."]}\n'.encode("utf-16"))
+    with pytest.raises(CorpusFormatError, match=r"docs.jsonl:1: not valid UTF-8 .*: it is UTF-16"):
+        list(CorpusReader(tmp_path / "docs.jsonl"))
