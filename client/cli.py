@@ -298,7 +298,7 @@ def cmd_status(args) -> int:
                 print(f"health        {status}")
             if not isinstance(e, Unauthenticated):
                 raise
-            print(f"nextpara status: error: {e} (the rest needs a read token: --token or NEXTPARA_TOKEN)",
+            print(f"nextpara status: error: {e} (the rest needs a read token: --token or $NEXTPARA_TOKEN)",
                   file=sys.stderr)
             return 1
     code = 0 if status == "SERVING" else 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import sys
 
 from nextpara.errors import json_kind, not_utf8
@@ -27,6 +28,10 @@ def read_jsonl(path: str, lines: list[int] | None = None):
     if path == STDIN:
         f = sys.stdin.buffer
     else:
+        if os.path.isdir(path):  # (open's "Is a directory" said nothing of what to do)
+            raise InvalidInputError(f"{path} is a folder: add reads one JSON Lines file (FILE.jsonl, or - for stdin); "
+                                    "a folder of .txt/.md files is built into the store with `nextpara build "
+                                    "--corpus FOLDER`, the server stopped")
         try:
             f = open(path, "rb")
         except OSError as e:

@@ -44,6 +44,13 @@ def test_add_from_stdin_with_a_bad_line_names_it(server, client):
     assert client.info().index_version == before  # the good line was in the unsent message
 
 
+def test_add_of_a_folder_says_how_a_folder_is_stored(server, tmp_path):
+    """`nextpara add notes/` said only "cannot read notes/: Is a directory"."""
+    r = cli(server, "add", str(tmp_path))
+    assert r.returncode == 2 and f"{tmp_path} is a folder: add reads one JSON Lines file" in r.stderr, r.stderr
+    assert "nextpara build --corpus FOLDER" in r.stderr
+
+
 def stored_ids(client, n=2):
     doc = client.get_document(client.list_documents(page_size=1).documents[0].doc_id)
     return [p.paragraph_id for p in doc.paragraphs[:n]]
