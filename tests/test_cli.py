@@ -262,6 +262,9 @@ def test_a_training_that_cannot_save_its_model_says_so_and_keeps_what_served(tra
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert ("nextpara eval: error: [Errno 28] cannot write the results to /dev/full: No space left on device"
             in r.stderr), r.stderr
+    r = run_cli("-q", "eval", "--data-dir", str(store), "--queries", "5", "--latency-queries", "1")  # its tables'
+    assert r.returncode == 0 and "only 5 test queries: too few for these figures" in r.stderr, r.stderr  # intervals
+    assert "5 test queries, L=4" in r.stdout  # of one query, [1.000, 1.000], said nothing of how little they know
 
 
 def test_train_and_eval_json(trained_store, tmp_path):
