@@ -11,7 +11,8 @@ So a lone call waits for nothing, and under load the batches grow with the queue
 many small ones in the executor (on PEPs at concurrency 16 a batch averaged 2 calls when batches were cut
 every 2 ms regardless of free workers, and each worker then paid its fixed costs per 2 calls). Calls
 whose deadline passed or whose caller went away before their batch starts are dropped. If a
-batch fails, its calls are retried one by one so that one bad call cannot fail the others (unless its failure is
+batch fails, its calls are retried each alone (in its slot and any others free) so that one bad call cannot fail
+the others (unless its failure is
 what they share: the server's second coalescer, of calls waiting for a remote embedder's endpoint, gives them all
 the error of an endpoint that failed whatever the texts, rather than waiting it out again once per call).
 
@@ -167,13 +168,34 @@ class Coalescer:
                     if not c.future.done():  # (a caller may add to its error's message: RerankStream's item number)
                         c.future.set_exception(e if i == 0 else _copy(e))
                 return
-            # attribute the failure: run each call alone, as many at once as the executor runs (a remote embedder's
-            # threads wait on its endpoint: one after another, 64 calls to a slow one took 64 of its answers' time)
-            await asyncio.gather(*(self._run_calls([c]) for c in live))
+            await self._run_each_alone(live)
             return
         for c, r in zip(live, results):
             if not c.future.done():
                 c.future.set_result(r)
+
+    async def _run_each_alone(self, calls: list[_Call]) -> None:
+        """Attribute a batch's failure: each call run alone, in the batch's own slot and in others while they are
+        free (a remote embedder's threads wait on its endpoint: one after another, 64 calls to a slow one took 64 of
+        its answers' time). A slot other than the batch's is given back after each call and taken again only if no
+        batch is waiting for it (a waiter makes ``locked()`` true), so new batches still find the workers; a call
+        whose caller gave up or whose deadline passed before its turn is dropped there (_run_calls)."""
+        pending = list(calls)
+
+        async def drain(own_slot: bool) -> None:
+            while pending:
+                if not own_slot:
+                    if self._free.locked():
+                        return
+                    await self._free.acquire()  # (free and no waiter: taken at once)
+                try:
+                    if pending:
+                        await self._run_calls([pending.pop(0)])
+                finally:
+                    if not own_slot:
+                        self._free.release()
+
+        await asyncio.gather(drain(True), *(drain(False) for _ in range(min(len(calls), self.slots) - 1)))
 
 
 def _copy(error: Exception) -> Exception:

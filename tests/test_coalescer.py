@@ -87,3 +87,58 @@ def test_a_failure_the_calls_share_is_each_call_s_own_copy_and_runs_once():
     assert all(isinstance(e, EmbeddingServiceError) and str(e) == "the endpoint failed 3 times" for e in errors)
     assert len({id(e) for e in errors}) == 3 and len({id(e.metadata) for e in errors}) == 3
     assert all(e.metadata == {"endpoint": "loopback"} and e.reason == "EMBEDDING_SERVICE_FAILED" for e in errors)
+
+
+def reruns_after_a_bad_call(slots: int, late: bool) -> tuple[list, list]:
+    """A batch of calls 1-8, call 5 bad (the batch fails, so each call is run alone), on ``slots`` workers; with
+    ``late``, a healthy call of its own key ("late") arrives while they run. Returns (the results, the batches run)."""
+    batches: list[tuple[str, list[int]]] = []
+    hold = threading.Event()
+
+    def run_batch(key, payloads):
+        batches.append((key, list(payloads)))
+        if key.startswith("hold"):
+            hold.wait(10)  # holds every worker until the batch of 1-8 has gathered behind it
+        elif len(payloads) == 1:
+            threading.Event().wait(0.05)
+        if 5 in payloads:
+            raise ValueError("call 5 is bad")
+        return [p * 10 for p in payloads]
+
+    async def main():
+        with ThreadPoolExecutor(slots) as pool:
+            co = Coalescer(run_batch, pool, max_batch=16, max_wait=0.0, max_queue=100, slots=slots)
+            co.start()
+            first = [asyncio.ensure_future(co.submit(f"hold{i}", 0, None)) for i in range(slots)]  # a batch each
+            while len(batches) < slots:
+                await asyncio.sleep(0.001)
+            calls = [asyncio.ensure_future(co.submit("a", i, None)) for i in range(1, 9)]
+            await asyncio.sleep(0.05)
+            hold.set()
+            if late:
+                while len(batches) < slots + 2:  # the batch failed, and its calls are being run alone
+                    await asyncio.sleep(0.001)
+                calls.append(asyncio.ensure_future(co.submit("late", 9, None)))
+            results = await asyncio.gather(*first, *calls, return_exceptions=True)
+            await co.stop()
+            return results[slots:]
+
+    return asyncio.run(main()), batches
+
+
+def test_a_failed_batch_s_calls_run_alone_on_one_worker_and_each_gets_its_own_outcome():
+    """(Running them in more slots than the batch's own must not wait for a slot the batch itself holds.)"""
+    results, batches = reruns_after_a_bad_call(1, late=False)
+    assert results[:4] == [10, 20, 30, 40] and isinstance(results[4], ValueError) and results[5:] == [60, 70, 80]
+    assert sorted(p[0] for key, p in batches if key == "a" and len(p) == 1) == list(range(1, 9))
+
+
+def test_a_failed_batch_s_calls_run_alone_in_the_free_slots_and_leave_one_to_a_call_that_arrives():
+    """The calls run alone take the slots other batches leave free, and give one back to a batch that waits for it:
+    the late call runs before the last of them, not behind all eight (they went one by one in the batch's slot
+    before, so four slots ran them no faster than one)."""
+    results, batches = reruns_after_a_bad_call(4, late=True)
+    assert results[:4] + results[5:] == [10, 20, 30, 40, 60, 70, 80, 90] and isinstance(results[4], ValueError)
+    alone = [i for i, (key, p) in enumerate(batches) if key == "a" and len(p) == 1]
+    assert len(alone) == 8
+    assert batches.index(("late", [9])) < alone[-1], batches
