@@ -31,6 +31,9 @@ def ensure_default_store(data_dir: DataDir, quiet: bool, read_only: bool = False
     log.info("%d paragraphs written (%d embedded by the model, %d from the embedding cache, %d repeating an earlier "
              "one's text), %d documents unchanged, in %.0fs", report.paragraphs_written, report.paragraphs_embedded,
              report.cache_hits, report.paragraphs_repeated, report.documents_unchanged, report.total_seconds)
+    if report.paragraphs_cut:
+        log.info("%d of them longer than the model reads (%d word pieces): embedded by their beginning",
+                 report.paragraphs_cut, report.model_reads_tokens)
     if not (data_dir / CHECKPOINT).exists():
         log.info("no model of its own in %s: the general model serves it (`nextpara train` trains one)", data_dir)
 

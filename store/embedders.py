@@ -148,8 +148,7 @@ class SentenceTransformerEmbedder:
         self._model = None
         self._dim: int | None = None
         self.load_seconds = 0.0  # what loading the model took (imports included): not the model's embedding rate
-        self.cut = 0  # texts embedded longer than the model reads (max_seq_length word pieces): their beginning only
-        self.first_cut: str | None = None
+        self._length_tokenizer = None  # over_length's own (the model's is shared by threads that embed)
 
     @property
     def model(self):
@@ -187,22 +186,33 @@ class SentenceTransformerEmbedder:
         import torch
 
         model = self.model
-        self._count_cut(model, texts)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             vecs = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
                                 normalize_embeddings=False, show_progress_bar=False)
         return unit_rows(np.asarray(vecs, dtype=np.float32), where=f"{self.name} output")
 
-    def _count_cut(self, model, texts: Sequence[str]) -> None:
-        """Count the texts the model reads only the beginning of (it truncates at max_seq_length word pieces, the
-        special tokens included), so a build can say so; tokenising costs about 0.1% of embedding."""
-        limit = model.max_seq_length
-        lengths = [len(ids) for ids in model.tokenizer(list(texts), add_special_tokens=True, truncation=False,
-                                                       verbose=False)["input_ids"]]
-        cut = [text for text, n in zip(texts, lengths) if n > limit]
-        if cut and self.first_cut is None:
-            self.first_cut = cut[0]
-        self.cut += len(cut)
+    def over_length(self, texts: Sequence[str]) -> tuple[list[int], int]:
+        """(the indices of ``texts`` longer than the model reads, that limit in word pieces): the model truncates at
+        its max_seq_length, special tokens included, and embeds the beginning. ([], 0) where it cannot tell: a model
+        directory without a transformers tokenizer or a limit in sentence_bert_config.json. Tokenised with a
+        tokenizer of its own, loaded from the directory without the model (the model's is shared by the threads that
+        embed, and a call with other truncation settings changes it under them); about 0.1% of embedding's time."""
+        import json
+
+        try:
+            limit = json.loads((Path(self.model_path) / "sentence_bert_config.json").read_text())["max_seq_length"]
+            if not isinstance(limit, int) or limit <= 0:
+                return [], 0
+            if self._length_tokenizer is None:
+                from transformers import AutoTokenizer
+
+                self._length_tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            ids = self._length_tokenizer(list(texts), add_special_tokens=True, truncation=False,
+                                         verbose=False)["input_ids"]
+        except Exception as e:  # noqa: BLE001 - a count it cannot make is no reason to fail a build
+            log.debug("cannot tell which texts %s reads only in part: %s", self.name, e)
+            return [], 0
+        return [i for i, n in enumerate(map(len, ids)) if n > limit], limit
 
 
 def quantize_linear_int8(model):

@@ -42,9 +42,9 @@ class BuildReport:
     cached: bool = False  # whether the build embedded through the embedding cache (not with --no-cache)
     cache_hits: int = 0  # distinct texts whose vectors the embedding cache held (from earlier builds or serving)
     paragraphs_repeated: int = 0  # paragraphs whose text an earlier paragraph of this build has: embedded once
-    paragraphs_cut: int = 0  # texts the model embedded longer than it reads: their vectors are of the beginning only
+    paragraphs_cut: int = 0  # paragraphs written longer than the model reads: their vectors are of the beginning only
     first_cut: str = ""  # the first of them, as doc_id[i]
-    model_reads_tokens: int = 0  # the model's limit, in word pieces (0: a model without one, or none loaded)
+    model_reads_tokens: int = 0  # the model's limit, in word pieces (0: none to tell, or nothing embedded from text)
     documents_absent: int = 0  # stored documents this corpus does not hold (a removed file's, say): kept
     absent_doc_ids: list[str] = field(default_factory=list)  # the first of them
     documents_pruned: int = 0  # with prune: those documents, deleted
@@ -134,6 +134,21 @@ def embed_in_chunks(embedder: Embedder, texts: Sequence[str], progress=None) -> 
     return np.concatenate(parts) if parts else None
 
 
+def _count_cut(report: BuildReport, model, todo: Sequence[Document], texts: list[str]) -> None:
+    """Count the paragraphs of ``texts`` (those of ``todo`` given as text) that ``model`` reads only the beginning
+    of, and name the first, whether the model or the cache embeds them; nothing for a model that cannot tell."""
+    if not texts or not hasattr(model, "over_length"):
+        return
+    distinct = list(dict.fromkeys(texts))
+    over, report.model_reads_tokens = model.over_length(distinct)
+    if not over:
+        return
+    cut = {distinct[i] for i in over}
+    report.paragraphs_cut = sum(text in cut for text in texts)
+    report.first_cut = next(f"{d.doc_id!r}[{i}]" for d in todo if d.vectors is None
+                            for i, text in enumerate(d.paragraphs) if text in cut)
+
+
 def vectors_for(embedder: Embedder, docs: Sequence[Document], progress=None) -> list[np.ndarray]:
     """One (n_paragraphs, dim) array per document: its supplied vectors, else embedded in one batched call (with
     ``progress``, in calls of PROGRESS_CHUNK paragraphs, ``progress(n)`` after each: a build's bar moves as it embeds).
@@ -212,7 +227,8 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         todo = [d for d in docs if d.doc_id not in skip]
         texts = [text for d in todo if d.vectors is None for text in d.paragraphs]  # what the embedder is asked for
         model = getattr(emb, "inner", emb)  # (under the embedding cache)
-        loaded, cut = getattr(model, "load_seconds", 0.0), getattr(model, "cut", 0)
+        loaded = getattr(model, "load_seconds", 0.0)
+        _count_cut(report, model, todo, texts)
         with progress_bar(total=sum(len(d.paragraphs) for d in todo), desc="embed+store", unit="para", quiet=quiet) as bar:
             for batch in _batches(todo, batch_paragraphs):
                 t0 = time.perf_counter()
@@ -236,11 +252,6 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         elif absent:
             report.documents_absent, report.absent_doc_ids = len(absent), absent[:5]
         report.model_load_seconds = getattr(model, "load_seconds", 0.0) - loaded  # (if this loop loaded it)
-        report.paragraphs_cut = getattr(model, "cut", 0) - cut
-        if report.paragraphs_cut:
-            report.model_reads_tokens = model.model.max_seq_length
-            report.first_cut = next((f"{d.doc_id!r}[{i}]" for d in todo for i, text in enumerate(d.paragraphs)
-                                     if text == model.first_cut), "")
         report.embed_seconds -= report.model_load_seconds
         with progress_bar(total=1, desc="snapshot index", unit="step", quiet=quiet) as bar:
             store.snapshot()

@@ -101,9 +101,10 @@ def test_a_build_counts_repeated_texts_apart_from_cached_ones_and_times_the_mode
     assert "loading the model" not in capsys.readouterr().out
 
 
-def test_a_build_says_which_paragraphs_are_longer_than_the_model_reads(tmp_path, capsys):
+def test_a_build_says_which_paragraphs_are_longer_than_the_model_reads(tmp_path, capsys, monkeypatch):
     """MiniLM reads 256 word pieces of a text and embeds that beginning; a build stored a longer paragraph without a
-    word, so a user could not know that most of it counted for nothing in its vector."""
+    word, so a user could not know that most of it counted for nothing in its vector. Counted whether the model or
+    the embedding cache gives the vector."""
     from argparse import Namespace
 
     from nextpara.store.cli import print_build
@@ -111,19 +112,69 @@ def test_a_build_says_which_paragraphs_are_longer_than_the_model_reads(tmp_path,
     long = " ".join(f"word{i}" for i in range(300))  # well over 256 word pieces
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"doc_id": "a", "paragraphs": ["Short one.", "Short two."]}) + "\n"
-                      + json.dumps({"doc_id": "b", "paragraphs": ["Short three.", long, long + " more"]}) + "\n")
+                      + json.dumps({"doc_id": "b", "paragraphs": ["Short three.", long, long + " more", long]}) + "\n")
     report = build(str(corpus), tmp_path / "store", quiet=True, use_cache=False)
-    assert (report.paragraphs_cut, report.first_cut, report.model_reads_tokens) == (2, "'b'[1]", 256)
+    assert (report.paragraphs_cut, report.first_cut, report.model_reads_tokens) == (3, "'b'[1]", 256)
     print_build(Namespace(json=False), report)
     out = capsys.readouterr()
-    assert "2 paragraph text(s) longer than the model reads (256 word pieces; the first: 'b'[1])" in out.err
+    assert "3 paragraph text(s) longer than the model reads (256 word pieces; the first: 'b'[1])" in out.err
     assert "no embedding cache" in out.out and "embedded once" not in out.out  # (without it, nothing is embedded once)
+    monkeypatch.setenv("NEXTPARA_CACHE_DIR", str(tmp_path / "cache"))
+    for store in ("warm", "from-cache"):  # the second store's vectors all come from the cache: still cut
+        report = build(str(corpus), tmp_path / store, quiet=True)
+        assert (report.paragraphs_cut, report.first_cut) == (3, "'b'[1]")
+    assert report.paragraphs_embedded == 0
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps({"doc_id": "a", "paragraphs": ["Short one.", "x " * 200]}) + "\n")  # 202 pieces: read whole
     report = build(str(short), tmp_path / "other", quiet=True, use_cache=False)
     assert (report.paragraphs_cut, report.first_cut) == (0, "")
     print_build(Namespace(json=False), report)
     assert "longer than the model reads" not in capsys.readouterr().err
+
+
+def test_threads_that_embed_at_once_all_get_their_vectors(minilm):
+    """A server embeds on its read workers and its write thread at once. Counting the texts a model reads in part by
+    calling its shared tokenizer with other truncation settings broke calls running beside it ("Unable to create
+    tensor, you should probably activate truncation and/or padding")."""
+    import threading
+
+    texts = [[f"thread {k} text {i} " * (1 + i % 5), "another short one"] for k in range(8) for i in range(50)]
+    expected = {tuple(t): v for t, v in zip(map(tuple, texts[:5]), (minilm.embed(t) for t in texts[:5]))}
+    errors, got = [], {}
+
+    def work(k):
+        for t in texts[k::8]:
+            try:
+                got[tuple(t)] = minilm.embed(t)
+                minilm.over_length(t)
+            except Exception as e:  # noqa: BLE001 - each one is the failure under test
+                errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and len(got) == len(texts)
+    assert all(np.allclose(got[t], v, atol=1e-5) for t, v in expected.items())
+
+
+def test_a_model_without_a_transformers_tokenizer_embeds_and_cannot_tell_what_it_cuts(tmp_path):
+    """A sentence-transformers model of static word vectors has a tokenizers.Tokenizer, which cannot be called as
+    the count called it: every embedding of such a model failed."""
+    from nextpara.store.embedders import bundled_minilm_path
+    from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
+
+    try:
+        from sentence_transformers.models import StaticEmbedding
+    except ImportError:  # (where a later sentence-transformers keeps it)
+        from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    tokenizer = Tokenizer.from_file(str(bundled_minilm_path() / "tokenizer.json"))
+    SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_dim=16)]).save(str(tmp_path / "static"))
+    static = make_embedder(f"sentence-transformers:{tmp_path / 'static'}")
+    assert static.embed(["Some text.", "Another."]).shape == (2, 16)
+    assert static.over_length(["Some text."]) == ([], 0)
 
 
 def test_unknown_embedder_spec():
