@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from nextpara.errors import json_kind, not_utf8
+from nextpara.errors import json_kind, not_utf8, not_utf8_text
 
 STDIN = "-"
 
@@ -47,7 +47,7 @@ def read_jsonl(path: str, lines: list[int] | None = None):
                     line = raw.decode("utf-8")
                     doc = parse_document(line) if line.strip() else None
                 except UnicodeDecodeError as e:
-                    raise CorpusFormatError(name, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})") from e
+                    raise CorpusFormatError(name, lineno, not_utf8_text(e, raw if lineno == 1 else b"")) from e
                 except ValueError as e:
                     raise CorpusFormatError(name, lineno, str(e)) from e
                 if doc is not None:

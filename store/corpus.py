@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from nextpara.errors import CorpusFormatError, InvalidInputError, Reason, json_kind, misspelt_field, not_utf8
+from nextpara.errors import (
+    CorpusFormatError,
+    InvalidInputError,
+    Reason,
+    json_kind,
+    misspelt_field,
+    not_utf8,
+    not_utf8_text,
+)
 
 from .labels import check_labels
 from .unit_vectors import unit_rows
@@ -232,17 +240,6 @@ class CorpusReader:
                 self.reject(CorpusFormatError(str(path), 0, str(e)))
                 continue
             yield doc
-
-
-def not_utf8_text(error: UnicodeDecodeError, start: bytes) -> str:
-    """Why a file (whose first bytes are ``start``) is not UTF-8, and what to do: a UTF-16 or UTF-32 file (a Windows
-    editor's "Unicode") says so by its byte-order mark."""
-    boms = [("UTF-32", (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)), ("UTF-16", (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))]
-    encoding = next((name for name, marks in boms if start.startswith(marks)), None)  # (UTF-32-LE's begins as UTF-16-LE's)
-    said = f"not valid UTF-8 ({error.reason} at byte {error.start})"
-    if encoding:
-        return f"{said}: it is {encoding} (its byte-order mark says so); convert it to UTF-8"
-    return f"{said}: convert it to UTF-8 (from the encoding it was written in, e.g. Latin-1 or Windows-1252)"
 
 
 _HEADING_UNDERLINE = re.compile(r"^\s*([=\-~*^#+])\1{2,}\s*$")  # reST's marks (a .txt)

@@ -8,6 +8,7 @@ as google.rpc.Status details; the client's exceptions (``nextpara.client.errors`
 
 from __future__ import annotations
 
+import codecs
 import enum
 from typing import Mapping
 
@@ -152,6 +153,17 @@ class LoadingError(RetryLaterError):
 class AuthError(NextparaError):
     """A call without a valid token (TOKEN_MISSING, TOKEN_INVALID) or whose token's role may not make it
     (WRITE_ROLE_REQUIRED)."""
+
+
+def not_utf8_text(error: UnicodeDecodeError, start: bytes) -> str:
+    """Why a file (whose first bytes are ``start``) is not UTF-8, and what to do: a UTF-16 or UTF-32 file (a Windows
+    editor's "Unicode") says so by its byte-order mark."""
+    boms = [("UTF-32", (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)), ("UTF-16", (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))]
+    encoding = next((name for name, marks in boms if start.startswith(marks)), None)  # (UTF-32-LE's begins as UTF-16-LE's)
+    said = f"not valid UTF-8 ({error.reason} at byte {error.start})"
+    if encoding:
+        return f"{said}: it is {encoding} (its byte-order mark says so); convert it to UTF-8"
+    return f"{said}: convert it to UTF-8 (from the encoding it was written in, e.g. Latin-1 or Windows-1252)"
 
 
 def not_utf8(text: str) -> str | None:
