@@ -258,12 +258,31 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
     Lines inside a paragraph are joined with single spaces. With ``markdown``, ATX headings
     (one to six ``#`` then a space or the line's end, indented at most three spaces) are
     dropped; a line that merely starts with ``#`` (``#123 was fixed``, a ``#tag``) is text; a heading underlined
-    with ``=`` or ``-`` is dropped, and a thematic break (``***``, ``* * *``, ``___``) ends a paragraph and is dropped.
+    with ``=`` or ``-`` is dropped, and a thematic break (``***``, ``* * *``, ``___``) ends a paragraph and is dropped;
+    so is a front matter block (YAML's ``---`` or TOML's ``+++`` lines around it, from the first line).
     Without it (plain text), headings underlined reST-style (``=``, ``-``, ``~``, ``*``, ``^``, ``#``, ``+``) are dropped.
+    A fence that no later line closes opens no code block (CommonMark would drop the rest of the file: a ``~~~~``
+    scene break in a text file did so without a word).
     """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if markdown and lines and lines[0].strip() in ("---", "+++"):
+        close = next((i for i in range(1, len(lines)) if lines[i].strip() == lines[0].strip()), None)
+        if close is not None:
+            lines = lines[close + 1:]
+    not_fences: set[int] = set()
+    while True:
+        paragraphs, unclosed = _paragraphs(lines, markdown, not_fences)
+        if unclosed is None:
+            return paragraphs
+        not_fences.add(unclosed)
+
+
+def _paragraphs(lines: list[str], markdown: bool, not_fences: set[int]) -> tuple[list[str], int | None]:
+    """split_paragraphs' pass over ``lines``, the lines in ``not_fences`` read as no fence: (its paragraphs, the line
+    of a fence still open at the end, or None)."""
     paragraphs: list[str] = []
     current: list[str] = []
-    fence = ""  # the run of marks that opened the code block we are in
+    fence, opened = "", 0  # the run of marks that opened the code block we are in, and its line
 
     def flush() -> None:
         if current:
@@ -272,9 +291,8 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
                 paragraphs.append(joined)
             current.clear()
 
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    for line in lines:
-        mark = _FENCE.match(line)
+    for n, line in enumerate(lines):
+        mark = _FENCE.match(line) if n not in not_fences else None
         if fence:  # a "~~~" inside a "```" block (or a shorter run, or one followed by text) is a line of the code
             if mark and mark[1][0] == fence[0] and len(mark[1]) >= len(fence) and not line[mark.end():].strip():
                 fence = ""
@@ -283,7 +301,7 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
             mark = None  # in a text file, "~~~~" under a line underlines a reST title: it opens no code block
         if mark:
             flush()
-            fence = mark[1]
+            fence, opened = mark[1], n
             continue
         if not line.strip():
             flush()
@@ -299,4 +317,4 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
             continue
         current.append(line.strip())
     flush()
-    return paragraphs
+    return paragraphs, (opened if fence else None)

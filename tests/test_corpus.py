@@ -160,6 +160,18 @@ def test_a_tilde_underline_in_a_text_file_is_a_title_s_not_a_code_fence():
     assert split_paragraphs("Code:\n~~~\nx = 1\n~~~\n\nAfter.") == ["Code:", "After."]  # Markdown: a fence
 
 
+def test_a_fence_no_line_closes_opens_no_block_and_front_matter_is_dropped():
+    """A "~~~~" scene break between paragraphs of a text file opened a code block no line closed: the rest of the
+    file was dropped without a word. And TOML front matter ("+++" lines, Hugo's) was stored as a paragraph."""
+    story = "First part.\n\n~~~~~~~~\n\nSecond part.\n\nThird."
+    assert split_paragraphs(story, markdown=False) == ["First part.", "Second part.", "Third."]
+    assert split_paragraphs("Intro.\n\n```python\nnever closed\n\nLast.") == ["Intro.", "```python never closed",
+                                                                                "Last."]
+    for mark in ("+++", "---"):
+        front = f"{mark}\ntitle = \"Notes\"\ndate = 2024-01-01\n{mark}\n\nBody text.\n\nMore."
+        assert split_paragraphs(front) == ["Body text.", "More."]
+
+
 def test_hidden_files_and_folders_of_a_corpus_folder_are_skipped(tmp_path):
     """A notes folder copied from a Mac to a foreign disk holds ._name.md (binary AppleDouble) beside each note: the
     build stopped at it, not UTF-8. Nor are an editor's .trash/ or a .git/ folder the corpus."""
