@@ -176,6 +176,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result = run_evaluation(args.data_dir, n_queries=args.queries, context_length=args.context_length,
                             output=args.output, plot_dir=args.plot, latency_queries=args.latency_queries, seed=args.seed,
                             model=args.model, quiet=args.quiet)
+    from .guard import MIN_JUDGED  # (torch is loaded by now)
+
+    if result["config"]["queries"] < MIN_JUDGED:  # (intervals of [1.000, 1.000] from one query read as a certainty)
+        print(f"nextpara eval: only {result['config']['queries']} test queries: too few for these figures, or their "
+              f"intervals, to tell the methods apart (the guard judges nothing on fewer than {MIN_JUDGED})",
+              file=sys.stderr)
     if args.json:  # the document --output writes
         import json
 
@@ -189,12 +195,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         serves = (f"model {c['model_version']} ({c['model_source']})\n" if c["model_version"] else
                   "no model serves it: the baselines alone\n")
     print(f"{c['queries']} test queries, L={c['context_length']}, {c['paragraphs']} paragraphs indexed, " + serves)
-    from .guard import MIN_JUDGED  # (torch is loaded by now)
-
-    if c["queries"] < MIN_JUDGED:  # (an interval of [1.000, 1.000] from one query read as a certainty)
-        print(f"nextpara eval: only {c['queries']} test queries: too few for these figures to tell the methods apart "
-              f"(the guard judges nothing on fewer than {MIN_JUDGED}); read the intervals, not the points",
-              file=sys.stderr)
     print(markdown_table(result))
     for path in result.get("plots", []):
         print(f"wrote {path}")

@@ -117,7 +117,7 @@ def cmd_rerank_batch(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     if not summary.rows and not summary.skipped:  # (valid, and so not an error: but nothing was ranked)
-        print(f"rerank-batch: {args.input} holds no rows (no line that is not blank): nothing to rank", file=sys.stderr)
+        print(f"rerank-batch: {args.input} holds no rows: nothing to rank", file=sys.stderr)
     if args.json:
         import json
         from dataclasses import asdict

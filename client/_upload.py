@@ -20,16 +20,20 @@ from ._convert import chunk_documents
 from .types import AddResult, Document
 
 
+def refuse_async_iterable(documents) -> None:
+    """A TypeError for an async iterable of documents, before any call (Python's own, raised on grpc's side, said
+    only "'async_generator' object is not iterable", and only after the client had asked the server's limit)."""
+    if hasattr(documents, "__aiter__") and not hasattr(documents, "__iter__"):
+        raise TypeError(f"documents: add_documents reads a list or another (sync) iterable, not an async iterable "
+                        f"({type(documents).__name__}); collect it first ([d async for d in docs]) or send it in "
+                        "batches, one add_documents call each")
+
+
 class DocumentStream:
     """``for message in DocumentStream(docs, max_bytes)``: the AddDocuments messages of ``docs``, made as they are
     asked for; an error of ``docs`` or of chunking ends the iteration and is kept in ``error``."""
 
     def __init__(self, documents: Iterable[Document | Mapping], max_bytes: int):
-        if hasattr(documents, "__aiter__") and not hasattr(documents, "__iter__"):  # (Python's own TypeError, raised
-            raise TypeError(  # on grpc's side, said only "'async_generator' object is not iterable", after a call)
-                f"documents: add_documents reads a list or another (sync) iterable, not an async iterable "
-                f"({type(documents).__name__}); collect it first ([d async for d in docs]) or send it in batches, "
-                "one add_documents call each")
         self._chunks = chunk_documents(documents, max_bytes)
         self.error: BaseException | None = None
         self.sizes: list[int] = []  # documents per message sent

@@ -14,7 +14,7 @@ from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
-from ._upload import DocumentStream
+from ._upload import DocumentStream, refuse_async_iterable
 from .errors import DeadlineExceeded, ServiceError, Unavailable, from_rpc_error
 from .types import (
     AddResult,
@@ -135,7 +135,8 @@ class AsyncClient:
     async def add_documents(self, documents: Iterable[Document | dict], *, timeout: float | None = None) -> AddResult:
         """As Client.add_documents: streamed as ``documents`` is read; an error reading or chunking them ends the
         stream and is raised with ``documents_committed`` set on it. ``documents`` is a (sync) iterable: an async one
-        is refused with a TypeError saying so (DocumentStream)."""
+        is refused with a TypeError saying so, before any call."""
+        refuse_async_iterable(documents)
         stream = DocumentStream(documents, await self._upload_bytes(timeout))
         try:
             result = _convert.add_result(await self._call("AddDocuments", iter(stream), timeout,

@@ -30,7 +30,7 @@ from nextpara.v1 import nextpara_pb2 as pb
 from nextpara.v1 import nextpara_pb2_grpc as pb_grpc
 
 from . import _channel, _convert, _retry
-from ._upload import DocumentStream
+from ._upload import DocumentStream, refuse_async_iterable
 from .errors import DeadlineExceeded, ServiceError, Unavailable, from_rpc_error
 from .types import (
     AddResult,
@@ -171,6 +171,7 @@ class Client:
         a document has ``document_index``, that document's place in ``documents``, and a refusal midway
         ``documents_committed``, the documents of the messages committed before it. An async iterable is refused
         with a TypeError saying how to send it."""
+        refuse_async_iterable(documents)
         stream = DocumentStream(documents, self._upload_bytes(timeout))
         try:
             result = _convert.add_result(self._call("AddDocuments", iter(stream), timeout,

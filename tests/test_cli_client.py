@@ -153,7 +153,7 @@ def test_texts_split_by_an_option_are_a_usage_error_that_says_the_rule(server):
     for args in (["A", "--id", "3", "B"], ["A", "-k", "2", "B", "C"]):
         r = cli(server, "predict", *args)
         assert r.returncode == 2 and r.stderr.startswith("nextpara predict: error: the TEXT arguments are one run"), r
-        assert "`--id 3 A B` or `A B --id 3`" in r.stderr and "'B'" in r.stderr, r.stderr
+        assert "`--id 3 A B` is the context 3, A, B; `A B --id 3` is A, B, 3" in r.stderr and "'B'" in r.stderr, r.stderr
     r = cli(server, "predict", "A", "--bogus")  # an unknown flag is still argparse's own refusal
     assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr, r.stderr
 

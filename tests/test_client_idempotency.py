@@ -273,6 +273,14 @@ def test_documents_are_chunked_under_the_servers_message_limit_too(trained_store
             with pytest.raises(TypeError, match=r"not an async iterable \(async_generator\); collect it first"):
                 c.add_documents(late_documents())
             assert c.info().index_version == before
+
+        async def unreachable():  # refused before any call: not UNAVAILABLE from asking the server's limit first
+            async with AsyncClient("127.0.0.1:9", timeout=5) as c:
+                with pytest.raises(TypeError, match="not an async iterable"):
+                    await c.add_documents(late_documents())
+        asyncio.run(unreachable())
+        with Client("127.0.0.1:9", timeout=5) as c, pytest.raises(TypeError, match="not an async iterable"):
+            c.add_documents(late_documents())
     finally:
         server.stop()
 

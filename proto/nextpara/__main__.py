@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         # texts after an option (`A --id 3 B`, `A -k 3 B`): argparse's "nextpara: error: unrecognized arguments: B"
         # named neither the command nor the rule
         print(f"nextpara predict: error: the TEXT arguments are one run, but {' '.join(map(repr, extra))} came after "
-              "an option that follows other texts: put the options before or after all the texts "
-              "(`--id 3 A B` or `A B --id 3`)", file=sys.stderr)
+              "an option that follows other texts: put the options before or after all the texts. --id keeps its "
+              "place among them (`--id 3 A B` is the context 3, A, B; `A B --id 3` is A, B, 3), so an id between two "
+              "texts is for the client library, not this command", file=sys.stderr)
         return 2
     if extra:
         parser.parse_args(argv)  # argparse's own message and exit status 2
