@@ -386,7 +386,7 @@ def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Itera
             raise InvalidInputError(f"document {i} ({message.doc_id!r:.200}) is {n} bytes encoded, over the {max_bytes}-byte "
                                     "message limit: split it, or raise the limit on both server and client",
                                     reason=Reason.MESSAGE_TOO_LARGE, field=f"documents[{i}]",
-                                    metadata=too_large(n, max_bytes))
+                                    metadata={**too_large(n, max_bytes), "docId": message.doc_id[:200]})
         if batch and size + n > max_bytes:
             yield pb.AddDocumentsRequest(documents=batch)
             batch, size = [], 0

@@ -208,10 +208,10 @@ def cmd_add(args) -> int:
             place = re.fullmatch(r"documents\[(\d+)\]", e.field or "")
             if e.reason != Reason.MESSAGE_TOO_LARGE or place is None or int(place[1]) >= len(lines):
                 raise
-            message = re.sub(r"^document \d+ \((.+?)\) is ", r"document \1 is ", str(e))
-            message = message.replace("split it, or raise the limit on both server and client",  # (no flag here)
-                                      "split it into smaller documents (this command's messages are held to the "
-                                      "smaller of 16 MiB and the server's --max-message-mb)")
+            m = e.metadata  # (the library's message advises raising a client limit this command has no flag for)
+            message = (f"document {m['docId']!r} is {m['actualBytes']} bytes encoded, over the {m['limitBytes']}-byte "
+                       "message limit: split it into smaller documents (this command's messages are held to the "
+                       "smaller of 16 MiB and the server's --max-message-mb)")
             print(f"nextpara add: error: {source_name(args.corpus)}:{lines[int(place[1])]}: {message}; "
                   f"{getattr(e, 'documents_committed', 0)} document(s) before it were committed", file=sys.stderr)
             return 2
