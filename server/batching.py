@@ -54,8 +54,8 @@ class Coalescer:
                  max_cost: float = math.inf):
         """``busy``: what the admitted calls are doing, in a refusal's message; ``min_retry_delay``: the least it asks a
         refused caller to wait. ``retry_alone(error)``: whether a batch that failed with it has each of its calls run
-        alone, as many at once as the executor runs (else its failure is every call's, each given a copy of its own, as when the batch failed on something
-        they share). ``cost(payload)``: what a call weighs, a batch at most ``max_cost`` (a call heavier alone goes
+        alone, in the slots free then (else its failure is every call's, each given a copy of its own, as when the
+        batch failed on something they share). ``cost(payload)``: what a call weighs, a batch at most ``max_cost`` (a call heavier alone goes
         alone)."""
         self.run_batch, self.executor, self.slots = run_batch, executor, slots
         self.cost, self.max_cost = cost, max_cost
@@ -66,6 +66,7 @@ class Coalescer:
         self._queue: asyncio.Queue[_Call] | None = None
         self._admitted = 0
         self._task: asyncio.Task | None = None
+        self._dispatch_waits = False  # the dispatcher holds a batch and waits for a slot
         self._batch_seconds: float | None = None  # how long a batch runs, smoothed (a full queue's retry delay)
 
     def admitted(self) -> int:
@@ -106,7 +107,11 @@ class Coalescer:
         held: list[_Call] = []  # calls taken from the queue that belong to another key, or that a batch had no room for
         while True:
             first = held.pop(0) if held else await self._queue.get()
-            await self._free.acquire()  # released when the batch has run (_run)
+            self._dispatch_waits = True  # (a failed batch's reruns leave it the next free slot: _run_each_alone)
+            try:
+                await self._free.acquire()  # released when the batch has run (_run)
+            finally:
+                self._dispatch_waits = False
             batch, cost = [first], first.cost
             until = loop.time() + self.max_wait
             full = False
@@ -137,12 +142,16 @@ class Coalescer:
             loop.create_task(self._run(batch))
 
     async def _run(self, batch: list[_Call]) -> None:
+        slot = _Slot()
         try:
-            await self._run_calls(batch)
+            await self._run_calls(batch, slot)
         finally:
-            self._free.release()
+            if not slot.released:
+                self._free.release()
 
-    async def _run_calls(self, batch: list[_Call]) -> None:
+    async def _run_calls(self, batch: list[_Call], slot: "_Slot | None" = None) -> None:
+        """Run ``batch``'s live calls and answer them. ``slot``: the batch's own, which a failed batch's reruns give
+        back as soon as they have nothing left for it (None: a call run alone in a slot its caller releases)."""
         now = time.monotonic()
         live = []
         for c in batch:
@@ -168,34 +177,44 @@ class Coalescer:
                     if not c.future.done():  # (a caller may add to its error's message: RerankStream's item number)
                         c.future.set_exception(e if i == 0 else _copy(e))
                 return
-            await self._run_each_alone(live)
+            await self._run_each_alone(live, slot)
             return
         for c, r in zip(live, results):
             if not c.future.done():
                 c.future.set_result(r)
 
-    async def _run_each_alone(self, calls: list[_Call]) -> None:
-        """Attribute a batch's failure: each call run alone, in the batch's own slot and in others while they are
-        free (a remote embedder's threads wait on its endpoint: one after another, 64 calls to a slow one took 64 of
-        its answers' time). A slot other than the batch's is given back after each call and taken again only if no
-        batch is waiting for it (a waiter makes ``locked()`` true), so new batches still find the workers; a call
-        whose caller gave up or whose deadline passed before its turn is dropped there (_run_calls)."""
+    async def _run_each_alone(self, calls: list[_Call], slot: "_Slot | None") -> None:
+        """Attribute a batch's failure: each call run alone, in the batch's slot and, before each of those, in every
+        other slot free then that no batch waits for (a remote embedder's threads wait on its endpoint: one after
+        another, 64 calls to a slow one took 64 of its answers' time). A helper runs one call and gives its slot back,
+        and the batch's slot goes back as soon as nothing is left for it, so new batches still find the workers; a
+        call whose caller gave up or whose deadline passed before its turn is dropped there (_run_calls)."""
         pending = list(calls)
+        helpers: list[asyncio.Future] = []
 
-        async def drain(own_slot: bool) -> None:
+        async def one(call: _Call) -> None:
+            try:
+                await self._run_calls([call])
+            finally:
+                self._free.release()
+
+        try:
             while pending:
-                if not own_slot:
-                    if self._free.locked():
-                        return
-                    await self._free.acquire()  # (free and no waiter: taken at once)
-                try:
-                    if pending:
-                        await self._run_calls([pending.pop(0)])
-                finally:
-                    if not own_slot:
-                        self._free.release()
+                while len(pending) > 1 and not self._dispatch_waits and not self._free.locked():
+                    await self._free.acquire()  # (free and unwanted: taken at once)
+                    helpers.append(asyncio.ensure_future(one(pending.pop(0))))
+                await self._run_calls([pending.pop(0)])
+        finally:
+            if slot is not None and not slot.released:  # the batch's own
+                slot.released = True
+                self._free.release()
+        await asyncio.gather(*helpers)
 
-        await asyncio.gather(drain(True), *(drain(False) for _ in range(min(len(calls), self.slots) - 1)))
+
+@dataclass
+class _Slot:
+    """A batch's slot of the executor, and whether it was given back before the batch ended."""
+    released: bool = False
 
 
 def _copy(error: Exception) -> Exception:

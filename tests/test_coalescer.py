@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from nextpara.server.batching import Coalescer
@@ -119,8 +120,8 @@ def reruns_after_a_bad_call(slots: int, late: bool) -> tuple[list, list]:
                 while len(batches) < slots + 2:  # the batch failed, and its calls are being run alone
                     await asyncio.sleep(0.001)
                 calls.append(asyncio.ensure_future(co.submit("late", 9, None)))
-            results = await asyncio.gather(*first, *calls, return_exceptions=True)
-            await co.stop()
+            results = await asyncio.wait_for(asyncio.gather(*first, *calls, return_exceptions=True), 60)
+            await co.stop()  # (wait_for: a deadlock fails the test rather than hanging the run)
             return results[slots:]
 
     return asyncio.run(main()), batches
@@ -142,3 +143,60 @@ def test_a_failed_batch_s_calls_run_alone_in_the_free_slots_and_leave_one_to_a_c
     alone = [i for i, (key, p) in enumerate(batches) if key == "a" and len(p) == 1]
     assert len(alone) == 8
     assert batches.index(("late", [9])) < alone[-1], batches
+
+
+def timed_runs(slots: int, seconds: dict[int, float], plan) -> list[tuple[str, list[int], float, float]]:
+    """Run ``plan(submit)`` on a coalescer of ``slots`` workers whose run_batch sleeps ``seconds[payload]`` for a call
+    run alone (0.01 s otherwise) and fails any batch holding payload 0 or more than one call of key "f". Returns the
+    batches run: (key, payloads, start, end), times from the start."""
+    runs, t0 = [], time.monotonic()
+    lock = threading.Lock()
+
+    def run_batch(key, payloads):
+        start = time.monotonic() - t0
+        time.sleep(seconds.get(payloads[0], 0.01) if len(payloads) == 1 else 0.01)
+        with lock:
+            runs.append((key, list(payloads), start, time.monotonic() - t0))
+        if 0 in payloads or (key == "f" and len(payloads) > 1):
+            raise ValueError("the batch failed")
+        return list(payloads)
+
+    async def main():
+        with ThreadPoolExecutor(slots) as pool:
+            co = Coalescer(run_batch, pool, max_batch=16, max_wait=0.0, max_queue=100, slots=slots)
+            co.start()
+            await asyncio.wait_for(plan(lambda key, p: asyncio.ensure_future(co.submit(key, p, None))), 60)
+            await co.stop()
+
+    asyncio.run(main())
+    return runs
+
+
+def test_reruns_spread_to_slots_that_free_up_after_the_batch_failed():
+    """Every other worker busy when a batch of nine failed: its calls went one by one in its own slot to the end,
+    while the two others stood idle from 0.15 s on."""
+    async def plan(submit):
+        busy = [submit(f"busy{i}", 100 + i) for i in range(2)]
+        await asyncio.sleep(0.02)
+        failed = [submit("f", i) for i in range(1, 10)]
+        await asyncio.gather(*busy, *failed, return_exceptions=True)
+
+    runs = timed_runs(3, {100: 0.15, 101: 0.15, **{i: 0.1 for i in range(1, 10)}}, plan)
+    alone = [(start, end) for key, p, start, end in runs if key == "f" and len(p) == 1]
+    assert len(alone) == 9
+    assert any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(alone) for b in alone[i + 1:]), runs  # overlaps
+
+
+def test_a_failed_batch_gives_its_slot_back_when_it_has_nothing_left_for_it():
+    """The batch's slot stayed taken until its slowest rerun, in another slot, had ended: a call that arrived
+    meanwhile waited with a worker idle."""
+    async def plan(submit):
+        failed = [submit("f", i) for i in (1, 2, 3)]  # 2 is slow
+        await asyncio.sleep(0.2)
+        late = submit("late", 50)
+        await asyncio.gather(*failed, late, return_exceptions=True)
+
+    runs = timed_runs(2, {1: 0.05, 2: 0.8, 3: 0.05}, plan)
+    slow_end = next(end for key, p, _, end in runs if p == [2])
+    late_start = next(start for key, _, start, _ in runs if key == "late")
+    assert late_start < slow_end - 0.3, runs
