@@ -120,10 +120,11 @@ def read_context(items: list) -> list:
     context = []
     for item in items:
         if item == STDIN:
+            data = sys.stdin.buffer.read()
             try:
-                lines = sys.stdin.buffer.read().decode("utf-8-sig").splitlines()  # (a byte-order mark is no text)
+                lines = data.decode("utf-8-sig").splitlines()  # (a byte-order mark is no text)
             except UnicodeDecodeError as e:
-                raise InvalidInputError(f"<stdin>: not valid UTF-8 ({e.reason} at byte {e.start})") from e
+                raise InvalidInputError(f"<stdin>: {not_utf8_text(e, data)}") from e
             context += [line.strip() for line in lines if line.strip()]
         else:
             context.append(item)

@@ -44,6 +44,21 @@ def test_add_from_stdin_with_a_bad_line_names_it(server, client):
     assert client.info().index_version == before  # the good line was in the unsent message
 
 
+def test_add_of_a_utf16_file_says_which_encoding_it_is(server, tmp_path):
+    """`nextpara add` said only "not valid UTF-8 (invalid start byte at byte 0)" of a file `nextpara build` names."""
+    path = tmp_path / "notes.jsonl"
+    path.write_text(json.dumps({"doc_id": "u16", "paragraphs": ["Saved as Unicode."]}) + "\n", encoding="utf-16")
+    r = cli(server, "add", str(path))
+    assert r.returncode == 2 and f"{path}:1: not valid UTF-8" in r.stderr, r.stderr
+    assert "it is UTF-16 (its byte-order mark says so); convert it to UTF-8" in r.stderr
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "nextpara", "predict", "-", "--address", server.address],
+                       input="A paragraph saved as Unicode.\n".encode("utf-16"), capture_output=True, timeout=120)
+    assert r.returncode == 2 and b"<stdin>: not valid UTF-8" in r.stderr and b"it is UTF-16" in r.stderr, r.stderr
+
+
 def test_add_of_a_folder_says_how_a_folder_is_stored(server, tmp_path):
     """`nextpara add notes/` said only "cannot read notes/: Is a directory"."""
     r = cli(server, "add", str(tmp_path))
