@@ -259,30 +259,20 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
     (one to six ``#`` then a space or the line's end, indented at most three spaces) are
     dropped; a line that merely starts with ``#`` (``#123 was fixed``, a ``#tag``) is text; a heading underlined
     with ``=`` or ``-`` is dropped, and a thematic break (``***``, ``* * *``, ``___``) ends a paragraph and is dropped;
-    so is a front matter block (YAML's ``---`` or TOML's ``+++`` lines around it, from the first line).
-    Without it (plain text), headings underlined reST-style (``=``, ``-``, ``~``, ``*``, ``^``, ``#``, ``+``) are dropped.
-    A fence that no later line closes opens no code block (CommonMark would drop the rest of the file: a ``~~~~``
-    scene break in a text file did so without a word).
+    so is front matter (from the first line, YAML's between ``---`` and ``---`` or ``...``, TOML's between ``+++``
+    lines; the line after the opening one not blank, as Pandoc has it, so a leading rule is no front matter).
+    Without it (plain text), headings underlined reST-style (``=``, ``-``, ``~``, ``*``, ``^``, ``#``, ``+``) are
+    dropped, and only backtick fences open code blocks (a ``~~~~`` line is an underline, a transition or a scene
+    break there: as a fence, two of them dropped what was between them). A fence that no later line could close
+    opens no block (CommonMark would drop the rest of the file); alone on its line, it is dropped as a rule is.
     """
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if markdown and lines and lines[0].strip() in ("---", "+++"):
-        close = next((i for i in range(1, len(lines)) if lines[i].strip() == lines[0].strip()), None)
-        if close is not None:
-            lines = lines[close + 1:]
-    not_fences: set[int] = set()
-    while True:
-        paragraphs, unclosed = _paragraphs(lines, markdown, not_fences)
-        if unclosed is None:
-            return paragraphs
-        not_fences.add(unclosed)
-
-
-def _paragraphs(lines: list[str], markdown: bool, not_fences: set[int]) -> tuple[list[str], int | None]:
-    """split_paragraphs' pass over ``lines``, the lines in ``not_fences`` read as no fence: (its paragraphs, the line
-    of a fence still open at the end, or None)."""
+    if markdown:
+        lines = lines[_front_matter_lines(lines):]
     paragraphs: list[str] = []
     current: list[str] = []
-    fence, opened = "", 0  # the run of marks that opened the code block we are in, and its line
+    fence = ""  # the run of marks that opened the code block we are in
+    closable = _closing_runs(lines)
 
     def flush() -> None:
         if current:
@@ -292,16 +282,21 @@ def _paragraphs(lines: list[str], markdown: bool, not_fences: set[int]) -> tuple
             current.clear()
 
     for n, line in enumerate(lines):
-        mark = _FENCE.match(line) if n not in not_fences else None
+        mark = _FENCE.match(line)
         if fence:  # a "~~~" inside a "```" block (or a shorter run, or one followed by text) is a line of the code
             if mark and mark[1][0] == fence[0] and len(mark[1]) >= len(fence) and not line[mark.end():].strip():
                 fence = ""
             continue
-        if mark and not markdown and current and _HEADING_UNDERLINE.match(line):
-            mark = None  # in a text file, "~~~~" under a line underlines a reST title: it opens no code block
+        if mark and not markdown and mark[1][0] == "~":
+            mark = None  # (a reST underline, a transition or a scene break: read below)
+        if mark and closable[n][mark[1][0]] < len(mark[1]):  # no later line closes it: no code block
+            if not line[mark.end():].strip():
+                flush()
+                continue
+            mark = None
         if mark:
             flush()
-            fence, opened = mark[1], n
+            fence = mark[1]
             continue
         if not line.strip():
             flush()
@@ -317,4 +312,24 @@ def _paragraphs(lines: list[str], markdown: bool, not_fences: set[int]) -> tuple
             continue
         current.append(line.strip())
     flush()
-    return paragraphs, (opened if fence else None)
+    return paragraphs
+
+
+def _closing_runs(lines: list[str]) -> list[dict[str, int]]:
+    """For each line, the longest run of each fence mark alone on a later line: what could close a block it opens."""
+    best = {"`": 0, "~": 0}
+    out = []
+    for line in reversed(lines):
+        out.append(dict(best))
+        mark = _FENCE.match(line)
+        if mark and not line[mark.end():].strip():
+            best[mark[1][0]] = max(best[mark[1][0]], len(mark[1]))
+    return out[::-1]
+
+
+def _front_matter_lines(lines: list[str]) -> int:
+    """How many lines a front matter block takes at the start of ``lines`` (0 if none)."""
+    if len(lines) < 3 or lines[0].rstrip() not in ("---", "+++") or not lines[1].strip():
+        return 0
+    closers = ("---", "...") if lines[0].rstrip() == "---" else ("+++",)
+    return next((i + 1 for i in range(1, len(lines)) if lines[i].rstrip() in closers), 0)

@@ -165,11 +165,18 @@ def test_a_fence_no_line_closes_opens_no_block_and_front_matter_is_dropped():
     file was dropped without a word. And TOML front matter ("+++" lines, Hugo's) was stored as a paragraph."""
     story = "First part.\n\n~~~~~~~~\n\nSecond part.\n\nThird."
     assert split_paragraphs(story, markdown=False) == ["First part.", "Second part.", "Third."]
+    breaks = "A\n\n~~~~\n\nB\n\n~~~~\n\nC\n\n~~~~\n\nD"  # two of them read as a block dropped B
+    assert split_paragraphs(breaks, markdown=False) == ["A", "B", "C", "D"]
+    assert split_paragraphs(story) == ["First part.", "Second part.", "Third."]  # in Markdown, dropped as a rule
     assert split_paragraphs("Intro.\n\n```python\nnever closed\n\nLast.") == ["Intro.", "```python never closed",
                                                                                 "Last."]
-    for mark in ("+++", "---"):
-        front = f"{mark}\ntitle = \"Notes\"\ndate = 2024-01-01\n{mark}\n\nBody text.\n\nMore."
+    many = "\n".join(f"```a {i}" for i in range(3000))  # each pass re-read the file: 3,000 fences took seconds
+    assert split_paragraphs(many) == [" ".join(f"```a {i}" for i in range(3000))]
+    for mark, close in (("+++", "+++"), ("---", "---"), ("---", "...")):
+        front = f"{mark}\ntitle = \"Notes\"\ndate = 2024-01-01\n{close}\n\nBody text.\n\nMore."
         assert split_paragraphs(front) == ["Body text.", "More."]
+    rule = "---\n\nIntro paragraph.\n\nSection title\n---\n\nBody."  # a leading rule is no front matter
+    assert split_paragraphs(rule) == ["Intro paragraph.", "Body."]
 
 
 def test_hidden_files_and_folders_of_a_corpus_folder_are_skipped(tmp_path):
