@@ -207,12 +207,15 @@ class SentenceTransformerEmbedder:
                 from transformers import AutoTokenizer
 
                 self._length_tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-            ids = self._length_tokenizer(list(texts), add_special_tokens=True, truncation=False,
-                                         verbose=False)["input_ids"]
+            lengths: list[int] = []
+            for start in range(0, len(texts), 1024):  # (in chunks, keeping only the lengths: a corpus's encodings at
+                lengths += map(len, self._length_tokenizer(  # once took gigabytes)
+                    list(texts[start:start + 1024]), add_special_tokens=True, truncation=False, verbose=False,
+                    return_attention_mask=False, return_token_type_ids=False)["input_ids"])
         except Exception as e:  # noqa: BLE001 - a count it cannot make is no reason to fail a build
             log.debug("cannot tell which texts %s reads only in part: %s", self.name, e)
             return [], 0
-        return [i for i, n in enumerate(map(len, ids)) if n > limit], limit
+        return [i for i, n in enumerate(lengths) if n > limit], limit
 
 
 def quantize_linear_int8(model):
