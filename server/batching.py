@@ -185,24 +185,31 @@ class Coalescer:
 
     async def _run_each_alone(self, calls: list[_Call], slot: "_Slot | None") -> None:
         """Attribute a batch's failure: each call run alone, in the batch's slot and, before each of those, in every
-        other slot free then that no batch waits for (a remote embedder's threads wait on its endpoint: one after
-        another, 64 calls to a slow one took 64 of its answers' time). A helper runs one call and gives its slot back,
-        and the batch's slot goes back as soon as nothing is left for it, so new batches still find the workers; a
-        call whose caller gave up or whose deadline passed before its turn is dropped there (_run_calls)."""
+        other slot free then that no call waits for (a remote embedder's threads wait on its endpoint: one after
+        another, 64 calls to a slow one took 64 of its answers' time). A helper runs calls while no call waits for a
+        slot, then gives its slot back, and the batch's slot goes back as soon as nothing is left for it, so new calls
+        still find the workers; a call whose caller gave up or whose deadline passed before its turn is dropped there
+        (_run_calls)."""
         pending = list(calls)
         helpers: list[asyncio.Future] = []
 
-        async def one(call: _Call) -> None:
-            try:
+        def slot_free() -> bool:  # another slot, free, and no call waiting to be dispatched
+            return not self._dispatch_waits and self._queue.empty() and not self._free.locked()
+
+        async def helper(call: _Call) -> None:  # runs on while no batch wants its slot (released when it ends)
+            while True:
                 await self._run_calls([call])
-            finally:
-                self._free.release()
+                if not pending or not (self._queue.empty() and not self._dispatch_waits):
+                    return
+                call = pending.pop(0)
 
         try:
             while pending:
-                while len(pending) > 1 and not self._dispatch_waits and not self._free.locked():
+                while len(pending) > 1 and slot_free():
                     await self._free.acquire()  # (free and unwanted: taken at once)
-                    helpers.append(asyncio.ensure_future(one(pending.pop(0))))
+                    task = asyncio.ensure_future(helper(pending.pop(0)))
+                    task.add_done_callback(lambda _: self._free.release())  # (even if cancelled before it ran)
+                    helpers.append(task)
                 await self._run_calls([pending.pop(0)])
         finally:
             if slot is not None and not slot.released:  # the batch's own

@@ -94,13 +94,16 @@ def reruns_after_a_bad_call(slots: int, late: bool) -> tuple[list, list]:
     """A batch of calls 1-8, call 5 bad (the batch fails, so each call is run alone), on ``slots`` workers; with
     ``late``, a healthy call of its own key ("late") arrives while they run. Returns (the results, the batches run)."""
     batches: list[tuple[str, list[int]]] = []
-    hold = threading.Event()
+    hold, late_sent = threading.Event(), threading.Event()
+    if not late:
+        late_sent.set()
 
     def run_batch(key, payloads):
         batches.append((key, list(payloads)))
         if key.startswith("hold"):
             hold.wait(10)  # holds every worker until the batch of 1-8 has gathered behind it
-        elif len(payloads) == 1:
+        elif key == "a" and len(payloads) == 1:
+            late_sent.wait(10)  # (the first reruns wait until the late call is queued: no race with their speed)
             threading.Event().wait(0.05)
         if 5 in payloads:
             raise ValueError("call 5 is bad")
@@ -120,6 +123,8 @@ def reruns_after_a_bad_call(slots: int, late: bool) -> tuple[list, list]:
                 while len(batches) < slots + 2:  # the batch failed, and its calls are being run alone
                     await asyncio.sleep(0.001)
                 calls.append(asyncio.ensure_future(co.submit("late", 9, None)))
+                await asyncio.sleep(0)  # (queued)
+                late_sent.set()
             results = await asyncio.wait_for(asyncio.gather(*first, *calls, return_exceptions=True), 60)
             await co.stop()  # (wait_for: a deadlock fails the test rather than hanging the run)
             return results[slots:]
@@ -191,12 +196,23 @@ def test_a_failed_batch_gives_its_slot_back_when_it_has_nothing_left_for_it():
     """The batch's slot stayed taken until its slowest rerun, in another slot, had ended: a call that arrived
     meanwhile waited with a worker idle."""
     async def plan(submit):
-        failed = [submit("f", i) for i in (1, 2, 3)]  # 2 is slow
+        failed = [submit("f", i) for i in (1, 2, 3)]  # 1 is slow, in the other slot; 2 and 3 run in the batch's
         await asyncio.sleep(0.2)
         late = submit("late", 50)
         await asyncio.gather(*failed, late, return_exceptions=True)
 
-    runs = timed_runs(2, {1: 0.05, 2: 0.8, 3: 0.05}, plan)
-    slow_end = next(end for key, p, _, end in runs if p == [2])
+    runs = timed_runs(2, {1: 0.8, 2: 0.05, 3: 0.05}, plan)
+    slow_end = next(end for key, p, _, end in runs if p == [1])
     late_start = next(start for key, _, start, _ in runs if key == "late")
     assert late_start < slow_end - 0.3, runs
+
+
+def test_a_rerun_in_another_slot_runs_on_while_no_call_wants_its_slot():
+    """A slot taken for the reruns ran one call and was given back idle: the next call waited for the batch's own
+    slot, busy with a slow one."""
+    async def plan(submit):
+        await asyncio.gather(*(submit("f", i) for i in (1, 2, 3)), return_exceptions=True)  # 1 in the other slot
+
+    runs = timed_runs(2, {1: 0.05, 2: 0.8, 3: 0.05}, plan)
+    slow_end = next(end for key, p, _, end in runs if p == [2])
+    assert next(start for key, p, start, _ in runs if p == [3]) < slow_end - 0.3, runs
