@@ -327,9 +327,16 @@ def _closing_runs(lines: list[str]) -> list[dict[str, int]]:
     return out[::-1]
 
 
+_YAML_KEY = re.compile(r"^(#|[\w\"'-][^:]*:(\s|$))")  # a front matter block's first line: a key or a comment
+_TOML_KEY = re.compile(r"^\s*([\w.\"-]+\s*=|\[|#)")
+
+
 def _front_matter_lines(lines: list[str]) -> int:
-    """How many lines a front matter block takes at the start of ``lines`` (0 if none)."""
-    if len(lines) < 3 or lines[0].rstrip() not in ("---", "+++") or not lines[1].strip():
+    """How many lines a front matter block takes at the start of ``lines`` (0 if none): its first line a key (or a
+    comment), as Pandoc, which parses the block, would take it; a leading rule followed by text is no front matter."""
+    if len(lines) < 3 or lines[0].rstrip() not in ("---", "+++"):
+        return 0
+    if not (_YAML_KEY if lines[0].rstrip() == "---" else _TOML_KEY).match(lines[1]):
         return 0
     closers = ("---", "...") if lines[0].rstrip() == "---" else ("+++",)
     return next((i + 1 for i in range(1, len(lines)) if lines[i].rstrip() in closers), 0)

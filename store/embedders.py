@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -149,6 +150,7 @@ class SentenceTransformerEmbedder:
         self._dim: int | None = None
         self.load_seconds = 0.0  # what loading the model took (imports included): not the model's embedding rate
         self._length_tokenizer = None  # over_length's own (the model's is shared by threads that embed)
+        self._length_lock = threading.Lock()  # (a first call sets its truncation and padding: one thread at a time)
 
     @property
     def model(self):
@@ -203,15 +205,16 @@ class SentenceTransformerEmbedder:
             limit = json.loads((Path(self.model_path) / "sentence_bert_config.json").read_text())["max_seq_length"]
             if not isinstance(limit, int) or limit <= 0:
                 return [], 0
-            if self._length_tokenizer is None:
-                from transformers import AutoTokenizer
-
-                self._length_tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             lengths: list[int] = []
-            for start in range(0, len(texts), 1024):  # (in chunks, keeping only the lengths: a corpus's encodings at
-                lengths += map(len, self._length_tokenizer(  # once took gigabytes)
-                    list(texts[start:start + 1024]), add_special_tokens=True, truncation=False, verbose=False,
-                    return_attention_mask=False, return_token_type_ids=False)["input_ids"])
+            with self._length_lock:
+                if self._length_tokenizer is None:
+                    from transformers import AutoTokenizer
+
+                    self._length_tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+                for start in range(0, len(texts), 1024):  # (in chunks, keeping only the lengths: a corpus's encodings
+                    lengths += map(len, self._length_tokenizer(  # at once took gigabytes)
+                        list(texts[start:start + 1024]), add_special_tokens=True, truncation=False, verbose=False,
+                        return_attention_mask=False, return_token_type_ids=False)["input_ids"])
         except Exception as e:  # noqa: BLE001 - a count it cannot make is no reason to fail a build
             log.debug("cannot tell which texts %s reads only in part: %s", self.name, e)
             return [], 0

@@ -160,6 +160,13 @@ def test_threads_that_embed_at_once_all_get_their_vectors(minilm):
     assert all(np.allclose(got[t], v, atol=1e-5) for t, v in expected.items())
 
 
+def test_over_length_counts_across_its_chunks(minilm):
+    long = " ".join(f"word{i}" for i in range(300))
+    texts = ["Short."] * 1030
+    texts[3] = texts[1027] = long  # one in the first chunk of 1,024, one in the second: indices into the whole list
+    assert minilm.over_length(texts) == ([3, 1027], 256)
+
+
 def test_a_model_without_a_transformers_tokenizer_embeds_and_cannot_tell_what_it_cuts(tmp_path):
     """A sentence-transformers model of static word vectors has a tokenizers.Tokenizer, which cannot be called as
     the count called it: every embedding of such a model failed."""
