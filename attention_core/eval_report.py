@@ -42,8 +42,8 @@ def markdown_table(result: dict) -> str:
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(
             f"{v['recall@1']:.3f} ({v['mrr@10']:.3f})" for v in by_len.values()) + " |")
     reads = result.get("model_max_context")
-    longer = [L for L in lengths if int(L) > (reads or int(max(lengths, key=int)))]
-    if "full" in result["context_length"] and longer:  # a model trained with --max-context below the longest L
+    longer = [L for L in lengths if reads and int(L) > reads]  # (reads: set where a model ranks, "full")
+    if longer:  # a model trained with --max-context below the longest L
         lines += ["", f"The model reads at most {reads} context paragraphs (its --max-context): at L = "
                   f"{', '.join(longer)} the full pipeline is given more than it reads, and drops the oldest."]
     return "\n".join(lines + change_table(result["context_length"]))

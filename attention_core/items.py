@@ -304,6 +304,12 @@ class ItemResolver:
         every = np.concatenate([p.id_values for p in ok]) if ok else np.zeros(0, np.int64)  # one search for all
         rows = iter(np.split(np.minimum(np.searchsorted(known, every), max(len(known) - 1, 0)),
                              np.cumsum([len(p.id_values) for p in ok])[:-1]))
+        def excluded(part: _Parsed, part_texts) -> set[int]:
+            ids = set(part.id_values.tolist())
+            for t in part_texts:
+                ids.update(same_text.get(t, ()) if t is not None else ())
+            return ids | set(same_vector.get(id(part), ()))
+
         out: list[ResolvedItems | NextparaError] = []
         for p in parsed:
             if not isinstance(p, _Parsed):
@@ -342,15 +348,9 @@ class ItemResolver:
             elif p.vector_at:
                 vectors[p.vector_at] = p.vectors
             exclude: set[int] = set()
-            if exclusions:  # the ids given, and every stored copy of the texts
-                exclude.update(p.id_values.tolist())
-                for t in item_texts:
-                    exclude.update(same_text.get(t, ()) if t is not None else ())
-                exclude.update(same_vector.get(id(p), ()))
+            if exclusions:  # the ids given, and every stored copy of the texts and raw vectors
+                exclude = excluded(p, item_texts)
                 if o is not None:  # and those of the dropped oldest: never predicted either
-                    exclude.update(o.id_values.tolist())
-                    for t in [*o.texts.values(), *(stored.get(pid) for pid in o.id_values.tolist())]:
-                        exclude.update(same_text.get(t, ()) if t is not None else ())
-                    exclude.update(same_vector.get(id(o), ()))
+                    exclude |= excluded(o, [*o.texts.values(), *(stored.get(pid) for pid in o.id_values.tolist())])
             out.append(ResolvedItems(vectors, item_texts, exclude, p.dropped, item_ids))
         return out

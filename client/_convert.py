@@ -383,10 +383,12 @@ def chunk_documents(docs: Iterable[Document | Mapping], max_bytes: int) -> Itera
         message = document_message(doc, f"documents[{i}]")
         n = message.ByteSize() + 8
         if n > max_bytes:
-            raise InvalidInputError(f"document {i} ({message.doc_id!r:.200}) is {n} bytes encoded, over the {max_bytes}-byte "
-                                    "message limit: split it, or raise the limit on both server and client",
-                                    reason=Reason.MESSAGE_TOO_LARGE, field=f"documents[{i}]",
-                                    metadata={**too_large(n, max_bytes), "docId": message.doc_id[:200]})
+            error = InvalidInputError(f"document {i} ({message.doc_id!r:.200}) is {n} bytes encoded, over the "
+                                      f"{max_bytes}-byte message limit: split it, or raise the limit on both server "
+                                      "and client", reason=Reason.MESSAGE_TOO_LARGE, field=f"documents[{i}]",
+                                      metadata={**too_large(n, max_bytes), "docId": message.doc_id[:200]})
+            error.document_index = i  # (as a server's refusal of a document has it: DocumentStream.locate)
+            raise error
         if batch and size + n > max_bytes:
             yield pb.AddDocumentsRequest(documents=batch)
             batch, size = [], 0

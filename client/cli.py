@@ -192,8 +192,6 @@ LOST_CALL = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")  # status codes of
 
 
 def cmd_add(args) -> int:
-    import re
-
     from nextpara.errors import InvalidInputError, Reason
 
     from .cli_input import read_jsonl, source_name
@@ -205,14 +203,14 @@ def cmd_add(args) -> int:
         try:
             r = c.add_documents(documents)
         except InvalidInputError as e:  # a document over the message limit, refused unsent: its line, not its index
-            place = re.fullmatch(r"documents\[(\d+)\]", e.field or "")
-            if e.reason != Reason.MESSAGE_TOO_LARGE or place is None or int(place[1]) >= len(lines):
+            at = getattr(e, "document_index", None)
+            if e.reason != Reason.MESSAGE_TOO_LARGE or at is None or at >= len(lines):
                 raise
             m = e.metadata  # (the library's message advises raising a client limit this command has no flag for)
             message = (f"document {m['docId']!r} is {m['actualBytes']} bytes encoded, over the {m['limitBytes']}-byte "
                        "message limit: split it into smaller documents (this command's messages are held to the "
                        "smaller of 16 MiB and the server's --max-message-mb)")
-            print(f"nextpara add: error: {source_name(args.corpus)}:{lines[int(place[1])]}: {message}; "
+            print(f"nextpara add: error: {source_name(args.corpus)}:{lines[at]}: {message}; "
                   f"{getattr(e, 'documents_committed', 0)} document(s) before it were committed", file=sys.stderr)
             return 2
         except ServiceError as e:  # the service refused a document (a vector's dimension, say): where it is in the file

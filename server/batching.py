@@ -183,7 +183,7 @@ class Coalescer:
             if not c.future.done():
                 c.future.set_result(r)
 
-    async def _run_each_alone(self, calls: list[_Call], slot: "_Slot | None") -> None:
+    async def _run_each_alone(self, calls: list[_Call], slot: "_Slot") -> None:
         """Attribute a batch's failure: each call run alone, in the batch's slot and, before each of those, in every
         other slot free then that no call waits for (a remote embedder's threads wait on its endpoint: one after
         another, 64 calls to a slow one took 64 of its answers' time). A helper runs calls while no call waits for a
@@ -193,26 +193,26 @@ class Coalescer:
         pending = list(calls)
         helpers: list[asyncio.Future] = []
 
-        def slot_free() -> bool:  # another slot, free, and no call waiting to be dispatched
-            return not self._dispatch_waits and self._queue.empty() and not self._free.locked()
+        def no_call_waits() -> bool:  # for a slot: none queued, and the dispatcher not waiting with a batch
+            return not self._dispatch_waits and self._queue.empty()
 
-        async def helper(call: _Call) -> None:  # runs on while no batch wants its slot (released when it ends)
+        async def helper(call: _Call) -> None:  # runs on while no call wants its slot (released when it ends)
             while True:
                 await self._run_calls([call])
-                if not pending or not (self._queue.empty() and not self._dispatch_waits):
+                if not pending or not no_call_waits():
                     return
                 call = pending.pop(0)
 
         try:
             while pending:
-                while len(pending) > 1 and slot_free():
+                while len(pending) > 1 and no_call_waits() and not self._free.locked():
                     await self._free.acquire()  # (free and unwanted: taken at once)
                     task = asyncio.ensure_future(helper(pending.pop(0)))
                     task.add_done_callback(lambda _: self._free.release())  # (even if cancelled before it ran)
                     helpers.append(task)
                 await self._run_calls([pending.pop(0)])
         finally:
-            if slot is not None and not slot.released:  # the batch's own
+            if not slot.released:  # the batch's own
                 slot.released = True
                 self._free.release()
         await asyncio.gather(*helpers)

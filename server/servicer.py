@@ -85,15 +85,17 @@ class NextParagraphServicer(pb_grpc.NextParagraphServiceServicer):
 
     @rpc
     async def DeleteDocuments(self, request, context):
-        with unknown_at("doc_ids", list(request.doc_ids)):
-            deleted = await self.rt.delete_documents(list(request.doc_ids), request.allow_missing)
+        doc_ids = list(request.doc_ids)
+        with unknown_at("doc_ids", doc_ids):
+            deleted = await self.rt.delete_documents(doc_ids, request.allow_missing)
         return convert.delete_documents_response(deleted)
 
     @rpc
     async def GetParagraphs(self, request, context):
         await self._index_at_least(request, context)
-        with unknown_at("paragraph_ids", list(request.paragraph_ids)):
-            paragraphs, vectors = await self.rt.get_paragraphs(list(request.paragraph_ids), request.include_vectors)
+        ids = list(request.paragraph_ids)
+        with unknown_at("paragraph_ids", ids):
+            paragraphs, vectors = await self.rt.get_paragraphs(ids, request.include_vectors)
         return convert.paragraphs_response(paragraphs, vectors)
 
     @rpc

@@ -260,7 +260,7 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
     dropped; a line that merely starts with ``#`` (``#123 was fixed``, a ``#tag``) is text; a heading underlined
     with ``=`` or ``-`` is dropped, and a thematic break (``***``, ``* * *``, ``___``) ends a paragraph and is dropped;
     so is front matter (from the first line, YAML's between ``---`` and ``---`` or ``...``, TOML's between ``+++``
-    lines; the line after the opening one not blank, as Pandoc has it, so a leading rule is no front matter).
+    lines, its first line a key or a comment: a leading rule is no front matter).
     Without it (plain text), headings underlined reST-style (``=``, ``-``, ``~``, ``*``, ``^``, ``#``, ``+``) are
     dropped, and only backtick fences open code blocks (a ``~~~~`` line is an underline, a transition or a scene
     break there: as a fence, two of them dropped what was between them). A fence that no later line could close
@@ -272,7 +272,8 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
     paragraphs: list[str] = []
     current: list[str] = []
     fence = ""  # the run of marks that opened the code block we are in
-    closable = _closing_runs(lines)
+    marks = [_FENCE.match(line) for line in lines]
+    closable = _closing_runs(lines, marks)
 
     def flush() -> None:
         if current:
@@ -281,8 +282,7 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
                 paragraphs.append(joined)
             current.clear()
 
-    for n, line in enumerate(lines):
-        mark = _FENCE.match(line)
+    for n, (line, mark) in enumerate(zip(lines, marks)):
         if fence:  # a "~~~" inside a "```" block (or a shorter run, or one followed by text) is a line of the code
             if mark and mark[1][0] == fence[0] and len(mark[1]) >= len(fence) and not line[mark.end():].strip():
                 fence = ""
@@ -315,13 +315,13 @@ def split_paragraphs(text: str, markdown: bool = True) -> list[str]:
     return paragraphs
 
 
-def _closing_runs(lines: list[str]) -> list[dict[str, int]]:
-    """For each line, the longest run of each fence mark alone on a later line: what could close a block it opens."""
+def _closing_runs(lines: list[str], marks: list) -> list[dict[str, int]]:
+    """For each line, the longest run of each fence mark alone on a later line: what could close a block it opens
+    (``marks``: each line's _FENCE match)."""
     best = {"`": 0, "~": 0}
     out = []
-    for line in reversed(lines):
+    for line, mark in zip(reversed(lines), reversed(marks)):
         out.append(dict(best))
-        mark = _FENCE.match(line)
         if mark and not line[mark.end():].strip():
             best[mark[1][0]] = max(best[mark[1][0]], len(mark[1]))
     return out[::-1]

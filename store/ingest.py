@@ -134,12 +134,12 @@ def embed_in_chunks(embedder: Embedder, texts: Sequence[str], progress=None) -> 
     return np.concatenate(parts) if parts else None
 
 
-def _count_cut(report: BuildReport, model, todo: Sequence[Document], texts: list[str]) -> None:
-    """Count the paragraphs of ``texts`` (those of ``todo`` given as text) that ``model`` reads only the beginning
-    of, and name the first, whether the model or the cache embeds them; nothing for a model that cannot tell."""
+def _count_cut(report: BuildReport, model, todo: Sequence[Document], texts: list[str], distinct: list[str]) -> None:
+    """Count the paragraphs of ``texts`` (those of ``todo`` given as text; ``distinct``, each text once) that
+    ``model`` reads only the beginning of, and name the first, whether the model or the cache embeds them; nothing
+    for a model that cannot tell."""
     if not texts or not hasattr(model, "over_length"):
         return
-    distinct = list(dict.fromkeys(texts))
     over, report.model_reads_tokens = model.over_length(distinct)
     if not over:
         return
@@ -226,9 +226,10 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
         report.documents_unchanged = len(skip)
         todo = [d for d in docs if d.doc_id not in skip]
         texts = [text for d in todo if d.vectors is None for text in d.paragraphs]  # what the embedder is asked for
+        distinct = list(dict.fromkeys(texts))  # each embedded by the model or found in the cache, once
         model = getattr(emb, "inner", emb)  # (under the embedding cache)
         loaded = getattr(model, "load_seconds", 0.0)
-        _count_cut(report, model, todo, texts)
+        _count_cut(report, model, todo, texts, distinct)
         with progress_bar(total=sum(len(d.paragraphs) for d in todo), desc="embed+store", unit="para", quiet=quiet) as bar:
             for batch in _batches(todo, batch_paragraphs):
                 t0 = time.perf_counter()
@@ -259,8 +260,7 @@ def build(corpus: str, data_dir: str | os.PathLike | DataDir | None = None, *, e
     finally:
         store.close()
     if isinstance(emb, CachedEmbedder):
-        distinct = len(set(texts))  # each embedded by the model or found in the cache, once
-        report.cache_hits, report.paragraphs_repeated = distinct - emb.misses, len(texts) - distinct
+        report.cache_hits, report.paragraphs_repeated = len(distinct) - emb.misses, len(texts) - len(distinct)
         report.paragraphs_embedded, report.cached = emb.misses, True
         emb.close()
     elif not isinstance(emb, PrecomputedEmbedder):
