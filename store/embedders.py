@@ -198,7 +198,7 @@ class SentenceTransformerEmbedder:
         its max_seq_length, special tokens included, and embeds the beginning. ([], 0) where it cannot tell: a model
         directory without a transformers tokenizer or a limit in sentence_bert_config.json. Tokenised with a
         tokenizer of its own, loaded from the directory without the model (the model's is shared by the threads that
-        embed, and a call with other truncation settings changes it under them); about 0.1% of embedding's time."""
+        embed, and a call with other truncation settings changes it under them)."""
         import json
 
         try:
