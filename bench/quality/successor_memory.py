@@ -1,0 +1,169 @@
+"""Probe: does a memory of the training documents' transitions find and rank the next paragraph?
+
+    python -m bench.quality.successor_memory --data-dir DIR [--model PATH] [--queries 2000] [--k 16]
+        [--temperature 0.05] [--offset] [--max-key-cosine C] [--add 50] [--output NAME]
+
+The query head learns one smooth map from a context to where its next paragraph lies. A memory keeps the
+transitions themselves, as a k-nearest-neighbour language model keeps its training text: every (paragraph, next
+paragraph) pair of the training split's documents, keyed by the first one's vector. For a query, the k keys nearest
+its last context paragraph vote, by softmax(cosine / temperature), for their successors' vectors; their weighted sum
+(normalised) is a predicted next vector p, and a candidate's cosine to p is one more signal. Only content is read
+at query time (a vector's nearest keys), never a candidate's doc_id or position; the positions are read only to
+make the memory from training documents, as training reads them. On the validation split (L = 4, the context as
+stored vectors and texts; the test split is not touched, docs/evaluation.md), before any training:
+
+- stage 1: the target among p's nearest N, beside the last paragraph's nearest N (B1's list), and among the
+  served list with p's ``--add`` nearest added;
+- ranking: B1 (the last paragraph's 500 nearest) plus beta * cos(c, p), and the model's scores plus beta * cos(c, p)
+  on its own list and on the list with p's nearest added; each change from beta = 0 with a paired bootstrap interval.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from bench import record
+from bench.quality.ensemble import first_hit, load_member
+from bench.quality.hubness import B1_DEPTH, b1_lists
+from bench.quality.lists import candidate_rows, model_scores
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+B1_BETAS = (0.0, 0.25, 0.5, 1.0, 2.0)  # cosine units
+MODEL_BETAS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)  # the model's score units (logits)
+DEPTHS = (50, 100, 200, 500)
+
+
+def memory_predictions(seq, queries, k: int, temperature: float, offset: bool,
+                       max_key_cosine: float = 2.0) -> tuple[np.ndarray, float]:
+    """(p per query, mean cosine of the nearest key): the training documents' successors of the k keys nearest
+    each query's last context paragraph, weighted by softmax(cosine / temperature), normalised; with ``offset``,
+    the last paragraph plus the weighted steps (successor - key) instead. Keys at or above ``max_key_cosine`` to the
+    last paragraph are left out (how much of the memory's use is boilerplate found again)."""
+    import faiss
+
+    pairs = seq.queries("train", 1)
+    keys = np.ascontiguousarray(seq.vectors[[q.context[-1] for q in pairs]])
+    values = seq.vectors[[q.target for q in pairs]]
+    index = faiss.IndexFlatIP(keys.shape[1])
+    index.add(keys)
+    sims, rows = index.search(np.ascontiguousarray(seq.vectors[[q.context[-1] for q in queries]]), k + 64)
+    order = np.argsort(sims >= max_key_cosine, axis=1, kind="stable")[:, :k]  # the k best below the bound
+    sims, rows = np.take_along_axis(sims, order, 1), np.take_along_axis(rows, order, 1)
+    w = np.exp((sims - sims[:, :1]) / temperature)
+    w /= w.sum(axis=1, keepdims=True)
+    last = seq.vectors[[q.context[-1] for q in queries]]
+    p = np.einsum("qk,qkd->qd", w, values[rows] - keys[rows]) + last if offset else np.einsum("qk,qkd->qd", w, values[rows])
+    return p / np.linalg.norm(p, axis=1, keepdims=True), float(sims[:, 0].mean())
+
+
+def nearest_rows(seq, queries, vectors: np.ndarray, depth: int) -> list[np.ndarray]:
+    """Each vector's ``depth`` nearest stored rows, its query's context and the context's copies excluded."""
+    import faiss
+
+    index = faiss.IndexFlatIP(seq.vectors.shape[1])
+    index.add(seq.vectors)
+    _, rows = index.search(np.ascontiguousarray(vectors, dtype=np.float32), depth + 64)
+    return [r[~np.isin(r, seq.same_text_rows(q.context)) & (r >= 0)][:depth] for q, r in zip(queries, rows)]
+
+
+def main() -> int:
+    parser = record.store_parser(__doc__, __file__)
+    parser.add_argument("--model", default="general", help="a checkpoint's path, or general (default)")
+    parser.add_argument("--k", type=int, default=16, help="memory keys that vote (default 16)")
+    parser.add_argument("--temperature", type=float, default=0.05, help="softmax temperature of the votes (default "
+                                                                        "0.05, cosine units)")
+    parser.add_argument("--offset", action="store_true", help="predict the last paragraph plus its neighbours' steps "
+                                                                "(successor - key), not their successors")
+    parser.add_argument("--max-key-cosine", type=float, default=2.0, help="leave out keys at least this near the last "
+                                                                          "paragraph (default: none left out)")
+    parser.add_argument("--add", type=int, default=50, help="p's nearest added to the served list (default 50)")
+    parser.add_argument("--output", default=None, help="results name under bench/results/ (default "
+                                                       "successor_memory_<store>)")
+    args = parser.parse_args()
+    from pathlib import Path
+
+    from nextpara.attention_core.metrics import paired_gain, summarize
+    from nextpara.attention_core.pipeline import RerankPipeline
+    from nextpara.attention_core.sequences import ParagraphSequences
+    from nextpara.store.store import open_store
+
+    store = open_store(args.data_dir, readonly=True)
+    seq = ParagraphSequences(store)
+    texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
+    _, model, meta = load_member(f"model={args.model}", store)
+    model.cfg.memory_boost = 0.0  # the model's scores without the memory it may serve with: the probe adds its own
+    pipeline = RerankPipeline(model, store, 100)
+    qs = seq.queries("validation", 4, limit=args.queries, seed=1)
+    targets = [seq.text_class[q.target] for q in qs]
+    t0 = time.perf_counter()
+    p, key_cosine = memory_predictions(seq, qs, args.k, args.temperature, args.offset,
+                                       args.max_key_cosine)
+    memory_ms = (time.perf_counter() - t0) * 1000 / len(qs)
+    n_pairs = len(seq.queries("train", 1))
+
+    def has(lists) -> float:
+        return float(np.mean([np.isin(t, seq.text_class[l]) for l, t in zip(lists, targets)]))
+
+    mem_lists = nearest_rows(seq, qs, p, max(DEPTHS))
+    b1_rows, b1_sims = b1_lists(seq, qs, B1_DEPTH)
+    stage1 = {f"{n}": {"last paragraph (B1)": has([r[:n] for r in b1_rows]), "memory p": has([r[:n] for r in mem_lists])}
+              for n in DEPTHS}
+    served = candidate_rows(pipeline, seq, texts, qs)
+    widened = [np.concatenate([s, m[~np.isin(m, s)][:args.add]]) for s, m in zip(served, mem_lists)]
+    stage1["served"] = {"size": float(np.mean([len(s) for s in served])), "recall": has(served),
+                        "size widened": float(np.mean([len(w) for w in widened])), "recall widened": has(widened)}
+    served_scores = model_scores(pipeline, seq, texts, qs, served)
+    widened_scores = model_scores(pipeline, seq, texts, qs, widened)
+
+    def ranks(lists, scores, beta) -> np.ndarray:
+        return np.asarray([first_hit(l, s + beta * (seq.vectors[l] @ pq), seq.text_class, t)
+                           for l, s, t, pq in zip(lists, scores, targets, p)])
+
+    rows = {}
+    for method, lists, scores, betas in (("B1", b1_rows, b1_sims, B1_BETAS),
+                                         ("model", served, served_scores, MODEL_BETAS),
+                                         ("model, widened list", widened, widened_scores, MODEL_BETAS)):
+        reference = ranks(served, served_scores, 0.0) if method.startswith("model") else ranks(lists, scores, 0.0)
+        for beta in betas:
+            r = ranks(lists, scores, beta)
+            rows[f"{method} beta {beta:g}"] = {**summarize(r), "gain": paired_gain(reference, r)}
+    stamp = record.stamp(__file__)
+    lines = [f"# Successor memory: the training documents' transitions as a predicted next vector ({stamp['date']})",
+             "", f"Command: `{stamp['command']}`", "",
+             f"Store {args.data_dir} ({len(seq):,} paragraphs; {n_pairs:,} training transitions in the memory, "
+             f"{memory_ms:.2f} ms per query to predict; the nearest key's mean cosine {key_cosine:.3f}); "
+             f"{len(qs):,} validation queries, L = 4; k = {args.k}, temperature {args.temperature:g}"
+             f"{', p the last paragraph plus the steps' if args.offset else ''}"
+             f"{f', keys below cosine {args.max_key_cosine:g} only' if args.max_key_cosine <= 1 else ''}; model "
+             f"{meta['model_version']}.", "", "Stage 1, the target among the nearest N:", "",
+             "| N | the last paragraph's (B1) | p's |", "| --- | --- | --- |"]
+    lines += [f"| {n} | {stage1[f'{n}']['last paragraph (B1)']:.3f} | {stage1[f'{n}']['memory p']:.3f} |"
+              for n in DEPTHS]
+    s = stage1["served"]
+    lines += ["", f"The served list: {s['recall']:.3f} at {s['size']:.0f} candidates; with p's {args.add} nearest "
+                  f"added: {s['recall widened']:.3f} at {s['size widened']:.0f}.", "",
+              "Ranking, score + beta * cos(c, p) (every change paired with beta 0 on the same list; the widened "
+              "list's against the served list's model ranking):", "",
+              "| ranking | R@1 | MRR@10 | R@1 change, paired | MRR@10 change, paired |",
+              "| --- | --- | --- | --- | --- |"]
+    for label, m in rows.items():
+        g = m["gain"]
+        lines.append(f"| {label} | {m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] | "
+                     f"{m['mrr@10']:.4f} | {g['recall@1']:+.3f} [{g['recall@1_ci'][0]:+.3f}, {g['recall@1_ci'][1]:+.3f}]"
+                     f" | {g['mrr@10']:+.4f} [{g['mrr@10_ci'][0]:+.4f}, {g['mrr@10_ci'][1]:+.4f}] |")
+    name = args.output or f"successor_memory_{Path(args.data_dir).name}"
+    record.save(name, {**stamp, "queries": len(qs), "k": args.k, "temperature": args.temperature, "add": args.add,
+                       "offset": args.offset, "max_key_cosine": args.max_key_cosine,
+                       "model": meta["model_version"], "training_transitions": n_pairs, "memory_ms": memory_ms,
+                       "key_cosine": key_cosine, "stage1": stage1, "rankings": rows},
+                "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
