@@ -42,6 +42,8 @@ class RerankerConfig:
     list_norm: bool = False  # every similarity and word feature also as its z-score within the candidate list, so the
     #                          scorer reads where a candidate stands among the others, whatever a genre's cosine scale
     #                          (random pairs of novels' paragraphs at 0.25, PEPs' at 0.13: bench/results/cosine_scales.md)
+    memory_boost: float = 0.0  # weight of a candidate's cosine to the transition memory's predicted next vector, added
+    #                            to its score (transitions.py); fitted on the validation split after training; 0: none
 
     @property
     def uses_word_index(self) -> bool:
@@ -59,6 +61,8 @@ class RerankerConfig:
             raise ValueError("pool_neighbours are read from the pool's cosines: they need pool_density")
         if self.seam_feature and not self.lexical:
             raise ValueError("the seam feature is a word feature: it needs lexical")
+        if not 0 <= self.memory_boost < float("inf"):
+            raise ValueError(f"memory_boost ({self.memory_boost}) must be a finite number, 0 or more")
         if min(self.word_candidates, self.seam_candidates) < 0:
             raise ValueError(f"word_candidates ({self.word_candidates}) and seam_candidates ({self.seam_candidates}) "
                              "must be 0 or more")
@@ -89,7 +93,7 @@ class RerankerConfig:
 # read the rest). Not RerankerConfig's defaults, so a default can change without changing how an older checkpoint reads.
 LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True,
                 "pool_neighbours": False, "bilinear_last": False, "seam_feature": False, "seam_candidates": 0,
-                "list_norm": False}
+                "list_norm": False, "memory_boost": 0.0}
 
 
 def saved_config(config: dict) -> dict:

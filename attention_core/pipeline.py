@@ -20,7 +20,7 @@ from nextpara.store.store import ParagraphStore
 from nextpara.store.tables import Paragraph
 from scipy import sparse
 
-from . import lexical
+from . import lexical, transitions
 from .candidates import generate_candidates
 from .model import NextParagraphModel
 
@@ -96,6 +96,19 @@ class RerankPipeline:
         self.store = store
         self.n_candidates = n_candidates
         self.lexicon = lexical.Lexicon(model.lexicon_idf.numpy()) if model.cfg.lexical else None
+        self.memory = transitions.for_store(store) if model.cfg.memory_boost else None
+
+    def memory_terms(self, last: np.ndarray, candidates: list[np.ndarray]) -> list[np.ndarray] | None:
+        """Per query, what the transition memory adds to each candidate's score: ``memory_boost`` times its cosine to
+        the memory's predicted next vector for the query's last context paragraph (``last``, (B, D)); None for a
+        model without it, or an empty memory (transitions.py)."""
+        if self.memory is None or not len(candidates):
+            return None
+        p = self.memory.get().predict(last)
+        if p is None:
+            return None
+        boost = self.model.cfg.memory_boost
+        return [boost * (c @ q) for c, q in zip(candidates, p)]
 
     @property
     def max_context(self) -> int:
@@ -258,8 +271,10 @@ class RerankPipeline:
             c, cm = pad_candidates(candidates[s:s + SCORE_BATCH])
             lex = pad_candidates(lexical_features[s:s + SCORE_BATCH])[0] if lexical_features is not None else None
             out = self.model(x, m, c, cm, need_weights=need_weights, lexical_features=lex)
+            memory = self.memory_terms(np.stack([ctx[-1] for ctx in contexts[s:s + SCORE_BATCH]]),
+                                       candidates[s:s + SCORE_BATCH])
             for i, cand in enumerate(candidates[s:s + SCORE_BATCH]):
-                scores.append(out["scores"][i, :len(cand)].numpy())
+                scores.append(out["scores"][i, :len(cand)].numpy() + (memory[i] if memory is not None else 0.0))
                 if need_weights and out["attention"] is not None:
                     attention.append(out["attention"][i, :, :len(cand)].numpy())
             queries.append(out["query"].numpy())
@@ -332,10 +347,11 @@ class RerankPipeline:
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,
                                       pad_candidates(lex)[0] if lex is not None else None)
+            memory = self.memory_terms(np.stack([c[-1] for c in chunk]), cand_vecs)
             lap("model")
             ranked = []
             for i, (row_ids, vecs) in enumerate(zip(ids, cand_vecs)):
-                sc = result["scores"][i, :len(row_ids)].numpy()
+                sc = result["scores"][i, :len(row_ids)].numpy() + (memory[i] if memory is not None else 0.0)
                 order = np.argsort(-sc, kind="stable")
                 ranked.append(Scored(ids=row_ids[order], scores=sc[order], retrieval_scores=(vecs @ q[i])[order]))
             self._answer_rows(ranked, keep, read)

@@ -19,14 +19,16 @@ Early stopping on validation MRR@10 of the whole pipeline. Deterministic under a
 With word-overlap features (lexical.py, on by default) the IDF vector is fitted on the training
 split's texts first (never on the documents validation or test queries come from); phase 2 hides the texts of ``text_dropout`` of its queries (raw-vector callers have
 none); after early stopping, one weight of the words' cosine to the last paragraph is fitted on
-the validation lists (tune_lexical_boost).
+the validation lists (tune_lexical_boost). Then, for any model, the weight of the transition memory
+(transitions.py: where the training documents' paragraphs like the last one led) on the same lists
+(tune_memory_boost).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ from nextpara.errors import FailedPreconditionError
 from nextpara.progress import progress_bar
 from nextpara.store.store import ParagraphStore
 
-from . import lexical
+from . import lexical, transitions
 from .candidates import word_sources
 from .metrics import hit_rank, per_query, summarize
 from .model import NextParagraphModel
@@ -45,6 +47,7 @@ from .train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 LEXICAL_BOOSTS = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)  # grid of tune_lexical_boost
+MEMORY_BOOSTS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)  # grid of tune_memory_boost
 STORE_FITTED = ("lexicon_idf", "lexical_boost")  # fitted to the store trained on, never taken from a starting model
 
 
@@ -92,7 +95,7 @@ class Trainer:
         if model_cfg.uses_word_index and not store.words.available:
             raise FailedPreconditionError(f"{store.data_dir} has no word index for --word-candidates or --seam: open it "
                                           "once for writing first (nextpara build with the same corpus adds it)")
-        self.model = NextParagraphModel(model_cfg)
+        self.model = NextParagraphModel(replace(model_cfg, memory_boost=0.0))  # fitted after training
         self.started_from_weights = init_state is not None
         if init_state is not None:
             start = {k: v for k, v in init_state.items() if k not in STORE_FITTED}
@@ -238,6 +241,31 @@ class Trainer:
         self.model.lexical_boost.fill_(float(self.model.lexical_boost) + best)
         return best
 
+    def tune_memory_boost(self, lists: list[np.ndarray]) -> float:
+        """Fit the weight of a candidate's cosine to the transition memory's predicted next vector (transitions.py),
+        added to the trained scores, on the validation lists as tune_lexical_boost fits its own (a grid, ties to
+        the smaller; 0 keeps the memory out). The memory holds the training documents' transitions only."""
+        lex = self._lexical([q.context for q in self.val_q], lists, train=False)
+        pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
+        contexts, candidates = [self.seq.vectors[q.context] for q in self.val_q], [self.seq.vectors[l] for l in lists]
+        scores, _, _ = pipeline.score(contexts, candidates, lexical_features=lex)
+        p = transitions.for_store(self.store).get().predict(np.stack([c[-1] for c in contexts]))
+        if p is None:
+            log.info("memory boost: no training transitions to remember")
+            return 0.0
+        cosines = [c @ q for c, q in zip(candidates, p)]
+
+        def mrr(boost: float) -> float:
+            ranks = [hit_rank(self.seq.text_class[l[np.argsort(-(sc + boost * m), kind="stable")][:10]],
+                              self.seq.text_class[q.target]) for l, sc, m, q in zip(lists, scores, cosines, self.val_q)]
+            return float(per_query(np.array(ranks))["mrr@10"].mean())
+
+        found = {b: mrr(b) for b in MEMORY_BOOSTS}
+        best = max(MEMORY_BOOSTS, key=lambda b: (found[b], -b))
+        log.info("memory boost: validation MRR@10 %s -> %g", {b: round(m, 4) for b, m in found.items()}, best)
+        self.model.cfg.memory_boost = best
+        return best
+
     # ---- phases ----------------------------------------------------------------------
     def _epoch(self, desc: str, batches, step) -> float:
         self.model.train()
@@ -379,12 +407,14 @@ class Trainer:
                     break
         if best_state is not None:
             self.model.load_state_dict(best_state)
-        boost = None
-        if self.words is not None and best_state is not None:
-            lists = self.mine(self.val_q)  # the boost does not change the query head: one mining for both
-            boost = self.tune_lexical_boost(lists)
+        boost = memory_boost = None
+        if best_state is not None:
+            lists = self.mine(self.val_q)  # the boosts do not change the query head: one mining for all
+            boost = self.tune_lexical_boost(lists) if self.words is not None else None
+            memory_boost = self.tune_memory_boost(lists)
             best = self.validate(lists)
-            log.info("with the boost: validation MRR@10 %.4f R@1 %.4f", best["mrr@10"], best["recall@1"])
-        return {"validation": best, "history": history, "head_trial": head, "lexical_boost": boost, "train_queries": len(self.train_q),
+            log.info("with the boosts: validation MRR@10 %.4f R@1 %.4f", best["mrr@10"], best["recall@1"])
+        return {"validation": best, "history": history, "head_trial": head, "lexical_boost": boost,
+                "memory_boost": memory_boost, "train_queries": len(self.train_q),
                 "val_queries": len(self.val_q), "seconds": round(time.perf_counter() - started, 1),
                 "train_config": asdict(self.cfg)}

@@ -1,0 +1,156 @@
+"""The transition memory (attention_core/transitions.py): the training documents' transitions, and the next vector
+they predict for a last context paragraph.
+
+The store here is of brought vectors whose documents walk a chain of topics (each paragraph near its topic's centre,
+the next paragraph one topic on): the next paragraph is never near the last one, so cosine to the last paragraph
+cannot find it, and only the order of the training documents says where a topic leads."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from conftest import unit_vectors, vector_store
+from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
+from nextpara.attention_core.general import cosine_model, served_model
+from nextpara.attention_core.pipeline import RerankPipeline
+from nextpara.attention_core.sequences import ParagraphSequences, split_of
+from nextpara.attention_core.served import read_checkpoint_meta
+from nextpara.attention_core.train_config import TrainConfig
+from nextpara.attention_core.train_flow import train
+from nextpara.attention_core.training import MEMORY_BOOSTS
+from nextpara.attention_core.transitions import EXACT_UP_TO, TransitionMemory, for_store
+from nextpara.store.corpus import Document
+from nextpara.store.store import open_store
+
+TOPICS, DIM = 12, 64
+
+
+def chain_docs(n_docs: int, length: int = 6, seed: int = 0, first: int = 0):
+    """(doc_id, paragraphs, vectors) of documents walking the topic chain from a random topic, and the centres."""
+    rng = np.random.default_rng(seed)
+    centres = unit_vectors(TOPICS, DIM, seed=99)
+    docs = []
+    for d in range(first, first + n_docs):
+        start = int(rng.integers(TOPICS))
+        topics = [(start + i) % TOPICS for i in range(length)]
+        v = centres[topics] + 0.35 * rng.standard_normal((length, DIM)).astype(np.float32) / np.sqrt(DIM)
+        docs.append((f"doc-{d}", [f"Document {d}, paragraph {i}, topic {t}." for i, t in enumerate(topics)],
+                     v / np.linalg.norm(v, axis=1, keepdims=True)))
+    return docs, centres
+
+
+@pytest.fixture(scope="module")
+def chain_store(tmp_path_factory):
+    docs, _ = chain_docs(120)
+    return vector_store(tmp_path_factory.mktemp("chain"), "chain", docs)
+
+
+def test_the_memory_holds_the_training_documents_transitions_only(chain_store):
+    store = open_store(chain_store, readonly=True)
+    seq = ParagraphSequences(store)
+    training = [d for d in seq.doc_rows if split_of(d) == "train"]
+    assert 0 < len(training) < len(seq.doc_rows)
+    memory = TransitionMemory.from_store(store)
+    assert len(memory) == sum(len(seq.doc_rows[d]) - 1 for d in training)
+    # a validation document's transition is not remembered: its own last paragraph is no key of the memory
+    val = next(rows for d, rows in seq.doc_rows.items() if split_of(d) == "validation")
+    sims, _ = memory.index.search(np.ascontiguousarray(seq.vectors[val[:1]]), 1)
+    assert sims[0, 0] < 0.999
+
+
+def test_the_memory_predicts_where_a_topic_leads_which_cosine_to_the_last_paragraph_cannot(chain_store):
+    store = open_store(chain_store, readonly=True)
+    seq = ParagraphSequences(store)
+    queries = seq.queries("validation", 4) + seq.queries("test", 4)
+    last = seq.vectors[[q.context[-1] for q in queries]]
+    p = TransitionMemory.from_store(store).predict(last)
+    targets = seq.vectors[[q.target for q in queries]]
+    ahead = np.mean(np.sum(p * targets, axis=1) > np.sum(last * targets, axis=1))
+    assert ahead > 0.9, f"the prediction nearer the target than the last paragraph for {ahead:.2f} of queries"
+    assert np.allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_model_with_the_memory_ranks_the_next_topic_first_where_cosine_does_not(chain_store):
+    """Through the serving path (retrieve: stage 1 and the scores) and the rerank path (score: a given list): the
+    cosine model, which ranks as B1 does, with and without the memory. The memory adds no candidates, so stage 1 is
+    searched as deep as the store here, to hold the next topic's paragraphs."""
+    store = open_store(chain_store, readonly=True)
+    seq = ParagraphSequences(store)
+    centres = unit_vectors(TOPICS, DIM, seed=99)
+
+    def topic(v: np.ndarray) -> int:
+        return int(np.argmax(centres @ v))
+
+    queries = seq.queries("validation", 4) + seq.queries("test", 4)
+    contexts = [seq.vectors[q.context] for q in queries]
+    exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in queries]
+    given = seq.vectors[seq.split_rows("train")[:200]]
+    wanted = [topic(seq.vectors[q.target]) for q in queries]
+
+    def top_is_next_topic(boost: float) -> tuple[float, float]:
+        model = cosine_model(DIM)
+        model.cfg.memory_boost = boost
+        pipeline = RerankPipeline(model, store, n_candidates=len(seq))
+        served = pipeline.retrieve(contexts, exclude, [[None] * len(c) for c in contexts])
+        by_retrieve = np.mean([topic(store.vectors([int(s.ids[0])])[0]) == w for s, w in zip(served, wanted)])
+        scores, _, _ = pipeline.score(contexts, [given] * len(queries))
+        by_score = np.mean([topic(given[np.argmax(s)]) == w for s, w in zip(scores, wanted)])
+        return float(by_retrieve), float(by_score)
+
+    without, with_memory = top_is_next_topic(0.0), top_is_next_topic(50.0)
+    assert max(without) < 0.2, f"cosine alone: the next topic first for {without} of queries"
+    assert min(with_memory) > 0.9, f"with the memory: the next topic first for {with_memory} of queries"
+
+
+def test_every_pipeline_of_a_store_shares_its_memory_and_a_write_remakes_it_in_the_background(tmp_path):
+    docs, _ = chain_docs(40)
+    store = open_store(vector_store(tmp_path, "chain", docs))
+    memory = for_store(store)
+    assert for_store(store) is memory
+    before = memory.get()
+    assert memory.get() is before  # nothing written: the same memory
+    more, _ = chain_docs(30, seed=1, first=40)
+    added = [d for d in more if split_of(d[0]) == "train"]
+    store.add_documents([Document(doc_id=d, paragraphs=p) for d, p, _ in added], [v for _, _, v in added])
+    assert memory.get() is before  # the one made before serves while the new one is made
+    deadline = time.monotonic() + 30
+    while memory.get() is before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(memory.get()) == len(before) + sum(len(p) - 1 for _, p, _ in added)
+    store.close()
+
+
+def test_training_fits_the_memorys_weight_and_the_served_checkpoint_keeps_it(tmp_path):
+    """Where only the training documents' order tells the next paragraph, training fits a weight above 0 on the
+    validation lists, and the checkpoint that serves carries it (a model saved without it reads as 0: none)."""
+    docs, _ = chain_docs(120)
+    data_dir = vector_store(tmp_path, "chain", docs)
+    cfg = TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50, n_candidates=100)
+    outcome = train(data_dir, cfg=cfg, quiet=True, force=True)
+    assert outcome.served and outcome.meta["model_config"]["memory_boost"] in MEMORY_BOOSTS[1:]
+    with open_store(data_dir, readonly=True) as store:
+        model, _ = served_model(store)
+        assert model.cfg.memory_boost == outcome.meta["model_config"]["memory_boost"]
+        assert RerankPipeline(model, store).memory is for_store(store)
+    model.cfg.memory_boost = 0.0
+    save_checkpoint(tmp_path / "none.safetensors", model, {})
+    assert "memory_boost" not in read_checkpoint_meta(tmp_path / "none.safetensors")["model_config"]
+    assert load_checkpoint(tmp_path / "none.safetensors")[0].cfg.memory_boost == 0.0
+
+
+def test_a_large_memory_is_searched_by_a_graph_that_is_the_same_every_time_it_is_built():
+    """Above EXACT_UP_TO keys the memory is an HNSW graph: two built from the same transitions predict the same
+    vectors (a batch job resumed in another process ranks as the first run did); up to it, the search is exact."""
+    import faiss
+
+    keys = unit_vectors(EXACT_UP_TO + 1000, DIM, seed=3, clusters=40)
+    steps = unit_vectors(len(keys), DIM, seed=4) * 0.5
+    last = unit_vectors(300, DIM, seed=5, clusters=40)
+    first, second = TransitionMemory(keys, steps), TransitionMemory(keys, steps)
+    assert first.index.ntotal == len(keys) and isinstance(first.index, faiss.IndexHNSWFlat)
+    assert np.array_equal(first.predict(last), second.predict(last))
+    exact = TransitionMemory(keys[:EXACT_UP_TO], steps[:EXACT_UP_TO])
+    assert isinstance(exact.index, faiss.IndexFlatIP)
+    assert len(TransitionMemory(keys[:0], steps[:0])) == 0 and TransitionMemory(keys[:0], steps[:0]).predict(last) is None
