@@ -74,7 +74,8 @@ def starting_point(store, model_cfg: RerankerConfig, from_scratch: bool, start_m
             raise
         return None, f"from scratch: {e}"
     mismatch = fits(meta, store)
-    differ = {k: v for k, v in asdict(model_cfg).items() if getattr(general.cfg, k) != v and k != "dropout"}
+    differ = {k: v for k, v in asdict(model_cfg).items()
+              if getattr(general.cfg, k) != v and k not in ("dropout", "memory_boost")}  # (fitted after training)
     if start_model is not None and (mismatch or differ):
         raise FailedPreconditionError(
             f"cannot start from {start_model}: "

@@ -245,11 +245,13 @@ class Trainer:
         """Fit the weight of a candidate's cosine to the transition memory's predicted next vector (transitions.py),
         added to the trained scores, on the validation lists as tune_lexical_boost fits its own (a grid, ties to
         the smaller; 0 keeps the memory out). The memory holds the training documents' transitions only."""
+        self.model.cfg.memory_boost = 0.0  # the scores without it
         lex = self._lexical([q.context for q in self.val_q], lists, train=False)
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         contexts, candidates = [self.seq.vectors[q.context] for q in self.val_q], [self.seq.vectors[l] for l in lists]
         scores, _, _ = pipeline.score(contexts, candidates, lexical_features=lex)
-        p = transitions.for_store(self.store).get().predict(np.stack([c[-1] for c in contexts]))
+        memory = transitions.TransitionMemory.of_documents(self.seq.doc_ids, self.seq.vectors)  # (the rows trained on)
+        p = memory.predict(np.stack([c[-1] for c in contexts]))
         if p is None:
             log.info("memory boost: no training transitions to remember")
             return 0.0

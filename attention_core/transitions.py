@@ -7,8 +7,9 @@ to its successor (the successor's vector minus the key's). For a query, the K ke
 vote by softmax(cosine / TEMPERATURE), and the predicted next vector is the last paragraph plus their weighted steps,
 normalised. A candidate's cosine to it, times the model's ``memory_boost`` (fitted on the validation split after
 training, training.py; a constant for the general model, general.py), is added to the model's score (pipeline.py).
-A memory of more than EXACT_UP_TO keys is searched by an HNSW graph (recall@16 0.96 against the exact search on
-PEPs' 33,834 keys; a query 0.13 ms, where the exact search took 4.8 ms), a smaller one exactly.
+A memory of more than EXACT_UP_TO keys is searched by an HNSW graph (an exact search reads every key for each
+query), a smaller one exactly. It holds each key (in its index) and each step as float32: about 2 x 4 x D bytes per
+training transition, 104 MB for PEPs' 33,834 at D = 384 (and the graph's links), twice that while it is remade.
 
 Measured before it was built in (bench/quality/successor_memory.py, bench/quality/README.md: "A memory of
 transitions"): on the validation splits of PEPs, the novels and the built-in docs it raised plain cosine to the last
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
+from typing import Sequence
 
 import numpy as np
 from nextpara.store.store import ParagraphStore
@@ -64,20 +67,28 @@ class TransitionMemory:
         return self.index.ntotal
 
     @classmethod
-    def from_store(cls, store: ParagraphStore) -> "TransitionMemory":
-        """The transitions of ``store``'s training-split documents (each paragraph and the next in its document)."""
-        ids, doc_ids, _, _ = store.paragraph_table()  # ordered by (doc_id, position)
+    def of_documents(cls, doc_ids: Sequence[str], vectors: np.ndarray) -> "TransitionMemory":
+        """The transitions of the training-split documents among rows ordered by (doc_id, position): each row and the
+        next one of its document."""
         doc = np.asarray(doc_ids, dtype=object)
-        follows = np.flatnonzero(doc[1:] == doc[:-1]) if len(ids) > 1 else np.zeros(0, np.int64)
-        train = {d for d in set(doc_ids) if split_of(d) == "train"}
-        pairs = follows[np.fromiter((doc[i] in train for i in follows), bool, len(follows))]
-        if not len(pairs):
+        follows = np.flatnonzero(doc[1:] == doc[:-1]) if len(doc) > 1 else np.zeros(0, np.int64)
+        train = {d: split_of(d) == "train" for d in set(doc_ids)}
+        pairs = follows[np.fromiter((train[doc[i]] for i in follows), bool, len(follows))]
+        keys = vectors[pairs]
+        return cls(keys, vectors[pairs + 1] - keys)
+
+    @classmethod
+    def from_store(cls, store: ParagraphStore) -> "TransitionMemory":
+        """The transitions of ``store``'s training-split documents, of the paragraphs its vectors hold: a paragraph
+        stored since the vectors' generation (a read-only copy's writer added it), or deleted meanwhile, is left
+        out with its transitions."""
+        ids, doc_ids, _, _ = store.paragraph_table()  # ordered by (doc_id, position)
+        train = np.fromiter((split_of(d) == "train" for d in doc_ids), bool, len(ids))
+        present, vectors = store.present_vectors(ids[train])
+        kept = np.flatnonzero(train)[np.isin(ids[train], present)]
+        if not len(kept):
             return cls(np.zeros((0, store.dim), np.float32), np.zeros((0, store.dim), np.float32))
-        rows = np.unique(np.concatenate([pairs, pairs + 1]))
-        vectors = store.vectors(ids[rows])
-        at = np.searchsorted(rows, pairs)
-        keys = vectors[at]
-        return cls(keys, vectors[np.searchsorted(rows, pairs + 1)] - keys)
+        return cls.of_documents([doc_ids[i] for i in kept], vectors)
 
     def predict(self, last: np.ndarray) -> np.ndarray | None:
         """(B, D) predicted next vectors, unit length, for (B, D) last context paragraphs; None if the memory is empty."""
@@ -95,30 +106,39 @@ class TransitionMemory:
 
 class StoreMemory:
     """A store's TransitionMemory: made when first asked for, and made again in the background after the store's
-    vectors change, the one made before serving meanwhile."""
+    vectors change, the one made before serving meanwhile. A remake starts no sooner after the last one ended than that
+    one took, so a store written without pause spends at most about half a core on its memory."""
 
     def __init__(self, store: ParagraphStore):
         self._store = weakref.ref(store)  # (the memories' table is keyed weakly by the store)
         self._lock = threading.Lock()
         self._made: tuple[int, TransitionMemory] | None = None
         self._remaking = False
+        self._rest_until = 0.0  # monotonic time before which no remake starts
 
     def get(self) -> TransitionMemory:
         store = self._store()
         generation = store.index_generation
         with self._lock:
             if self._made is None:
-                self._made = (generation, TransitionMemory.from_store(store))
-            elif self._made[0] != generation and not self._remaking:
+                self._made = (generation, self._make(store))
+            elif self._made[0] != generation and not self._remaking and time.monotonic() >= self._rest_until:
                 self._remaking = True
                 threading.Thread(target=self._remake, args=(generation,), name="transition-memory", daemon=True).start()
             return self._made[1]
+
+    def _make(self, store: ParagraphStore) -> TransitionMemory:
+        started = time.monotonic()
+        memory = TransitionMemory.from_store(store)
+        ended = time.monotonic()
+        self._rest_until = ended + (ended - started)
+        return memory
 
     def _remake(self, generation: int) -> None:
         try:
             store = self._store()
             if store is not None:
-                made = (generation, TransitionMemory.from_store(store))
+                made = (generation, self._make(store))
                 with self._lock:
                     self._made = made
         except Exception:  # (a store closed meanwhile): the memory made before goes on serving, and a later call retries

@@ -154,3 +154,21 @@ def test_a_large_memory_is_searched_by_a_graph_that_is_the_same_every_time_it_is
     exact = TransitionMemory(keys[:EXACT_UP_TO], steps[:EXACT_UP_TO])
     assert isinstance(exact.index, faiss.IndexFlatIP)
     assert len(TransitionMemory(keys[:0], steps[:0])) == 0 and TransitionMemory(keys[:0], steps[:0]).predict(last) is None
+
+
+def test_a_read_only_copy_remembers_the_paragraphs_its_vectors_hold_until_it_catches_up(tmp_path):
+    """Its writer's new documents are in SQLite before they are in the copy's vectors: the memory leaves them out
+    (reading their vectors raised "unknown paragraph id", and every query of the copy failed with it), then holds
+    them once the copy has caught up."""
+    docs, _ = chain_docs(40)
+    path = vector_store(tmp_path, "chain", docs)
+    writer, reader = open_store(path), open_store(path, readonly=True)
+    before = len(TransitionMemory.from_store(reader))
+    more, _ = chain_docs(30, seed=1, first=40)
+    added = [d for d in more if split_of(d[0]) == "train"]
+    writer.add_documents([Document(doc_id=d, paragraphs=p) for d, p, _ in added], [v for _, _, v in added])
+    assert len(TransitionMemory.from_store(reader)) == before
+    reader.catch_up()
+    assert len(TransitionMemory.from_store(reader)) == before + sum(len(p) - 1 for _, p, _ in added)
+    reader.close()
+    writer.close()
