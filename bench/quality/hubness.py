@@ -62,6 +62,18 @@ def b1_lists(seq, queries, depth: int) -> tuple[list[np.ndarray], list[np.ndarra
     return out_rows, out_sims
 
 
+def paired_table(rows: dict) -> list[str]:
+    """Markdown lines of a table of rankings: each one's R@1 (interval) and MRR@10, and its paired change
+    (``rows[label]["gain"]``, metrics.paired_gain)."""
+    lines = ["| ranking | R@1 | MRR@10 | R@1 change, paired | MRR@10 change, paired |", "| --- | --- | --- | --- | --- |"]
+    for label, m in rows.items():
+        g = m["gain"]
+        lines.append(f"| {label} | {m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] | "
+                     f"{m['mrr@10']:.4f} | {g['recall@1']:+.3f} [{g['recall@1_ci'][0]:+.3f}, {g['recall@1_ci'][1]:+.3f}]"
+                     f" | {g['mrr@10']:+.4f} [{g['mrr@10_ci'][0]:+.4f}, {g['mrr@10_ci'][1]:+.4f}] |")
+    return lines
+
+
 def main() -> int:
     parser = record.store_parser(__doc__, __file__)
     parser.add_argument("--model", default="general", help="a checkpoint's path, or general (default): the model "
@@ -106,13 +118,7 @@ def main() -> int:
              f"Command: `{stamp['command']}`", "",
              f"Store {args.data_dir} ({len(seq):,} paragraphs; r(c) in {hub_seconds:.0f} s, mean {hub.mean():.3f}, "
              f"the targets the model's lists hold {target_hub:.3f}); {len(qs):,} validation queries, L = 4; model "
-             f"{meta['model_version']}. Score: s(q, c) - beta * r(c).", "",
-             "| ranking | R@1 | MRR@10 | R@1 change, paired | MRR@10 change, paired |", "| --- | --- | --- | --- | --- |"]
-    for label, m in rows.items():
-        g = m["gain"]
-        lines.append(f"| {label} | {m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] | "
-                     f"{m['mrr@10']:.4f} | {g['recall@1']:+.3f} [{g['recall@1_ci'][0]:+.3f}, {g['recall@1_ci'][1]:+.3f}]"
-                     f" | {g['mrr@10']:+.4f} [{g['mrr@10_ci'][0]:+.4f}, {g['mrr@10_ci'][1]:+.4f}] |")
+             f"{meta['model_version']}. Score: s(q, c) - beta * r(c).", "", *paired_table(rows)]
     name = args.output or f"hubness_{Path(args.data_dir).name}"
     record.save(name, {**stamp, "queries": len(qs), "k": args.k, "model": meta["model_version"],
                        "hub_mean": float(hub.mean()), "target_hub_mean": target_hub, "rankings": rows},

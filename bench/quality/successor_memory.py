@@ -28,7 +28,7 @@ import numpy as np
 
 from bench import record
 from bench.quality.ensemble import first_hit, load_member
-from bench.quality.hubness import B1_DEPTH, b1_lists
+from bench.quality.hubness import B1_DEPTH, b1_lists, paired_table
 from bench.quality.lists import candidate_rows, model_scores
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -148,14 +148,7 @@ def main() -> int:
     lines += ["", f"The served list: {s['recall']:.3f} at {s['size']:.0f} candidates; with p's {args.add} nearest "
                   f"added: {s['recall widened']:.3f} at {s['size widened']:.0f}.", "",
               "Ranking, score + beta * cos(c, p) (every change paired with beta 0 on the same list; the widened "
-              "list's against the served list's model ranking):", "",
-              "| ranking | R@1 | MRR@10 | R@1 change, paired | MRR@10 change, paired |",
-              "| --- | --- | --- | --- | --- |"]
-    for label, m in rows.items():
-        g = m["gain"]
-        lines.append(f"| {label} | {m['recall@1']:.3f} [{m['recall@1_ci'][0]:.3f}, {m['recall@1_ci'][1]:.3f}] | "
-                     f"{m['mrr@10']:.4f} | {g['recall@1']:+.3f} [{g['recall@1_ci'][0]:+.3f}, {g['recall@1_ci'][1]:+.3f}]"
-                     f" | {g['mrr@10']:+.4f} [{g['mrr@10_ci'][0]:+.4f}, {g['mrr@10_ci'][1]:+.4f}] |")
+              "list's against the served list's model ranking):", "", *paired_table(rows)]
     name = args.output or f"successor_memory_{Path(args.data_dir).name}"
     record.save(name, {**stamp, "queries": len(qs), "k": args.k, "temperature": args.temperature, "add": args.add,
                        "offset": args.offset, "max_key_cosine": args.max_key_cosine,
