@@ -132,7 +132,8 @@ def general_for_store(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
         raise StoreMismatchError(f"no trained model in {store.data_dir}, and {mismatch}: run `nextpara train "
                                  f"--data-dir {store.data_dir}`", reason=Reason.NO_MODEL)
     fit_store_lexicon(model, store)
-    model.cfg.memory_boost = GENERAL_MEMORY_BOOST
+    if not model.cfg.memory_boost:  # trained before the memory, no weight fitted
+        model.cfg.memory_boost = GENERAL_MEMORY_BOOST
     return model, meta
 
 

@@ -256,6 +256,8 @@ def main() -> int:
             ev = run_evaluation(stores[name], model=str(checkpoint), latency_queries=20,
                                 n_queries=args.eval_queries or 10**9)
             entry["eval"][name] = {k: ev[k] for k in ("methods", "context_length", "config")}
+    if result.get("memory_boost"):  # (trainings since the transition memory fit its weight: a variant of their own)
+        variant += f", transition memory {result['memory_boost']:g}"
     record[variant] = entry
     save(NAME, record, markdown(record))
     return 0
