@@ -225,7 +225,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         serves = f"{model['source']} {model['model_version']}" + (
             f" ({model['started_from']})" if model.get("started_from") else
             " (no model of its own: `nextpara train` trains one)" if model["source"] == "general" else "") + (
-            f", {model['scorer']} scorer")
+            f", {model['scorer']} scorer") + (
+            f", transition memory weight {model['memory_weight']:g}" if model.get("memory_weight") else
+            ", no transition memory")
     if "validation" in model:
         v = model["validation"]
         serves += (f"\nvalidation    MRR@10 {fmt(v['model'])}, Recall@1 {fmt(v['model'], 'recall@1')}; "

@@ -24,7 +24,7 @@ cosine (for the general model, which a build judges unasked: clearly worse, beyo
 Whatever the model needs from a corpus comes from the store it serves, never from the corpora it was
 trained on: the word weights (IDF) of its word-overlap features are fitted on the store's texts when
 it is loaded (about 1 s for 44K paragraphs), and its transition memory is the store's training documents'
-(transitions.py), weighed by GENERAL_MEMORY_BOOST. Each file's weights are checked against the hash recorded
+(transitions.py), weighed as its training fitted (a general model trained before the memory: GENERAL_MEMORY_BOOST). Each file's weights are checked against the hash recorded
 in served.py (``GENERAL_VERSION``, ``START_VERSION``) before it is used, and safetensors never unpickles
 anything.
 """
@@ -32,6 +32,7 @@ anything.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -41,7 +42,7 @@ from nextpara.store.store import ParagraphStore
 from . import lexical
 from .checkpoint import load_checkpoint, save_checkpoint, weights_version
 from .model import NextParagraphModel
-from .model_config import RerankerConfig
+from .model_config import RerankerConfig, memory_weight
 from .served import (
     CHECKPOINT,
     COSINE,
@@ -56,13 +57,6 @@ from .served import (
 )
 
 log = logging.getLogger(__name__)
-
-# the weight of the transition memory (transitions.py) for the general model, which no store's training fitted. On the
-# validation splits (bench/results/successor_memory_offset_{peps,builtin,narrative}.md, paired), 4 raised the general
-# model's MRR@10 on PEPs and the built-in docs beyond their intervals and the novels' inside theirs (+0.002); 8 and
-# 16 raised PEPs' more and the built-in docs' less surely. On the test splits: bench/quality/README.md, "A memory of
-# transitions"
-GENERAL_MEMORY_BOOST = 4.0
 
 
 def cosine_model(embed_dim: int) -> NextParagraphModel:
@@ -124,28 +118,26 @@ def fit_store_lexicon(model: NextParagraphModel, store: ParagraphStore) -> None:
 
 
 def general_for_store(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
-    """The general model ready to serve ``store`` (IDF from its texts, the transition memory's weight
-    GENERAL_MEMORY_BOOST); StoreMismatchError if the store's embedder is not the one the general model was trained for."""
+    """The general model ready to serve ``store`` (IDF from its texts, the transition memory's weight its training
+    fitted, else model_config.GENERAL_MEMORY_BOOST); StoreMismatchError if the store's embedder is not the one the general model was trained for."""
     model, meta = load_general()
     mismatch = fits(meta, store)
     if mismatch:
         raise StoreMismatchError(f"no trained model in {store.data_dir}, and {mismatch}: run `nextpara train "
                                  f"--data-dir {store.data_dir}`", reason=Reason.NO_MODEL)
     fit_store_lexicon(model, store)
-    if not model.cfg.memory_boost:  # trained before the memory, no weight fitted
-        model.cfg.memory_boost = GENERAL_MEMORY_BOOST
+    model.cfg.memory_boost = memory_weight(asdict(model.cfg), general=True)
     return model, meta
 
 
 def checkpoint_for_store(path, store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
     """A checkpoint file for ``store``: the word weights of one trained on a mixture (``word_weights`` "store",
     as bench/quality/train_general.py writes them) are fitted on the store's texts, and it weighs the transition
-    memory as the shipped general model does (GENERAL_MEMORY_BOOST) unless it was fitted a weight of its own."""
+    memory as the shipped general model does (model_config.memory_weight)."""
     model, meta = load_checkpoint(path, store.embedder_name, store.dim)
     if meta.get("word_weights") == WORD_WEIGHTS_FROM_STORE:
         fit_store_lexicon(model, store)
-        if not model.cfg.memory_boost:  # a general model of its own (a leave-one-out one, say): as the shipped one
-            model.cfg.memory_boost = GENERAL_MEMORY_BOOST
+        model.cfg.memory_boost = memory_weight(asdict(model.cfg), general=True)  # (a leave-one-out one, say)
     return model, meta
 
 

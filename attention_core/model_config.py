@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the weight of the transition memory (transitions.py) for the general model, which no store's training fitted. On the
+# validation splits (bench/results/successor_memory_offset_{peps,builtin,narrative}.md, paired), 4 raised the general
+# model's MRR@10 on PEPs and the built-in docs beyond their intervals and the novels' inside theirs (+0.002); 8 and
+# 16 raised PEPs' more and the built-in docs' less surely. On the test splits: bench/quality/README.md, "A memory of
+# transitions"
+GENERAL_MEMORY_BOOST = 4.0  # (a general model trained since fits its own, in its checkpoint: general.py)
 POOL_NEIGHBOURS = 3  # features of a candidate's nearest in its list, with ``pool_neighbours`` (NextParagraphModel.pool)
 # named scorer configurations (``nextpara train --scorer``): changes from RerankerConfig's defaults
 SCORERS = {"full": {}, "fast": {"n_scorer_layers": 0, "candidate_tokens": False}}
@@ -94,6 +100,12 @@ class RerankerConfig:
 LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True, "candidate_tokens": True,
                 "pool_neighbours": False, "bilinear_last": False, "seam_feature": False, "seam_candidates": 0,
                 "list_norm": False, "memory_boost": 0.0}
+
+
+def memory_weight(config: dict, general: bool) -> float:
+    """The transition memory's weight that a checkpoint's ``model_config`` serves with: its own, else, for a general
+    model (one trained on a mixture, which no store's training fitted), GENERAL_MEMORY_BOOST."""
+    return float(saved_config(config)["memory_boost"]) or (GENERAL_MEMORY_BOOST if general else 0.0)
 
 
 def saved_config(config: dict) -> dict:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
 from safetensors import SafetensorError, safe_open
 
-from .model_config import scorer_name
+from .model_config import memory_weight, scorer_name
 
 if TYPE_CHECKING:  # (the store's module loads faiss: reading headers needs neither)
     from nextpara.store.data_dir import StoreFacts
@@ -136,7 +136,8 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
     and its validation figures beside B1's, without loading any weights (nor torch, but for a store no general model
     fits): ``source`` "trained", COSINE (with ``reason``: the guard's line, or why no model fits), "general" or "none"
     (with ``reason``),
-    ``model_version``, ``scorer`` (model_config.SCORERS' name of its configuration, COSINE, or "custom"), and ``validation``
+    ``model_version``, ``scorer`` (model_config.SCORERS' name of its configuration, COSINE, or "custom"), for a model
+    ``memory_weight`` (the transition memory's, transitions.py; 0: none), and ``validation``
     ({"model": ..., "B1": ...}, summarize() dicts) when a guard (`nextpara train`'s, or for the general model
     `nextpara build`'s) measured them on this store."""
     own = store.data_dir / CHECKPOINT
@@ -156,7 +157,8 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
             return {"source": COSINE, "model_version": meta["model_version"], "scorer": COSINE, "reason": line,
                     **({"validation": figures} if figures else {})}
         out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
-               "scorer": scorer_name(meta.get("model_config", {}))}
+               "scorer": scorer_name(meta.get("model_config", {})),
+               "memory_weight": memory_weight(meta.get("model_config", {}), general=False)}
         if guard:
             out["validation"] = {"model": guard["new"], "B1": guard["B1"]}
         return out
@@ -176,7 +178,8 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
             return {**out, "reason": report["line"], "validation": {"model": report["figures"]["replaced"],
                                                                     "B1": report["figures"]["B1"]}}
         return {**out, "reason": fallback_line(mismatch), "fallback": True}  # (no guard chose it)
-    out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {}))}
+    out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {})),
+           "memory_weight": memory_weight(meta.get("model_config", {}), general=True)}
     report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
     if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):
         out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}

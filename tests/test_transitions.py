@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import unit_vectors, vector_store
+from conftest import run_cli, unit_vectors, vector_store
 from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
 from nextpara.attention_core.general import cosine_model, served_model
 from nextpara.attention_core.pipeline import RerankPipeline
@@ -134,6 +134,9 @@ def test_training_fits_the_memorys_weight_and_the_served_checkpoint_keeps_it(tmp
         model, _ = served_model(store)
         assert model.cfg.memory_boost == outcome.meta["model_config"]["memory_boost"]
         assert RerankPipeline(model, store).memory is for_store(store)
+    weight = outcome.meta["model_config"]["memory_boost"]
+    r = run_cli("info", "--data-dir", str(data_dir))
+    assert r.returncode == 0 and f"transition memory weight {weight:g}" in r.stdout, r.stdout + r.stderr
     model.cfg.memory_boost = 0.0
     save_checkpoint(tmp_path / "none.safetensors", model, {})
     assert "memory_boost" not in read_checkpoint_meta(tmp_path / "none.safetensors")["model_config"]
