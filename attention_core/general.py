@@ -6,7 +6,9 @@ genres (PEPs, 16 novels, the built-in Python docs; bench/quality/train_general.p
 is in the README), for the MiniLM embedder. A store with no ``model.safetensors`` of its own is served
 by it, so a store answers as soon as it is built.
 
-Two files ship, from the same mixture and recipe but one model option. The general model that serves has
+Two files ship, from the same mixture and recipe but one model option (and the transition memory's weight, which
+the one that serves fitted: transitions.py; the other was trained before the memory, and a store's training fits its
+own). The general model that serves has
 ``list_norm`` (each similarity and word feature also as its z-score in its candidate list): on a genre its
 mixture lacks it served better (the novels left out: validation MRR@10 +0.008, beyond its paired interval),
 and trained on all three corpora it was at or above the model without it on each. ``nextpara train`` starts

@@ -37,12 +37,15 @@ def test_the_general_checkpoint_is_checked_before_use(tmp_path):
     model, meta = load_general()
     assert meta["model_version"] == GENERAL_VERSION != ""
     assert meta["word_weights"] == "store" and not model.lexicon_idf.any()  # the serving store supplies them
-    # the fine-tuning start: the same recipe without list_norm (general.py says why), checked against its own hash
+    # the fine-tuning start: the same recipe without list_norm (general.py says why), trained before the transition
+    # memory (no weight fitted: a store's training fits its own), checked against its own hash
     start, start_meta = load_general(START_CHECKPOINT)
     assert start_meta["model_version"] == START_VERSION not in ("", GENERAL_VERSION)
     assert start_meta["word_weights"] == "store" and start_meta["corpora"] == meta["corpora"]
     assert (model.cfg.list_norm, start.cfg.list_norm) == (True, False)
-    assert {k: v for k, v in vars(start.cfg).items() if getattr(model.cfg, k) != v} == {"list_norm": False}
+    assert {k: v for k, v in vars(start.cfg).items() if getattr(model.cfg, k) != v} == {"list_norm": False,
+                                                                                      "memory_boost": 0.0}
+    assert model.cfg.memory_boost > 0  # the general model's transition memory weight, fitted on its mixture
     assert start.cfg == RerankerConfig()  # nextpara train's default configuration, so training starts from it
     with pytest.raises(FailedPreconditionError, match=f"expected {GENERAL_VERSION}"):
         load_general(START_CHECKPOINT, expect_version=GENERAL_VERSION)  # a packaged file is checked against a hash
