@@ -24,21 +24,7 @@ from nextpara.attention_core.train_flow import train
 from nextpara.store.corpus import CorpusReader
 from nextpara.store.store import open_store
 
-from bench.quality.build_guard import walking_docs
-
-
-def walks(split: str, n_docs: int = 200, seed: int = 0):
-    """A corpus where cosine is clearly better than the general model: walking_docs (each paragraph the one before with
-    one word swapped) with every other paragraph's words in the plural, of one side of the split rule ("train", or
-    "held out": validation and test). Cosine to the last paragraph finds the next one for about one query in ten (the
-    one after it, in the same forms, is often nearer); the general model, whose word features see no word the next
-    paragraph shares with the last, and whose transition memory a store of held-out documents does not have, for
-    none. (The plain walks no longer do: the general model ranks them as well as cosine.)"""
-    def plural(paragraph: str) -> str:
-        return " ".join(w + "s" for w in paragraph.rstrip(".").split()) + "."
-
-    return [{**d, "paragraphs": [plural(p) if i % 2 else p for i, p in enumerate(d["paragraphs"])]}
-            for d in walking_docs(n_docs, seed=seed) if (split_of(d["doc_id"]) == "train") == (split == "train")]
+from bench.quality.build_guard import plural_walks  # a corpus where cosine is clearly better than the general model
 
 GENERAL = f"the general model {GENERAL_VERSION}"
 
@@ -124,7 +110,7 @@ def test_a_build_judges_again_unless_the_last_report_judged_what_serves_the_stor
 
 
 def test_a_build_where_cosine_is_clearly_better_serves_cosine(tmp_path):
-    corpus, store = write_jsonl(tmp_path / "walk.jsonl", walks("held out")), tmp_path / "store"
+    corpus, store = write_jsonl(tmp_path / "walk.jsonl", plural_walks()), tmp_path / "store"
     out = run_cli("build", "--corpus", str(corpus), "--data-dir", str(store), "--json")
     assert out.returncode == 0, out.stderr
     guard = json.loads(out.stdout)["guard"]
@@ -153,13 +139,13 @@ def test_a_build_where_cosine_is_clearly_better_serves_cosine(tmp_path):
     assert read_checkpoint_meta(store / CHECKPOINT)["saved_at"] == meta["saved_at"]
     (store / CHECKPOINT).unlink()  # the README's way back to the general model: judged again by the next build
     assert last_line(run_cli("build", "--corpus", str(corpus), "--data-dir", str(store))) == report["line"]
-    more = write_jsonl(tmp_path / "more.jsonl", walks("held out", n_docs=6, seed=1))  # unjudged: the next build judges
+    more = write_jsonl(tmp_path / "more.jsonl", plural_walks(n_docs=6, seed=1))  # unjudged: the next build judges
     assert run_cli("build", "--corpus", str(more), "--data-dir", str(store), "--no-guard").returncode == 0
     assert last_line(run_cli("build", "--corpus", str(more), "--data-dir", str(store))).startswith(
         "kept plain cosine (B1): its validation MRR@10 ")  # judged again, and still ahead
 
     # `nextpara train` then judges its model against cosine; a training that keeps cosine leaves the build's checkpoint
-    training = write_jsonl(tmp_path / "training.jsonl", walks("train"))
+    training = write_jsonl(tmp_path / "training.jsonl", plural_walks("train"))
     assert run_cli("build", "--corpus", str(training), "--data-dir", str(store), "--no-guard").returncode == 0
     outcome = train(store, {"d_model": 32, "n_heads": 2, "n_context_layers": 1},
                     TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50, n_candidates=20),
