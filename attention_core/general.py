@@ -34,7 +34,6 @@ anything.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -128,18 +127,18 @@ def general_for_store(store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
         raise StoreMismatchError(f"no trained model in {store.data_dir}, and {mismatch}: run `nextpara train "
                                  f"--data-dir {store.data_dir}`", reason=Reason.NO_MODEL)
     fit_store_lexicon(model, store)
-    model.cfg.memory_boost = memory_weight(asdict(model.cfg), general=True)
+    model.cfg.memory_boost = memory_weight(meta, general=True)
     return model, meta
 
 
 def checkpoint_for_store(path, store: ParagraphStore) -> tuple[NextParagraphModel, dict]:
     """A checkpoint file for ``store``: the word weights of one trained on a mixture (``word_weights`` "store",
     as bench/quality/train_general.py writes them) are fitted on the store's texts, and it weighs the transition
-    memory as the shipped general model does (model_config.memory_weight)."""
+    memory as its training fitted it, else as a general model trained before the memory does (model_config.memory_weight)."""
     model, meta = load_checkpoint(path, store.embedder_name, store.dim)
     if meta.get("word_weights") == WORD_WEIGHTS_FROM_STORE:
         fit_store_lexicon(model, store)
-        model.cfg.memory_boost = memory_weight(asdict(model.cfg), general=True)  # (a leave-one-out one, say)
+        model.cfg.memory_boost = memory_weight(meta, general=True)  # (a leave-one-out one, say)
     return model, meta
 
 

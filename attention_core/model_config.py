@@ -102,10 +102,15 @@ LATER_FIELDS = {"word_candidates": 0, "novel_words": False, "pool_density": True
                 "list_norm": False, "memory_boost": 0.0}
 
 
-def memory_weight(config: dict, general: bool) -> float:
-    """The transition memory's weight that a checkpoint's ``model_config`` serves with: its own, else, for a general
-    model (one trained on a mixture, which no store's training fitted), GENERAL_MEMORY_BOOST."""
-    return float(saved_config(config)["memory_boost"]) or (GENERAL_MEMORY_BOOST if general else 0.0)
+def memory_weight(meta: dict, general: bool) -> float:
+    """The transition memory's weight that a checkpoint serves with (``meta``: its metadata): the one its training
+    fitted, 0 included; for a general model (one trained on a mixture, which no store's training fits) trained before
+    the memory, so with no weight fitted, GENERAL_MEMORY_BOOST. (A weight of 0 is not written in ``model_config``:
+    whether one was fitted is in the training's record, ``meta["training"]["memory_boost"]``.)"""
+    weight = float(saved_config(meta.get("model_config", {}))["memory_boost"])
+    if weight or not general:
+        return weight
+    return GENERAL_MEMORY_BOOST if meta.get("training", {}).get("memory_boost") is None else 0.0
 
 
 def saved_config(config: dict) -> dict:

@@ -158,7 +158,7 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
                     **({"validation": figures} if figures else {})}
         out = {"source": "trained", "model_version": meta["model_version"], "started_from": meta.get("started_from", ""),
                "scorer": scorer_name(meta.get("model_config", {})),
-               "memory_weight": memory_weight(meta.get("model_config", {}), general=False)}
+               "memory_weight": memory_weight(meta, general=False)}
         if guard:
             out["validation"] = {"model": guard["new"], "B1": guard["B1"]}
         return out
@@ -179,7 +179,7 @@ def describe_served(store: ParagraphStore | StoreFacts) -> dict:
                                                                     "B1": report["figures"]["B1"]}}
         return {**out, "reason": fallback_line(mismatch), "fallback": True}  # (no guard chose it)
     out = {"source": "general", "model_version": meta["model_version"], "scorer": scorer_name(meta.get("model_config", {})),
-           "memory_weight": memory_weight(meta.get("model_config", {}), general=True)}
+           "memory_weight": memory_weight(meta, general=True)}
     report = read_report(store.data_dir)  # the last guard (a training's or a build's) judged this general model
     if report and "replaced" in report["figures"] and report["replaced"] == general_name(meta["model_version"]):
         out["validation"] = {"model": report["figures"]["replaced"], "B1": report["figures"]["B1"]}

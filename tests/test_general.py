@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import LiveServer, run_cli, vector_store
-from nextpara.attention_core.general import load_general
+from nextpara.attention_core.general import general_for_store, load_general
 from nextpara.attention_core.model_config import RerankerConfig
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.attention_core.served import (
@@ -19,6 +19,7 @@ from nextpara.attention_core.served import (
     START_CHECKPOINT,
     START_VERSION,
     TRAIN_REPORT,
+    describe_served,
     read_checkpoint_meta,
 )
 from nextpara.attention_core.train_config import TrainConfig
@@ -93,6 +94,8 @@ def test_a_store_without_a_model_is_served_by_the_general_model(untrained_store)
             info = c.info()
             result = c.predict_next(docs[0].paragraphs[:3], top_k=5)
         assert info.model_version == info.model.version == GENERAL_VERSION and info.model.source == "general"
+        with open_store(store, readonly=True) as s:  # what `nextpara info` says of the memory is what serves
+            assert describe_served(s)["memory_weight"] == general_for_store(s)[0].cfg.memory_boost > 0
         assert info.model.scorer == "full"
         assert info.model.validation is None  # no `nextpara train` has measured it on this store
     finally:
@@ -118,8 +121,6 @@ def drifting_docs(n_docs=120, n_par=10, dim=32, seed=0):
 def test_a_store_no_model_fits_shows_the_training_that_kept_its_cosine(tmp_path):
     """Plain cosine serves a store of another embedder's vectors; a training that keeps it said so in its report, but
     info went on saying only why no model fits."""
-    from nextpara.attention_core.served import describe_served
-
     store = vector_store(tmp_path, "drift32", drifting_docs())
     outcome = train(store, SMALL_MODEL, TINY, quiet=True)
     assert not outcome.served and outcome.cosine and outcome.line.startswith("kept plain cosine (B1)"), outcome.line

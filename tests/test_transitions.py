@@ -14,6 +14,7 @@ import pytest
 from conftest import run_cli, unit_vectors, vector_store
 from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
 from nextpara.attention_core.general import cosine_model, served_model
+from nextpara.attention_core.model_config import GENERAL_MEMORY_BOOST, memory_weight
 from nextpara.attention_core.pipeline import RerankPipeline
 from nextpara.attention_core.sequences import ParagraphSequences, split_of
 from nextpara.attention_core.served import read_checkpoint_meta
@@ -175,3 +176,10 @@ def test_a_read_only_copy_remembers_the_paragraphs_its_vectors_hold_until_it_cat
     assert len(TransitionMemory.from_store(reader)) == before + sum(len(p) - 1 for _, p, _ in added)
     reader.close()
     writer.close()
+
+
+def test_a_checkpoint_serves_the_weight_its_training_fitted_and_a_general_model_from_before_the_memory_a_default():
+    assert memory_weight({"model_config": {"memory_boost": 8.0}}, general=True) == 8.0
+    assert memory_weight({"model_config": {}, "training": {"memory_boost": 0.0}}, general=True) == 0.0  # fitted: 0
+    assert memory_weight({"model_config": {}, "training": {}}, general=True) == GENERAL_MEMORY_BOOST  # from before
+    assert memory_weight({"model_config": {}}, general=False) == 0.0  # a store's own model from before: none

@@ -256,7 +256,7 @@ def main() -> int:
             ev = run_evaluation(stores[name], model=str(checkpoint), latency_queries=20,
                                 n_queries=args.eval_queries or 10**9)
             entry["eval"][name] = {k: ev[k] for k in ("methods", "context_length", "config")}
-    if result.get("memory_boost"):  # (trainings since the transition memory fit its weight: a variant of their own)
+    if result.get("memory_boost") is not None:  # (trainings since the transition memory fit its weight, 0 included)
         variant += f", transition memory {result['memory_boost']:g}"
     record[variant] = entry
     save(NAME, record, markdown(record))
