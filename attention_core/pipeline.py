@@ -316,7 +316,8 @@ class RerankPipeline:
             query, states = self.model.encode(x, m)  # (B, D), (B, L, d)
             q = query.numpy()
             lap("encode")
-            ids = generate_candidates(self.store, q, np.stack([c[-1] for c in chunk]), exclude[s:s + step],
+            last = np.stack([c[-1] for c in chunk])  # (the last paragraph's search, and the transition memory's)
+            ids = generate_candidates(self.store, q, last, exclude[s:s + step],
                                       depth, texts, self.model.cfg.word_candidates, allow,
                                       n_seam=self.model.cfg.seam_candidates)
             lap("search")
@@ -347,7 +348,7 @@ class RerankPipeline:
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,
                                       pad_candidates(lex)[0] if lex is not None else None)
-            memory = self.memory_terms(np.stack([c[-1] for c in chunk]), cand_vecs)
+            memory = self.memory_terms(last, cand_vecs)
             lap("model")
             ranked = []
             for i, (row_ids, vecs) in enumerate(zip(ids, cand_vecs)):

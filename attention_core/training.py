@@ -229,16 +229,22 @@ class Trainer:
         scores, _, _ = pipeline.score([self.seq.vectors[q.context] for q in self.val_q], [self.seq.vectors[l] for l in lists],
                                       lexical_features=lex)
         last = self.model.cfg.max_context - 1
+        best = self._fit_weight("lexical", lists, scores, [f[:, last] for f in lex], LEXICAL_BOOSTS)
+        self.model.lexical_boost.fill_(float(self.model.lexical_boost) + best)
+        return best
 
-        def mrr(boost: float) -> float:
-            ranks = [hit_rank(self.seq.text_class[l[np.argsort(-(sc + boost * f[:, last]), kind="stable")][:10]],
-                              self.seq.text_class[q.target]) for l, sc, f, q in zip(lists, scores, lex, self.val_q)]
+    def _fit_weight(self, name: str, lists: list[np.ndarray], scores: list[np.ndarray], feature: list[np.ndarray],
+                    grid: tuple[float, ...]) -> float:
+        """The weight of ``grid`` whose ``scores + weight * feature`` (per validation query, over its list ``lists``)
+        gives the best validation MRR@10, ties to the smaller; logged with every weight's figure."""
+        def mrr(weight: float) -> float:
+            ranks = [hit_rank(self.seq.text_class[l[np.argsort(-(sc + weight * f), kind="stable")][:10]],
+                              self.seq.text_class[q.target]) for l, sc, f, q in zip(lists, scores, feature, self.val_q)]
             return float(per_query(np.array(ranks))["mrr@10"].mean())
 
-        found = {b: mrr(b) for b in LEXICAL_BOOSTS}
-        best = max(LEXICAL_BOOSTS, key=lambda b: (found[b], -b))
-        log.info("lexical boost: validation MRR@10 %s -> %g", {b: round(m, 4) for b, m in found.items()}, best)
-        self.model.lexical_boost.fill_(float(self.model.lexical_boost) + best)
+        found = {w: mrr(w) for w in grid}
+        best = max(grid, key=lambda w: (found[w], -w))
+        log.info("%s boost: validation MRR@10 %s -> %g", name, {w: round(m, 4) for w, m in found.items()}, best)
         return best
 
     def tune_memory_boost(self, lists: list[np.ndarray]) -> float:
@@ -255,16 +261,7 @@ class Trainer:
         if p is None:
             log.info("memory boost: no training transitions to remember")
             return 0.0
-        cosines = [c @ q for c, q in zip(candidates, p)]
-
-        def mrr(boost: float) -> float:
-            ranks = [hit_rank(self.seq.text_class[l[np.argsort(-(sc + boost * m), kind="stable")][:10]],
-                              self.seq.text_class[q.target]) for l, sc, m, q in zip(lists, scores, cosines, self.val_q)]
-            return float(per_query(np.array(ranks))["mrr@10"].mean())
-
-        found = {b: mrr(b) for b in MEMORY_BOOSTS}
-        best = max(MEMORY_BOOSTS, key=lambda b: (found[b], -b))
-        log.info("memory boost: validation MRR@10 %s -> %g", {b: round(m, 4) for b, m in found.items()}, best)
+        best = self._fit_weight("memory", lists, scores, [c @ q for c, q in zip(candidates, p)], MEMORY_BOOSTS)
         self.model.cfg.memory_boost = best
         return best
 

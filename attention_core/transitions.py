@@ -83,7 +83,8 @@ class TransitionMemory:
         stored since the vectors' generation (a read-only copy's writer added it), or deleted meanwhile, is left
         out with its transitions."""
         ids, doc_ids, _, _ = store.paragraph_table()  # ordered by (doc_id, position)
-        train = np.fromiter((split_of(d) == "train" for d in doc_ids), bool, len(ids))
+        training = {d for d in set(doc_ids) if split_of(d) == "train"}  # (a document's split: one hash per document)
+        train = np.fromiter((d in training for d in doc_ids), bool, len(ids))
         present, vectors = store.present_vectors(ids[train])
         kept = np.flatnonzero(train)[np.isin(ids[train], present)]
         if not len(kept):
