@@ -114,6 +114,11 @@ def test_every_pipeline_of_a_store_shares_its_memory_and_a_write_remakes_it_in_t
     assert memory.get() is before  # nothing written: the same memory
     more, _ = chain_docs(30, seed=1, first=40)
     added = [d for d in more if split_of(d[0]) == "train"]
+    store.add_documents([Document(doc_id=d, paragraphs=p) for d, p, _ in added[:1]], [v for _, _, v in added[:1]])
+    inline = memory.get()  # a memory this small is made again by the call that finds the store changed
+    assert inline is not before and len(inline) == len(before) + len(added[0][1]) - 1
+    before, memory._took = inline, 1.0  # as a large store's memory: made again in the background
+    added = added[1:]
     store.add_documents([Document(doc_id=d, paragraphs=p) for d, p, _ in added], [v for _, _, v in added])
     assert memory.get() is before  # the one made before serves while the new one is made
     deadline = time.monotonic() + 30
