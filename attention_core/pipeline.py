@@ -25,7 +25,7 @@ from .candidates import generate_candidates
 from .model import NextParagraphModel
 
 SCORE_BATCH = 256
-STAGES = ("encode", "search", "rows", "word_features", "model", "answer")  # of retrieve(), as observed
+STAGES = ("encode", "search", "rows", "word_features", "model", "memory", "answer")  # of retrieve(), as observed
 
 
 class Laps:
@@ -348,8 +348,9 @@ class RerankPipeline:
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,
                                       pad_candidates(lex)[0] if lex is not None else None)
-            memory = self.memory_terms(last, cand_vecs)
             lap("model")
+            memory = self.memory_terms(last, cand_vecs)
+            lap("memory")
             ranked = []
             for i, (row_ids, vecs) in enumerate(zip(ids, cand_vecs)):
                 sc = result["scores"][i, :len(row_ids)].numpy() + (memory[i] if memory is not None else 0.0)
