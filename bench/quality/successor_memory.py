@@ -1,7 +1,7 @@
 """Probe: does a memory of the training documents' transitions find and rank the next paragraph?
 
     python -m bench.quality.successor_memory --data-dir DIR [--model PATH] [--queries 2000] [--k 16]
-        [--temperature 0.05] [--offset] [--max-key-cosine C] [--add 50] [--output NAME]
+        [--temperature 0.05] [--offset] [--max-key-cosine C] [--backward [--forward W]] [--add 50] [--output NAME]
 
 The query head learns one smooth map from a context to where its next paragraph lies. A memory keeps the
 transitions themselves, as a k-nearest-neighbour language model keeps its training text: every (paragraph, next
@@ -16,6 +16,11 @@ stored vectors and texts; the test split is not touched, docs/evaluation.md), be
   served list with p's ``--add`` nearest added;
 - ranking: B1 (the last paragraph's 500 nearest) plus beta * cos(c, p), and the model's scores plus beta * cos(c, p)
   on its own list and on the list with p's nearest added; each change from beta = 0 with a paired bootstrap interval.
+
+``--backward`` reads the transitions the other way: each candidate c's predicted predecessor r(c) (the training
+successors nearest c vote for their steps back; backward_predictions), and ranks by beta * cos(last, r(c)) instead. It
+asks a different question (does c look like what follows paragraphs like the last one?), one that may tell the next
+paragraph from the one after it, whose predicted predecessor is the next paragraph rather than the last.
 """
 
 from __future__ import annotations
@@ -61,6 +66,28 @@ def memory_predictions(seq, queries, k: int, temperature: float, offset: bool,
     return p / np.linalg.norm(p, axis=1, keepdims=True), float(sims[:, 0].mean())
 
 
+def backward_predictions(seq, k: int, temperature: float) -> np.ndarray:
+    """(N, D): for every stored row, where its predecessor would lie by the training documents' transitions read
+    backwards: the k training successors nearest the row vote, by softmax(cosine / temperature), for their steps back
+    to their predecessors, added to the row's vector and normalised. A training row's own transition is left out (it
+    would name its predecessor exactly), so every row is predicted from other documents' transitions."""
+    import faiss
+
+    pairs = seq.queries("train", 1)
+    before, after = np.asarray([q.context[-1] for q in pairs]), np.asarray([q.target for q in pairs])
+    keys = np.ascontiguousarray(seq.vectors[after])
+    index = faiss.IndexFlatIP(keys.shape[1])
+    index.add(keys)
+    sims, found = index.search(np.ascontiguousarray(seq.vectors), k + 1)
+    own = after[found] == np.arange(len(seq.vectors))[:, None]
+    order = np.argsort(own, axis=1, kind="stable")[:, :k]  # the k best that are not the row's own transition
+    sims, found = np.take_along_axis(sims, order, 1), np.take_along_axis(found, order, 1)
+    w = np.exp((sims - sims[:, :1]) / temperature)
+    w /= w.sum(axis=1, keepdims=True)
+    r = seq.vectors + np.einsum("nk,nkd->nd", w, seq.vectors[before][found] - keys[found])
+    return r / np.linalg.norm(r, axis=1, keepdims=True)
+
+
 def nearest_rows(seq, queries, vectors: np.ndarray, depth: int) -> list[np.ndarray]:
     """Each vector's ``depth`` nearest stored rows, its query's context and the context's copies excluded."""
     import faiss
@@ -81,6 +108,11 @@ def main() -> int:
                                                                 "(successor - key), not their successors")
     parser.add_argument("--max-key-cosine", type=float, default=2.0, help="leave out keys at least this near the last "
                                                                           "paragraph (default: none left out)")
+    parser.add_argument("--backward", action="store_true", help="rank by each candidate's predicted predecessor's "
+                                                                  "cosine to the last paragraph (backward_predictions)"
+                                                                  ", not by the candidate's cosine to p")
+    parser.add_argument("--forward", type=float, default=0.0, help="with --backward: the model's scores include "
+                                                                    "this weight times cos(c, p), as served")
     parser.add_argument("--add", type=int, default=50, help="p's nearest added to the served list (default 50)")
     parser.add_argument("--output", default=None, help="results name under bench/results/ (default "
                                                        "successor_memory_<store>)")
@@ -119,10 +151,23 @@ def main() -> int:
                         "size widened": float(np.mean([len(w) for w in widened])), "recall widened": has(widened)}
     served_scores = model_scores(pipeline, seq, texts, qs, served)
     widened_scores = model_scores(pipeline, seq, texts, qs, widened)
+    if args.backward and args.forward:  # the model as served with the memory (p: --offset), the backward term beside it
+        served_scores, widened_scores = ([sc + args.forward * (seq.vectors[rows] @ pq) for rows, sc, pq in zip(lists, scores, p)]
+                                         for lists, scores in ((served, served_scores), (widened, widened_scores)))
+
+    if args.backward:
+        back = backward_predictions(seq, args.k, args.temperature)
+        lasts = seq.vectors[[q.context[-1] for q in qs]]
+
+        def term(rows, i):
+            return back[rows] @ lasts[i]
+    else:
+        def term(rows, i):
+            return seq.vectors[rows] @ p[i]
 
     def ranks(lists, scores, beta) -> np.ndarray:
-        return np.asarray([first_hit(l, s + beta * (seq.vectors[l] @ pq), seq.text_class, t)
-                           for l, s, t, pq in zip(lists, scores, targets, p)])
+        return np.asarray([first_hit(l, s + beta * term(l, i), seq.text_class, t)
+                           for i, (l, s, t) in enumerate(zip(lists, scores, targets))])
 
     rows = {}
     for method, lists, scores, betas in (("B1", b1_rows, b1_sims, B1_BETAS),
@@ -139,7 +184,9 @@ def main() -> int:
              f"{memory_ms:.2f} ms per query to predict; the nearest key's mean cosine {key_cosine:.3f}); "
              f"{len(qs):,} validation queries, L = 4; k = {args.k}, temperature {args.temperature:g}"
              f"{', p the last paragraph plus the steps' if args.offset else ''}"
-             f"{f', keys below cosine {args.max_key_cosine:g} only' if args.max_key_cosine <= 1 else ''}; model "
+             f"{f', keys below cosine {args.max_key_cosine:g} only' if args.max_key_cosine <= 1 else ''}"
+             f"{'; ranked by the backward memory: cos(last, r(c))' if args.backward else ''}"
+             f"{f', the model with {args.forward:g} cos(c, p)' if args.backward and args.forward else ''}; model "
              f"{meta['model_version']}.", "", "Stage 1, the target among the nearest N:", "",
              "| N | the last paragraph's (B1) | p's |", "| --- | --- | --- |"]
     lines += [f"| {n} | {stage1[f'{n}']['last paragraph (B1)']:.3f} | {stage1[f'{n}']['memory p']:.3f} |"
@@ -147,11 +194,11 @@ def main() -> int:
     s = stage1["served"]
     lines += ["", f"The served list: {s['recall']:.3f} at {s['size']:.0f} candidates; with p's {args.add} nearest "
                   f"added: {s['recall widened']:.3f} at {s['size widened']:.0f}.", "",
-              "Ranking, score + beta * cos(c, p) (every change paired with beta 0 on the same list; the widened "
+              f"Ranking, score + beta * {'cos(last, r(c))' if args.backward else 'cos(c, p)'} (every change paired with beta 0 on the same list; the widened "
               "list's against the served list's model ranking):", "", *paired_table(rows)]
     name = args.output or f"successor_memory_{Path(args.data_dir).name}"
     record.save(name, {**stamp, "queries": len(qs), "k": args.k, "temperature": args.temperature, "add": args.add,
-                       "offset": args.offset, "max_key_cosine": args.max_key_cosine,
+                       "offset": args.offset, "backward": args.backward, "forward": args.forward, "max_key_cosine": args.max_key_cosine,
                        "model": meta["model_version"], "training_transitions": n_pairs, "memory_ms": memory_ms,
                        "key_cosine": key_cosine, "stage1": stage1, "rankings": rows},
                 "\n".join(lines) + "\n")
