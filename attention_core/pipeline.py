@@ -25,7 +25,7 @@ from .candidates import generate_candidates
 from .model import NextParagraphModel
 
 SCORE_BATCH = 256
-STAGES = ("encode", "search", "rows", "word_features", "model", "memory", "answer")  # of retrieve(), as observed
+STAGES = ("encode", "memory", "search", "rows", "word_features", "model", "answer")  # of retrieve(), as observed
 
 
 class Laps:
@@ -98,13 +98,16 @@ class RerankPipeline:
         self.lexicon = lexical.Lexicon(model.lexicon_idf.numpy()) if model.cfg.lexical else None
         self.memory = transitions.for_store(store) if model.cfg.memory_boost else None
 
-    def memory_terms(self, last: np.ndarray, candidates: list[np.ndarray]) -> list[np.ndarray] | None:
-        """Per query, what the transition memory adds to each candidate's score: ``memory_boost`` times its cosine to
-        the memory's predicted next vector for the query's last context paragraph (``last``, (B, D)); None for a
-        model without it, or an empty memory (transitions.py)."""
-        if self.memory is None or not len(candidates):
+    def memory_predictions(self, last: np.ndarray) -> np.ndarray | None:
+        """(B, D) the transition memory's predicted next vectors for the queries' last context paragraphs (``last``,
+        (B, D)); None for a model without it, or an empty memory (transitions.py)."""
+        if self.memory is None or not len(last):
             return None
-        p = self.memory.get().predict(last)
+        return self.memory.get().predict(last)
+
+    def memory_terms(self, p: np.ndarray | None, candidates: list[np.ndarray]) -> list[np.ndarray] | None:
+        """Per query, what the transition memory adds to each candidate's score: ``memory_boost`` times its cosine to
+        the query's predicted next vector (``p``, memory_predictions'; None: nothing)."""
         if p is None:
             return None
         boost = self.model.cfg.memory_boost
@@ -123,13 +126,18 @@ class RerankPipeline:
         return np.concatenate(out) if out else np.zeros((0, self.model.cfg.embed_dim), np.float32)
 
     def candidates(self, contexts: list[np.ndarray], exclude: list[set[int]], n: int | None = None,
-                   context_texts: list[list[str | None]] | None = None, words: list | None = None):
+                   context_texts: list[list[str | None]] | None = None, words: list | None = None,
+                   memory_vectors: np.ndarray | None = None):
         """Stage 1: (candidate ids per query, query vectors); ``context_texts`` for the word index's sources, or
-        ``words``: their results already found (candidates.word_sources)."""
+        ``words``: their results already found (candidates.word_sources). ``memory_vectors``: predicted next vectors
+        whose nearest join the candidates (transitions.CANDIDATES) in place of this store's memory's (the memory of
+        the rows a training trained on); by default, a model with a memory weight adds its store memory's."""
         q = self.query_vectors(contexts)
         last = np.stack([c[-1] for c in contexts])
+        p = self.memory_predictions(last) if memory_vectors is None else memory_vectors
         return generate_candidates(self.store, q, last, exclude, n or self.n_candidates, context_texts,
-                                   self.model.cfg.word_candidates, words=words, n_seam=self.model.cfg.seam_candidates), q
+                                   self.model.cfg.word_candidates, words=words, n_seam=self.model.cfg.seam_candidates,
+                                   memory_vectors=p, n_memory=transitions.CANDIDATES), q
 
     def lexical_features(self, context_texts: list[list[str | None]], candidate_texts: list[list[str | None]],
                          candidate_ids: list[list[int | None]] | None = None,
@@ -271,8 +279,8 @@ class RerankPipeline:
             c, cm = pad_candidates(candidates[s:s + SCORE_BATCH])
             lex = pad_candidates(lexical_features[s:s + SCORE_BATCH])[0] if lexical_features is not None else None
             out = self.model(x, m, c, cm, need_weights=need_weights, lexical_features=lex)
-            memory = self.memory_terms(np.stack([ctx[-1] for ctx in contexts[s:s + SCORE_BATCH]]),
-                                       candidates[s:s + SCORE_BATCH])
+            p = self.memory_predictions(np.stack([ctx[-1] for ctx in contexts[s:s + SCORE_BATCH]]))
+            memory = self.memory_terms(p, candidates[s:s + SCORE_BATCH])
             for i, cand in enumerate(candidates[s:s + SCORE_BATCH]):
                 scores.append(out["scores"][i, :len(cand)].numpy() + (memory[i] if memory is not None else 0.0))
                 if need_weights and out["attention"] is not None:
@@ -317,9 +325,12 @@ class RerankPipeline:
             q = query.numpy()
             lap("encode")
             last = np.stack([c[-1] for c in chunk])  # (the last paragraph's search, and the transition memory's)
+            p = self.memory_predictions(last)
+            lap("memory")
             ids = generate_candidates(self.store, q, last, exclude[s:s + step],
                                       depth, texts, self.model.cfg.word_candidates, allow,
-                                      n_seam=self.model.cfg.seam_candidates)
+                                      n_seam=self.model.cfg.seam_candidates, memory_vectors=p,
+                                      n_memory=transitions.CANDIDATES)
             lap("search")
             lex, read = None, {}
 
@@ -348,9 +359,8 @@ class RerankPipeline:
             c, cm = pad_candidates(cand_vecs)
             result = self.model.score(query, states, x, m, c, cm, need_weights,
                                       pad_candidates(lex)[0] if lex is not None else None)
+            memory = self.memory_terms(p, cand_vecs)
             lap("model")
-            memory = self.memory_terms(last, cand_vecs)
-            lap("memory")
             ranked = []
             for i, (row_ids, vecs) in enumerate(zip(ids, cand_vecs)):
                 sc = result["scores"][i, :len(row_ids)].numpy() + (memory[i] if memory is not None else 0.0)

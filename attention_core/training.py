@@ -20,8 +20,8 @@ With word-overlap features (lexical.py, on by default) the IDF vector is fitted 
 split's texts first (never on the documents validation or test queries come from); phase 2 hides the texts of ``text_dropout`` of its queries (raw-vector callers have
 none); after early stopping, one weight of the words' cosine to the last paragraph is fitted on
 the validation lists (tune_lexical_boost). Then, for any model, the weight of the transition memory
-(transitions.py: where the training documents' paragraphs like the last one led) on the same lists
-(tune_memory_boost).
+(transitions.py: where the training documents' paragraphs like the last one led) on the same lists, widened by the
+memory's candidates for every weight above 0, as they serve with it (tune_memory_boost).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from .train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 LEXICAL_BOOSTS = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)  # grid of tune_lexical_boost
-MEMORY_BOOSTS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)  # grid of tune_memory_boost
+MEMORY_BOOSTS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # grid of tune_memory_boost (16 was the largest until 2026-12-05)
 STORE_FITTED = ("lexicon_idf", "lexical_boost")  # fitted to the store trained on, never taken from a starting model
 
 
@@ -176,14 +176,15 @@ class Trainer:
                 out.append(lexical.features(self.words[ctx], self.words[rows], cfg.max_context, cfg.novel_words, seam))
         return out
 
-    def mine(self, queries: list[Query]) -> list[np.ndarray]:
-        """Stage-1 candidate rows per query, exactly as inference generates them."""
+    def mine(self, queries: list[Query], memory_vectors: np.ndarray | None = None) -> list[np.ndarray]:
+        """Stage-1 candidate rows per query, exactly as inference generates them; ``memory_vectors``: the transition
+        memory's predictions, whose nearest join them (pipeline.candidates)."""
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         exclude = [set(self.seq.ids[self._exclusions(q)].tolist()) for q in queries]
         texts = [[self.texts[r] for r in q.context] for q in queries] if self.texts is not None else None
         words = self._word_results(queries, texts, exclude) if self.model.cfg.uses_word_index and texts is not None else None
         ids, _ = pipeline.candidates([self.seq.vectors[q.context] for q in queries], exclude, context_texts=texts,
-                                     words=words)
+                                     words=words, memory_vectors=memory_vectors)
         return [np.asarray([self.seq.row_of_id[int(i)] for i in row], np.int64) for row in ids]
 
     def _word_results(self, queries: list[Query], texts: list[list[str]], exclude: list[set[int]]) -> list:
@@ -234,12 +235,14 @@ class Trainer:
         return best
 
     def _fit_weight(self, name: str, lists: list[np.ndarray], scores: list[np.ndarray], feature: list[np.ndarray],
-                    grid: tuple[float, ...]) -> float:
+                    grid: tuple[float, ...], at_zero: tuple[list[np.ndarray], list[np.ndarray]] | None = None) -> float:
         """The weight of ``grid`` whose ``scores + weight * feature`` (per validation query, over its list ``lists``)
-        gives the best validation MRR@10, ties to the smaller; logged with every weight's figure."""
+        gives the best validation MRR@10, ties to the smaller; logged with every weight's figure. ``at_zero``: the
+        (lists, scores) that weight 0 ranks instead (what serves without the feature, when it also widens the lists)."""
         def mrr(weight: float) -> float:
-            ranks = [hit_rank(self.seq.text_class[l[np.argsort(-(sc + weight * f), kind="stable")][:10]],
-                              self.seq.text_class[q.target]) for l, sc, f, q in zip(lists, scores, feature, self.val_q)]
+            rows, base = at_zero if weight == 0 and at_zero is not None else (lists, scores)
+            ranks = [hit_rank(self.seq.text_class[l[np.argsort(-(sc + weight * f if weight else sc), kind="stable")][:10]],
+                              self.seq.text_class[q.target]) for l, sc, f, q in zip(rows, base, feature, self.val_q)]
             return float(per_query(np.array(ranks))["mrr@10"].mean())
 
         found = {w: mrr(w) for w in grid}
@@ -247,23 +250,30 @@ class Trainer:
         log.info("%s boost: validation MRR@10 %s -> %g", name, {w: round(m, 4) for w, m in found.items()}, best)
         return best
 
-    def tune_memory_boost(self, lists: list[np.ndarray]) -> float:
+    def tune_memory_boost(self, lists: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
         """Fit the weight of a candidate's cosine to the transition memory's predicted next vector (transitions.py),
         added to the trained scores, on the validation lists as tune_lexical_boost fits its own (a grid, ties to
-        the smaller; 0 keeps the memory out). The memory holds the training documents' transitions only."""
+        the smaller; 0 keeps the memory out). A weight above 0 ranks the lists as they are served with it: widened by
+        the memory's candidates (candidates.py) and scored again. The memory holds the transitions of the training
+        documents trained on. Returns the weight and the validation lists it serves."""
         self.model.cfg.memory_boost = 0.0  # the scores without it
-        lex = self._lexical([q.context for q in self.val_q], lists, train=False)
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
-        contexts, candidates = [self.seq.vectors[q.context] for q in self.val_q], [self.seq.vectors[l] for l in lists]
-        scores, _, _ = pipeline.score(contexts, candidates, lexical_features=lex)
+        contexts = [self.seq.vectors[q.context] for q in self.val_q]
         memory = transitions.TransitionMemory.of_documents(self.seq.doc_ids, self.seq.vectors)  # (the rows trained on)
         p = memory.predict(np.stack([c[-1] for c in contexts]))
         if p is None:
             log.info("memory boost: no training transitions to remember")
-            return 0.0
-        best = self._fit_weight("memory", lists, scores, [c @ q for c, q in zip(candidates, p)], MEMORY_BOOSTS)
+            return 0.0, lists
+
+        def scored(rows: list[np.ndarray]) -> list[np.ndarray]:
+            lex = self._lexical([q.context for q in self.val_q], rows, train=False)
+            return pipeline.score(contexts, [self.seq.vectors[r] for r in rows], lexical_features=lex)[0]
+
+        widened = self.mine(self.val_q, memory_vectors=p)
+        best = self._fit_weight("memory", widened, scored(widened), [self.seq.vectors[r] @ q for r, q in zip(widened, p)],
+                                MEMORY_BOOSTS, at_zero=(lists, scored(lists)))
         self.model.cfg.memory_boost = best
-        return best
+        return best, (widened if best else lists)
 
     # ---- phases ----------------------------------------------------------------------
     def _epoch(self, desc: str, batches, step) -> float:
@@ -410,7 +420,7 @@ class Trainer:
         if best_state is not None:
             lists = self.mine(self.val_q)  # the boosts do not change the query head: one mining for all
             boost = self.tune_lexical_boost(lists) if self.words is not None else None
-            memory_boost = self.tune_memory_boost(lists)
+            memory_boost, lists = self.tune_memory_boost(lists)
             best = self.validate(lists)
             log.info("with the boosts: validation MRR@10 %.4f R@1 %.4f", best["mrr@10"], best["recall@1"])
         return {"validation": best, "history": history, "head_trial": head, "lexical_boost": boost,

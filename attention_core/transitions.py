@@ -6,7 +6,10 @@ training-split document (the fixed split rule of sequences.py) that has a next o
 to its successor (the successor's vector minus the key's). For a query, the K keys nearest its last context paragraph
 vote by softmax(cosine / TEMPERATURE), and the predicted next vector is the last paragraph plus their weighted steps,
 normalised. A candidate's cosine to it, times the model's ``memory_boost`` (fitted on the validation split after
-training, training.py; a constant for the general model, general.py), is added to the model's score (pipeline.py).
+training, training.py; a constant for the general model, general.py), is added to the model's score (pipeline.py),
+and the CANDIDATES paragraphs nearest it that stage 1's other sources did not find join the candidates
+(candidates.py): by the successor-memory probe, with the memory's term at 16 on the general model, that widened list
+ranked better on PEPs and the built-in docs and level on the novels (bench/quality/README.md).
 A memory of more than EXACT_UP_TO keys is searched by an HNSW graph (an exact search reads every key for each
 query), a smaller one exactly. It holds each key (in its index) and each step as float32: about 2 x 4 x D bytes per
 training transition, 104 MB for PEPs' 33,834 at D = 384 (and the graph's links), twice that while it is remade.
@@ -43,6 +46,7 @@ K = 16  # keys that vote
 TEMPERATURE = 0.05  # of the votes' softmax, in cosine units
 EXACT_UP_TO = 4096  # keys searched exactly; more: by an HNSW graph
 HNSW_LINKS, HNSW_BUILD_DEPTH, HNSW_SEARCH_DEPTH = 16, 40, 64
+CANDIDATES = 50  # the predicted vector's nearest paragraphs that stage 1 adds, beyond those its other sources found
 INLINE_SECONDS = 0.05  # a memory made faster than this is made again in the call that finds the store changed
 
 

@@ -2,8 +2,8 @@
 
 * ``nextpara_requests_total{method, code}``: calls by method and final status code
 * ``nextpara_request_seconds{method}``: whole-call latency
-* ``nextpara_stage_seconds{stage}``: latency of embed, of each retrieval stage (encode, search = stage 1, rows,
-  word_features, model, memory (the transition memory's term), answer) and of rerank (scoring given candidates)
+* ``nextpara_stage_seconds{stage}``: latency of embed, of each retrieval stage (encode, memory (the transition
+  memory's prediction), search = stage 1, rows, word_features, model, answer) and of rerank (scoring given candidates)
 * ``nextpara_batch_size``: calls per coalesced model batch
 * ``nextpara_index_paragraphs``: paragraphs in the index
 * ``nextpara_calls_waiting{queue}``: calls admitted and not yet answered, in the model's queue and in the one of calls

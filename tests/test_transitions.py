@@ -21,7 +21,7 @@ from nextpara.attention_core.served import read_checkpoint_meta
 from nextpara.attention_core.train_config import TrainConfig
 from nextpara.attention_core.train_flow import train
 from nextpara.attention_core.training import MEMORY_BOOSTS
-from nextpara.attention_core.transitions import EXACT_UP_TO, TransitionMemory, for_store
+from nextpara.attention_core.transitions import CANDIDATES, EXACT_UP_TO, TransitionMemory, for_store
 from nextpara.store.corpus import Document
 from nextpara.store.store import open_store
 
@@ -75,8 +75,9 @@ def test_the_memory_predicts_where_a_topic_leads_which_cosine_to_the_last_paragr
 
 def test_a_model_with_the_memory_ranks_the_next_topic_first_where_cosine_does_not(chain_store):
     """Through the serving path (retrieve: stage 1 and the scores) and the rerank path (score: a given list): the
-    cosine model, which ranks as B1 does, with and without the memory. The memory adds no candidates, so stage 1 is
-    searched as deep as the store here, to hold the next topic's paragraphs."""
+    cosine model, which ranks as B1 does, with and without the memory. Stage 1 searches 5 deep: the query head's and
+    the last paragraph's nearest are of the last paragraph's topic, and only the memory's candidates (its prediction's
+    nearest, transitions.CANDIDATES of them) bring the next topic's."""
     store = open_store(chain_store, readonly=True)
     seq = ParagraphSequences(store)
     centres = unit_vectors(TOPICS, DIM, seed=99)
@@ -93,14 +94,19 @@ def test_a_model_with_the_memory_ranks_the_next_topic_first_where_cosine_does_no
     def top_is_next_topic(boost: float) -> tuple[float, float]:
         model = cosine_model(DIM)
         model.cfg.memory_boost = boost
-        pipeline = RerankPipeline(model, store, n_candidates=len(seq))
+        pipeline = RerankPipeline(model, store, n_candidates=5)
         served = pipeline.retrieve(contexts, exclude, [[None] * len(c) for c in contexts])
+        assert all(len(s.ids) <= 2 * 5 + (CANDIDATES if boost else 0) for s in served)
+        found.append(np.mean([w in {topic(v) for v in store.vectors([int(i) for i in s.ids])}
+                              for s, w in zip(served, wanted)]))
         by_retrieve = np.mean([topic(store.vectors([int(s.ids[0])])[0]) == w for s, w in zip(served, wanted)])
         scores, _, _ = pipeline.score(contexts, [given] * len(queries))
         by_score = np.mean([topic(given[np.argmax(s)]) == w for s, w in zip(scores, wanted)])
         return float(by_retrieve), float(by_score)
 
+    found: list[float] = []  # per call: the share of queries whose candidates hold a paragraph of the next topic
     without, with_memory = top_is_next_topic(0.0), top_is_next_topic(50.0)
+    assert found[0] < 0.2 and found[1] > 0.95, f"the next topic among the candidates: {found}"
     assert max(without) < 0.2, f"cosine alone: the next topic first for {without} of queries"
     assert min(with_memory) > 0.9, f"with the memory: the next topic first for {with_memory} of queries"
 
