@@ -1,13 +1,13 @@
 """Stage 1: candidate generation, the same code for training, evaluation and serving.
 
-Candidates are the union of two FAISS searches: the model's query vector (the predicted next
+Candidates are the union of two FAISS searches (three with the transition memory's, below): the model's query vector (the predicted next
 paragraph) and the last context paragraph's own neighbours, each ``n`` deep, and, for a model
 trained with ``word_candidates``, two searches of the store's word index (SQLite FTS5, bm25): the
 last paragraph's words and the whole context's, each ``n_words`` deep, and, for one trained with
 ``seam_candidates``, a search by the last paragraph's last sentence alone (``n_seam`` deep: the words where it
 meets the next paragraph, which the whole paragraph's rarer words can crowd out); merged in that order
-without duplicates; then, for a model with a transition memory (transitions.py), the ``n_memory`` nearest paragraphs
-of the memory's predicted next vector that no other source found. Word search finds what vectors miss: the names and terms a document repeats. Excluded ids (the context and every paragraph with identical text)
+without duplicates; then, for a model with a transition memory (transitions.py), up to ``n_memory`` of the nearest
+paragraphs of the memory's predicted next vector that no other source found. Word search finds what vectors miss: the names and terms a document repeats. Excluded ids (the context and every paragraph with identical text)
 are filtered out by the store's search, which still gives every row ``n`` results from one batched
 search for many queries; so are the ids a retrieval filter does not allow (``allow``, from
 ``store.resolve_filter``): every source searches only among them.

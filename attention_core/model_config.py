@@ -49,7 +49,8 @@ class RerankerConfig:
     #                          scorer reads where a candidate stands among the others, whatever a genre's cosine scale
     #                          (random pairs of novels' paragraphs at 0.25, PEPs' at 0.13: bench/results/cosine_scales.md)
     memory_boost: float = 0.0  # weight of a candidate's cosine to the transition memory's predicted next vector, added
-    #                            to its score (transitions.py); fitted on the validation split after training; 0: none
+    #                            to its score (transitions.py); above 0, stage 1 also adds that vector's nearest
+    #                            (candidates.py); fitted on the validation split after training; 0: no memory at all
 
     @property
     def uses_word_index(self) -> bool:

@@ -1,5 +1,6 @@
-"""The two-stage pipeline: query vector -> stage-1 candidates (FAISS, and the word index for models trained with
-it: candidates.py) -> attention scores.
+"""The two-stage pipeline: query vector -> stage-1 candidates (FAISS, the word index for models trained with it, and
+the transition memory's prediction for a model with a memory weight: candidates.py) -> attention scores (plus the
+memory's term: transitions.py).
 
 One implementation shared by the Predictor (serving), training's validation and evaluation,
 so that what is measured is what is served. Inputs are lists of per-query arrays (ragged);
@@ -135,9 +136,16 @@ class RerankPipeline:
         q = self.query_vectors(contexts)
         last = np.stack([c[-1] for c in contexts])
         p = self.memory_predictions(last) if memory_vectors is None else memory_vectors
-        return generate_candidates(self.store, q, last, exclude, n or self.n_candidates, context_texts,
-                                   self.model.cfg.word_candidates, words=words, n_seam=self.model.cfg.seam_candidates,
-                                   memory_vectors=p, n_memory=transitions.CANDIDATES), q
+        return self.stage1(q, last, p, exclude, n or self.n_candidates, context_texts, words=words), q
+
+    def stage1(self, q: np.ndarray, last: np.ndarray, p: np.ndarray | None, exclude: list[set[int]], n: int,
+               context_texts: list[list[str | None]] | None, allow: np.ndarray | None = None,
+               words: list | None = None) -> list[np.ndarray]:
+        """Candidate ids per query from its query vector ``q``, last context paragraph ``last``, the memory's
+        prediction ``p`` (None: no memory) and the sources of words this model searches (candidates.py)."""
+        cfg = self.model.cfg
+        return generate_candidates(self.store, q, last, exclude, n, context_texts, cfg.word_candidates, allow, words,
+                                   cfg.seam_candidates, memory_vectors=p, n_memory=transitions.CANDIDATES)
 
     def lexical_features(self, context_texts: list[list[str | None]], candidate_texts: list[list[str | None]],
                          candidate_ids: list[list[int | None]] | None = None,
@@ -327,10 +335,7 @@ class RerankPipeline:
             last = np.stack([c[-1] for c in chunk])  # (the last paragraph's search, and the transition memory's)
             p = self.memory_predictions(last)
             lap("memory")
-            ids = generate_candidates(self.store, q, last, exclude[s:s + step],
-                                      depth, texts, self.model.cfg.word_candidates, allow,
-                                      n_seam=self.model.cfg.seam_candidates, memory_vectors=p,
-                                      n_memory=transitions.CANDIDATES)
+            ids = self.stage1(q, last, p, exclude[s:s + step], depth, texts, allow)
             lap("search")
             lex, read = None, {}
 

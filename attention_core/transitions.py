@@ -7,7 +7,7 @@ to its successor (the successor's vector minus the key's). For a query, the K ke
 vote by softmax(cosine / TEMPERATURE), and the predicted next vector is the last paragraph plus their weighted steps,
 normalised. A candidate's cosine to it, times the model's ``memory_boost`` (fitted on the validation split after
 training, training.py; a constant for the general model, general.py), is added to the model's score (pipeline.py),
-and the CANDIDATES paragraphs nearest it that stage 1's other sources did not find join the candidates
+and up to CANDIDATES paragraphs nearest it that stage 1's other sources did not find join the candidates
 (candidates.py): by the successor-memory probe, with the memory's term at 16 on the general model, that widened list
 ranked better on PEPs and the built-in docs and level on the novels (bench/quality/README.md).
 A memory of more than EXACT_UP_TO keys is searched by an HNSW graph (an exact search reads every key for each
@@ -23,7 +23,7 @@ test splits it raised the general model's on the built-in docs and left the othe
 Only content is read at query time (the query's last vector, the candidates' vectors): the positions and doc_ids are
 read to make the memory from the training documents, as training reads them, never to score a candidate. Validation
 and test documents are never in it, so evaluation (docs/evaluation.md) is unchanged. The memory is made from the store
-as it is when a pipeline first scores with it (every pipeline of one store object shares it: for_store), and made again
+as it is when a pipeline first predicts with it (before its stage 1) (every pipeline of one store object shares it: for_store), and made again
 in the background when the store's vectors change (its write generation): meanwhile the one made before serves.
 """
 

@@ -111,6 +111,37 @@ def test_a_model_with_the_memory_ranks_the_next_topic_first_where_cosine_does_no
     assert min(with_memory) > 0.9, f"with the memory: the next topic first for {with_memory} of queries"
 
 
+def test_the_memorys_candidates_are_what_training_mines_and_keep_to_exclusions_and_the_filter(chain_store):
+    """The candidates the memory brings (its prediction's nearest: the next topic's paragraphs here) are the same
+    through retrieve (serving) and candidates() (training's mining); a query's excluded ids and a filter's ``allow``
+    hold for them as for every other source; and the prediction is timed as the "memory" stage."""
+    store = open_store(chain_store, readonly=True)
+    seq = ParagraphSequences(store)
+    queries = seq.queries("validation", 4)[:40]
+    contexts = [seq.vectors[q.context] for q in queries]
+    exclude = [set(seq.ids[seq.same_text_rows(q.context)].tolist()) for q in queries]
+    model = cosine_model(DIM)
+    plain = RerankPipeline(model, store, n_candidates=5)
+    without, _ = plain.candidates(contexts, exclude)
+    model = cosine_model(DIM)
+    model.cfg.memory_boost = 50.0
+    pipeline = RerankPipeline(model, store, n_candidates=5)
+    mined, _ = pipeline.candidates(contexts, exclude)
+    stages: list[str] = []
+    served = pipeline.retrieve(contexts, exclude, [[None] * len(c) for c in contexts],
+                               observe=lambda stage, seconds: stages.append(stage))
+    assert [sorted(s.ids.tolist()) for s in served] == [sorted(m.tolist()) for m in mined]
+    assert stages == ["encode", "memory", "search", "rows", "model", "answer"]
+    added = [set(m.tolist()) - set(w.tolist()) for m, w in zip(mined, without)]
+    assert all(len(a) >= 10 for a in added), [len(a) for a in added]
+    again, _ = pipeline.candidates(contexts, [e | a for e, a in zip(exclude, added)])
+    assert not any(set(r.tolist()) & a for r, a in zip(again, added))
+    barred = set().union(*added)
+    allow = np.asarray(sorted(set(seq.ids.tolist()) - barred), np.int64)
+    served = pipeline.retrieve(contexts, exclude, [[None] * len(c) for c in contexts], allow=allow)
+    assert not any(set(s.ids.tolist()) & barred for s in served)
+
+
 def test_every_pipeline_of_a_store_shares_its_memory_and_a_write_remakes_it_in_the_background(tmp_path):
     docs, _ = chain_docs(40)
     store = open_store(vector_store(tmp_path, "chain", docs))

@@ -13,7 +13,8 @@ make the memory from training documents, as training reads them. On the validati
 stored vectors and texts; the test split is not touched, docs/evaluation.md), before any training:
 
 - stage 1: the target among p's nearest N, beside the last paragraph's nearest N (B1's list), and among the
-  served list with p's ``--add`` nearest added;
+  served list with p's ``--add`` nearest added ("served": the model's stage 1 without the memory, whose weight the
+  probe sets to 0; the product's stage 1 now adds p's nearest itself, candidates.py, as the widened list does);
 - ranking: B1 (the last paragraph's 500 nearest) plus beta * cos(c, p), and the model's scores plus beta * cos(c, p)
   on its own list and on the list with p's nearest added; each change from beta = 0 with a paired bootstrap interval.
 

@@ -10,8 +10,8 @@ is the model-independent part, attention_core/transitions.py):
 - a prediction: ``predict`` of ``--queries`` last paragraphs, one at a time and 256 at a time, by the memory a store
   of this size gets (an HNSW graph above transitions.EXACT_UP_TO keys) and by an exact search of the same keys; how
   many of the exact search's K nearest keys the graph finds, and the cosine between the two predictions;
-- a whole call: ``predict_next`` by four stored ids, with the memory's term and without it (the same predictor, the
-  two alternating call by call), p50 and p95;
+- a whole call: ``predict_next`` by four stored ids, with the memory (its prediction, its candidates in stage 1 and
+  its term in the scores) and without it (the same predictor, the two alternating call by call), p50 and p95;
 - the reference, in the same run: sentence-transformers' ``util.semantic_search`` of one stored vector over the
   store (B1, no model), p50.
 
@@ -85,7 +85,9 @@ def main() -> int:
 
     memory, calls = pipeline.memory, {"with the memory": [], "without": []}
     for w in windows[:n]:  # warm-up, both ways
-        predictor.predict_next(w)
+        for on in (memory, None):
+            pipeline.memory = on
+            predictor.predict_next(w)
     for w in windows[n:]:
         for name in calls:
             pipeline.memory = memory if name == "with the memory" else None
@@ -121,7 +123,8 @@ def main() -> int:
     lines += ["", "| predict_next by 4 ids | p50 ms | p95 ms | p50 / reference |", "| --- | --- | --- | --- |"]
     lines += [f"| {name} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r['p50_ms'] / reference:.2f}x |"
               for name, r in whole.items()]
-    lines += ["", f"The memory's term adds {added:+.2f} ms to a call's p50 ({n} calls each way, alternating)."]
+    lines += ["", f"The memory (its prediction, candidates and term) adds {added:+.2f} ms to a call's p50 ({n} calls "
+                  "each way, alternating)."]
     record.save(args.output, {**stamp, "paragraphs": len(ids), "model": model, "transitions": len(graph),
                               "bytes": nbytes, "make_seconds": makes, "key_recall": key_recall,
                               "prediction_cosine": agreement, "predict_ms_per_query": predict, "predict_next": whole,
