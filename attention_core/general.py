@@ -41,7 +41,7 @@ from nextpara.errors import FailedPreconditionError, Reason, StoreMismatchError
 from nextpara.store.store import ParagraphStore
 
 from . import lexical
-from .checkpoint import load_checkpoint, save_checkpoint, weights_version
+from .checkpoint import load_checkpoint, save_checkpoint, versions, weights_version
 from .model import NextParagraphModel
 from .model_config import RerankerConfig, memory_weight
 from .served import (
@@ -97,9 +97,9 @@ def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = N
                else missing_shipped(path))
     model, meta = load_checkpoint(path)
     expect = SHIPPED.get(path, "") if expect_version is None else expect_version
-    found = weights_version(model.state_dict())
-    if found != meta.get("model_version") or (expect and found != expect):
-        raise FailedPreconditionError(f"{path}: its weights hash to {found}, expected {expect or meta.get('model_version')}: "
+    found = versions(model)  # (its own version, and its weights' hash: what a checkpoint saved before 2026-12-05 carries)
+    if meta.get("model_version") not in found or (expect and expect not in found):
+        raise FailedPreconditionError(f"{path}: its weights hash to {found[0]}, expected {expect or meta.get('model_version')}: "
                                       "the file is damaged or not the one this version of nextpara ships",
                                       reason=Reason.MODEL_UNREADABLE)
     return model, {**meta, "source": "general"}

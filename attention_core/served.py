@@ -27,9 +27,10 @@ if TYPE_CHECKING:  # (the store's module loads faiss: reading headers needs neit
 CHECKPOINT = "model.safetensors"
 META_KEY = "nextpara"
 GENERAL_CHECKPOINT = Path(__file__).with_name("general.safetensors")  # serves a store without a model of its own
-GENERAL_VERSION = "1b40d518e9b2"  # weights_version of general.safetensors; written by bench/quality/train_general.py
+GENERAL_VERSION = "1b40d518e9b2"  # the version general.safetensors carries (checkpoint.versions); written by
+#                                   bench/quality/train_general.py
 START_CHECKPOINT = Path(__file__).with_name("general_start.safetensors")  # where `nextpara train` starts
-START_VERSION = "8ce44321e534"  # weights_version of general_start.safetensors; written by the same script
+START_VERSION = "8ce44321e534"  # the version general_start.safetensors carries; written by the same script
 SHIPPED = {GENERAL_CHECKPOINT: GENERAL_VERSION, START_CHECKPOINT: START_VERSION}
 COSINE = "cosine"  # a checkpoint's meta["kind"] (and describe_served's source and scorer) for general.cosine_model()
 COSINE_NAME = "plain cosine (B1)"  # how the guard names it when it serves

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 from conftest import run_cli, unit_vectors, vector_store
-from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint
+from nextpara.attention_core.checkpoint import load_checkpoint, save_checkpoint, versions, weights_version
 from nextpara.attention_core.general import cosine_model, served_model
 from nextpara.attention_core.model_config import GENERAL_MEMORY_BOOST, memory_weight
 from nextpara.attention_core.pipeline import RerankPipeline
@@ -167,7 +167,8 @@ def test_every_pipeline_of_a_store_shares_its_memory_and_a_write_remakes_it_in_t
 
 def test_training_fits_the_memorys_weight_and_the_served_checkpoint_keeps_it(tmp_path):
     """Where only the training documents' order tells the next paragraph, training fits a weight above 0 on the
-    validation lists, and the checkpoint that serves carries it (a model saved without it reads as 0: none)."""
+    validation lists, and the checkpoint that serves carries it (a model saved without it reads as 0: none). The
+    weight is part of the checkpoint's version: the same weights saved with another weight are another version."""
     docs, _ = chain_docs(120)
     data_dir = vector_store(tmp_path, "chain", docs)
     cfg = TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50, n_candidates=100)
@@ -180,10 +181,12 @@ def test_training_fits_the_memorys_weight_and_the_served_checkpoint_keeps_it(tmp
     weight = outcome.meta["model_config"]["memory_boost"]
     r = run_cli("info", "--data-dir", str(data_dir))
     assert r.returncode == 0 and f"transition memory weight {weight:g}" in r.stdout, r.stdout + r.stderr
+    assert outcome.meta["model_version"] == versions(model)[0] != weights_version(model.state_dict())
     model.cfg.memory_boost = 0.0
-    save_checkpoint(tmp_path / "none.safetensors", model, {})
+    none = save_checkpoint(tmp_path / "none.safetensors", model, {})
     assert "memory_boost" not in read_checkpoint_meta(tmp_path / "none.safetensors")["model_config"]
     assert load_checkpoint(tmp_path / "none.safetensors")[0].cfg.memory_boost == 0.0
+    assert none["model_version"] == weights_version(model.state_dict()) != outcome.meta["model_version"]
 
 
 def test_a_large_memory_is_searched_by_a_graph_that_is_the_same_every_time_it_is_built():

@@ -16,7 +16,7 @@ serves supplies them, attention_core/general.py).
 ``--leave-out NAME`` trains without that corpus and, with ``--eval``, runs the evaluation protocol on
 the left-out corpus's own store with it (``nextpara eval --model``): the zero-shot figure. Without
 ``--leave-out``, ``--eval`` runs it on every corpus's store. ``--install`` writes the checkpoint to
-attention_core/general.safetensors and its weights hash to served.py (GENERAL_VERSION: the model that serves a
+attention_core/general.safetensors and its version to served.py (GENERAL_VERSION: the model that serves a
 store without its own); ``--install start`` to general_start.safetensors (START_VERSION: where ``nextpara train``
 starts). The two shipped today are this script's ``--option list_norm`` and default recipes (general.py says why;
 both checkpoints were put in place by hand, which ``--install`` and ``--install start`` do).
@@ -147,7 +147,7 @@ INSTALL = {"serve": ("GENERAL_CHECKPOINT", "GENERAL_VERSION"), "start": ("START_
 
 def install(path: Path, version: str, slot: str = "serve") -> Path:
     """Ship the checkpoint at ``path`` as the general model that serves (``slot`` "serve") or as the fine-tuning
-    start ("start"): the file served.py names, beside it in this repository, and its weights hash in served.py's
+    start ("start"): the file served.py names, beside it in this repository, and its version in served.py's
     constant."""
     from nextpara.attention_core import served
 
