@@ -3,7 +3,8 @@
 ``model.safetensors`` in the data directory holds the weights and, in its metadata, one JSON
 document: the model config (the loader rebuilds the model from it), the embedder name and
 dimension, the training corpus fingerprint, validation metrics, training config, code version
-and the model version (a hash of the weights) that responses name. Written to a temporary
+and the model version (a hash of the weights, and of the transition memory weight: model_version) that responses
+name. Written to a temporary
 file, fsynced and renamed, so a kill leaves the old checkpoint or the new one.
 """
 

@@ -98,8 +98,10 @@ def load_general(path: Path = GENERAL_CHECKPOINT, expect_version: str | None = N
     model, meta = load_checkpoint(path)
     expect = SHIPPED.get(path, "") if expect_version is None else expect_version
     found = versions(model)  # (its own version, and its weights' hash: what a checkpoint saved before 2026-12-05 carries)
-    if meta.get("model_version") not in found or (expect and expect not in found):
-        raise FailedPreconditionError(f"{path}: its weights hash to {found[0]}, expected {expect or meta.get('model_version')}: "
+    stored = meta.get("model_version")
+    if stored not in found or (expect and expect != stored):
+        raise FailedPreconditionError(f"{path}: its weights hash to {found[1]} (version {found[0]}), expected "
+                                      f"{expect or stored}: "
                                       "the file is damaged or not the one this version of nextpara ships",
                                       reason=Reason.MODEL_UNREADABLE)
     return model, {**meta, "source": "general"}

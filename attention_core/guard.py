@@ -87,7 +87,8 @@ def decide(figures: dict[str, dict], replaced: str, force: bool, same: bool = Fa
     what serves: the new model iff it is above both the replaced model (if any) and B1, or ``force``; else the
     replaced model iff it is at least B1's; else B1, plain cosine. ``replaced`` COSINE_NAME: plain cosine serves
     already, and the bar is the higher of its own figure and B1's (the same ranking, but for ties in the index).
-    ``same``: the new model's weights are the replaced model's (a retraining of an unchanged store, same settings)."""
+    ``same``: the new model's version is the replaced model's, its weights and memory weight (a retraining of an
+    unchanged store, same settings)."""
     new, b1, old = figures["new"], figures["B1"], figures.get("replaced")
     already_cosine = replaced == COSINE_NAME
     cosine = f"B1 (cosine to the last paragraph) {fmt(b1)}"

@@ -71,7 +71,8 @@ def main() -> int:
         if general_meta["model_version"] not in meta.get("started_from", ""):
             raise SystemExit(f"the model {meta['model_version']} was trained {meta.get('started_from')!r}, not from "
                              f"the fine-tuning start {general_meta['model_version']}: nothing to interpolate between")
-        if general.cfg != tuned.cfg:
+        general.cfg.memory_boost = tuned.cfg.memory_boost  # (fitted after training: every blend ranks with the tuned
+        if general.cfg != tuned.cfg:                       # model's transition memory weight)
             raise SystemExit("the two models' configurations differ")
         ev = Evaluation(store, seq, None, None, n_queries=args.queries, context_length=GUARD_CONTEXT, seed=0,
                         split="validation")
