@@ -45,22 +45,21 @@ def weights_version(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()[:12]
 
 
-def model_version(state: dict[str, torch.Tensor], cfg) -> str:
-    """A checkpoint's version: its weights' hash, and for a model with a transition memory weight (a config field, not
-    a tensor) that weight's too, since the same weights fitted with another weight rank otherwise (a training whose
-    fit changed, rerun on the same data, makes the same weights). Checkpoints saved before 2026-12-05 carry the
-    weights' hash alone (versions())."""
-    weights = weights_version(state)
+def model_version(weights: str, cfg) -> str:
+    """A checkpoint's version from its weights' hash (weights_version): that hash, and for a model with a transition
+    memory weight (a config field, not a tensor) that weight's too, since the same weights fitted with another weight
+    rank otherwise (a training whose fit changed, rerun on the same data, makes the same weights). Checkpoints saved
+    before 2026-12-05 carry the weights' hash alone (versions())."""
     if not cfg.memory_boost:
         return weights
     return hashlib.sha256(f"{weights} memory_boost {float(cfg.memory_boost)!r}".encode()).hexdigest()[:12]
 
 
 def versions(model: NextParagraphModel) -> tuple[str, str]:
-    """The versions a checkpoint of ``model`` may rightly carry: model_version's, then the weights' hash alone (what
+    """The versions a checkpoint of ``model`` may rightly carry: its model_version, then the weights' hash alone (what
     every checkpoint saved before the memory weight counted carries)."""
-    state = model.state_dict()
-    return model_version(state, model.cfg), weights_version(state)
+    weights = weights_version(model.state_dict())
+    return model_version(weights, model.cfg), weights
 
 
 def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: dict) -> dict:
@@ -70,7 +69,7 @@ def save_checkpoint(path: str | os.PathLike, model: NextParagraphModel, meta: di
     # fields added since the first checkpoints are written only when they differ from what came before them, so that
     # older nextpara versions load the checkpoint of any model they could run
     config = {k: v for k, v in asdict(model.cfg).items() if not (k in LATER_FIELDS and LATER_FIELDS[k] == v)}
-    meta = {**meta, "model_config": config, "model_version": model_version(state, model.cfg),
+    meta = {**meta, "model_config": config, "model_version": model_version(weights_version(state), model.cfg),
             "code_version": code_version(), "format": 1,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     tmp = path.with_name(path.name + ".tmp")

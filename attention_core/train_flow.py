@@ -23,7 +23,7 @@ from pathlib import Path
 from nextpara.errors import FailedPreconditionError, InvalidInputError, Reason, StoreMismatchError
 from nextpara.store.store import open_store
 
-from .checkpoint import load_checkpoint, model_version, save_checkpoint, writing_in
+from .checkpoint import load_checkpoint, save_checkpoint, versions, writing_in
 from .general import cosine_model, general_for_store, load_general, save_cosine
 from .guard import decide, validation_figures, write_report
 from .model import NextParagraphModel
@@ -158,8 +158,8 @@ def judge_and_save(store, seq: ParagraphSequences, model: NextParagraphModel, me
     log.info("guard: the new model%s on the validation split", f" and {COSINE_NAME} (which serves)" if
              replaced == COSINE_NAME else f", {replaced or 'no previous model'} and B1")
     figures = validation_figures(store, seq, {"new": model, **({"replaced": old_model} if old_model else {})})
-    same = old_model is not None and model_version(model.state_dict(), model.cfg) == model_version(
-        old_model.state_dict(), old_model.cfg)  # (the same weights with another memory weight rank otherwise)
+    version = versions(model)[0]
+    same = old_model is not None and version == versions(old_model)[0]  # (weights and memory weight: checkpoint.py)
     verdict = decide(figures, replaced, force, same)
     meta["metrics"]["guard"] = figures
     serving = f"{store.data_dir} is still served by {replaced or 'no model'}"
@@ -173,7 +173,7 @@ def judge_and_save(store, seq: ParagraphSequences, model: NextParagraphModel, me
                         corpus_fingerprint=meta["corpus_fingerprint"])
             serving = f"plain cosine (B1) serves {store.data_dir}"
     if not verdict.serve_new:
-        meta["model_version"] = model_version(model.state_dict(), model.cfg)
+        meta["model_version"] = version
     with writing_in(store.data_dir, "the training report", f"{serving}; `nextpara info` shows the report before"):
         write_report(store.data_dir, verdict, meta["model_version"],
                      {"started_from": meta["started_from"], "index_generation": store.index_generation})

@@ -23,7 +23,8 @@ test splits it raised the general model's on the built-in docs and left the othe
 Only content is read at query time (the query's last vector, the candidates' vectors): the positions and doc_ids are
 read to make the memory from the training documents, as training reads them, never to score a candidate. Validation
 and test documents are never in it, so evaluation (docs/evaluation.md) is unchanged. The memory is made from the store
-as it is when a pipeline first predicts with it (before its stage 1) (every pipeline of one store object shares it: for_store), and made again
+as it is when a pipeline first predicts with it, before its stage 1 (every pipeline of one store object shares it:
+for_store), and made again
 in the background when the store's vectors change (its write generation): meanwhile the one made before serves.
 """
 

@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from bench import record
+from bench.speed.profile_request import semantic_search_p50_ms
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -45,11 +46,9 @@ def main() -> int:
     parser.add_argument("--output", default="memory_cost")
     args = parser.parse_args()
 
-    import torch
     from nextpara.attention_core import transitions
     from nextpara.attention_core.pipeline import use_threads
     from nextpara.attention_core.predictor import Predictor
-    from sentence_transformers import util
 
     n = args.queries
     predictor = Predictor.open(args.data_dir)
@@ -97,13 +96,7 @@ def main() -> int:
     pipeline.memory = memory
     whole = {name: {"p50_ms": float(np.median(t)), "p95_ms": float(np.percentile(t, 95))} for name, t in calls.items()}
 
-    corpus = torch.from_numpy(store.vectors(ids))
-    times = []
-    for v in lasts:
-        t0 = time.perf_counter()
-        util.semantic_search(torch.from_numpy(v[None]), corpus, top_k=10)
-        times.append(1000 * (time.perf_counter() - t0))
-    reference = float(np.median(times))
+    reference = semantic_search_p50_ms(store, ids, lasts)
     model = predictor.model_version
     predictor.close()
 
