@@ -37,7 +37,24 @@ log = logging.getLogger(__name__)
 # (a flat scan costs about 0.1 ms per 1,000, bench/results/index_scale.md), where HNSW's graph misses narrow filters.
 EXACT_FILTERED_MAX = 10_000
 SCAN_SCORES = 1 << 24  # an exact scan scores queries in blocks of at most this many (query, vector) pairs: 64 MB
+PAD_SCAN_ROWS = True  # scan_rows(): bench/speed/scan_rows.py turns it off to measure what it saves
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+
+
+def scan_rows(n: int) -> int:
+    """How many query rows an exact scan multiplies for ``n`` queries, padding with zero rows. torch's CPU matrix
+    product (MKL) of the stored vectors by a few query columns takes its time by their number, not in proportion to
+    it: on PEPs' 43,588 x 384 on 2 cores (bench/results/scan_rows.md) 1 column took 6.7 ms and 4 took 2.7, 3 took 4.2;
+    12 took 9.1 and 15 took 13.7 where 16 took 7.2; 47 took 19.3 and 48 took 13.0; but 5 padded to 8, or 24 to 32,
+    took longer. So up to 4 rows (a call's two or three searches, or one alone) are scanned as 4, and a count 10 to
+    15 past a multiple of 16 (a few calls batched) as the next multiple of 16; others as they are. The scores of a
+    query move by at most a unit in their last place with the padding, as they do with the other queries of its
+    block."""
+    if not PAD_SCAN_ROWS:
+        return n
+    if n <= 4:
+        return 4
+    return -(-n // 16) * 16 if n >= 10 and n % 16 >= 10 else n
 
 
 class VectorTable:
@@ -222,7 +239,7 @@ class VectorTable:
         """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), never the
         (query, column) pairs of ``row_blocked`` (each query's own exclusions, _row_blocked), ties in id order; short
         rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
-        in blocks), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
+        in blocks, each padded to scan_rows' number of rows), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
         call's two queries spent 3.2x as long in the search on PEPs' 43,588 x 384 (bench/speed/README.md, Serving
         latency); on 2 cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS
         keeps each query's top k in a heap as it scans; torch selects from the finished scores). torch's top-k picks
@@ -240,12 +257,14 @@ class VectorTable:
         block = max(1, SCAN_SCORES // len(ids))
         for start in range(0, len(queries), block):
             with torch.no_grad():
-                q = torch.from_numpy(np.ascontiguousarray(queries[start:start + block], dtype=np.float32))
-                scores = (table @ q.T).T  # the table on the left (see above)
+                part = queries[start:start + block]
+                q = np.zeros((scan_rows(len(part)), part.shape[1]), np.float32)
+                q[:len(part)] = part
+                scores = (table @ torch.from_numpy(q).T).T[:len(part)]  # the table on the left (see above)
                 if blocked is not None and len(blocked):
                     scores[:, torch.from_numpy(np.asarray(blocked, dtype=np.int64))] = -torch.inf
                 if row_blocked is not None:  # each query's own exclusions, (query, column) pairs
-                    here = (row_blocked[0] >= start) & (row_blocked[0] < start + len(q))
+                    here = (row_blocked[0] >= start) & (row_blocked[0] < start + len(part))
                     scores[torch.from_numpy(row_blocked[0][here] - start), torch.from_numpy(row_blocked[1][here])] = -torch.inf
                 top_s, top = torch.topk(scores, min(kk + 1, len(ids)), dim=1)  # one more: is the k-th place tied?
             top_s, top = top_s.numpy(), top.numpy()

@@ -88,3 +88,25 @@ def test_each_row_has_exclusions_of_its_own(monkeypatch, factory, exact_filtered
 def test_candidate_lists_keep_each_id_once_where_it_first_came():
     assert first_seen(np.array([7, 3, -1, 7, 9, 3, -1, 1])).tolist() == [7, 3, 9, 1]
     assert first_seen(np.array([-1, -1])).tolist() == [] and first_seen(np.zeros(0, np.int64)).dtype == np.int64
+
+
+def test_padded_scans_rank_as_unpadded_ones(monkeypatch):
+    """The exact scan pads its query rows with zero rows (vector_table.scan_rows: the matrix product is faster at some
+    widths); the padding's scores never reach a row, and each row's exclusions stay its own."""
+    assert [vector_table.scan_rows(n) for n in (1, 3, 4, 5, 9, 10, 15, 16, 17, 26, 47, 48)] == [
+        4, 4, 4, 5, 9, 16, 16, 16, 17, 32, 48, 48]
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((300, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(1000, 1300)
+    t = table(vectors, ids)
+    for n in (1, 2, 3, 5, 11, 13, 47):
+        queries = vectors[rng.choice(300, n)]
+        rows = [ids[rng.choice(300, 3)] for _ in range(n)]
+        found = {}
+        for pad in (True, False):
+            monkeypatch.setattr(vector_table, "PAD_SCAN_ROWS", pad)
+            found[pad] = t.search(queries, 20, np.array([ids[0]]), None, rows)
+        assert found[True][1].tolist() == found[False][1].tolist()
+        np.testing.assert_allclose(found[True][0], found[False][0], atol=1e-6)
+        assert not any(np.isin(got, ex).any() or ids[0] in got for got, ex in zip(found[True][1], rows))
