@@ -44,12 +44,12 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 def scan_rows(n: int) -> int:
     """How many query rows an exact scan multiplies for ``n`` queries, padding with zero rows. torch's CPU matrix
     product (MKL) of the stored vectors by a few query columns takes its time by their number, not in proportion to
-    it: on PEPs' 43,588 x 384 on 2 cores (bench/results/scan_rows.md) 1 column took 6.7 ms and 4 took 2.7, 3 took 4.2;
-    12 took 9.1 and 15 took 13.7 where 16 took 7.2; 47 took 19.3 and 48 took 13.0; but 5 padded to 8, or 24 to 32,
-    took longer. So up to 4 rows (a call's two or three searches, or one alone) are scanned as 4, and a count 10 to
-    15 past a multiple of 16 (a few calls batched) as the next multiple of 16; others as they are. The scores of a
-    query move by at most a unit in their last place with the padding, as they do with the other queries of its
-    block."""
+    it: on PEPs' 43,588 x 384 on 2 cores (bench/results/scan_rows.md) 1 column took 6.4 ms, 3 took 4.2 and 4 took
+    2.7; 12 took 9.5 and 15 took 13.9 where 16 took 7.3; 47 took 19.1 where 48 took 12.3. So up to 4 rows (a call's
+    two or three searches, or one alone) are scanned as 4, and a count 10 to 15 past a multiple of 16 (a few calls
+    batched) as the next multiple of 16; others as they are (a first trial padded every count to 8 or a multiple of
+    16, and 5 or 24 rows took longer so). The scores of a query move by at most a unit in their last place with the
+    padding, as they do with the other queries of its block."""
     if not PAD_SCAN_ROWS:
         return n
     if n <= 4:
