@@ -1,6 +1,7 @@
 """Probe: which cheap signals beside the trained model tell the *next* paragraph from its neighbours?
 
     python -m bench.quality.seam_probe --data-dir /tmp/peps-bench [--queries 4000] [--output NAME]
+        [--word-candidates 50] [--memory-candidates N] [--memory-boost W] [--variants 'memory_cos;memory']
 
 On the trained model's own validation lists (L = 4, context as stored vectors and texts), stage 1 widened
 with the word index (the last paragraph's words and the whole context's, 50 each), it fits a small
@@ -35,6 +36,14 @@ groups, all from content (docs/evaluation.md):
   of them have weighs most; the cosine of the candidate with the last context paragraph and with the whole
   context under those weights. Near paragraphs share the local words, far ones only the document's.
 
+- ``memory``: the transition memory's prediction (attention_core/transitions.py) read with how sure it is: the
+  candidate's cosine to the predicted next vector p, the cosine of the key nearest the last context paragraph (near 1:
+  a transition seen before, often boilerplate another document repeats), their product, and 1 / (1 + the candidate's
+  rank by cos(c, p) in the list). The served model adds one constant times cos(c, p) to every list
+  (``memory_boost``, in the model's score here); the group asks whether a weight that depends on the nearest key's
+  cosine ranks better; ``memory_cos``, the cosine to p alone, asks how much of that a weight refitted on these
+  lists gives. ``--memory-candidates N`` adds p's N nearest to the lists, as stage 1 serves them.
+
 The document id of a candidate is read only to compute direction accuracy, never as a feature.
 """
 
@@ -54,8 +63,9 @@ from bench import record
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 GROUPS = {"ranks": slice(0, 4), "seam": slice(4, 8), "shape": slice(8, 11), "novel": slice(11, 13), "depth": slice(13, 15),
-          "pool": slice(15, 18), "prf": slice(18, 19), "local": slice(19, 21)}
-N_COLUMNS = 21
+          "pool": slice(15, 18), "prf": slice(18, 19), "local": slice(19, 21), "memory": slice(21, 25),
+          "memory_cos": slice(21, 22)}
+N_COLUMNS = 25
 VARIANTS = [(), ("ranks",), ("seam",), ("shape",), ("novel",), ("ranks", "seam"), ("ranks", "seam", "shape"),
             ("depth",), ("novel", "depth"), ("ranks", "seam", "shape", "novel", "depth")]
 
@@ -72,6 +82,9 @@ def main() -> int:
     parser = record.store_parser(__doc__, __file__)
     parser.add_argument("--output", default="seam_probe", help="results name under bench/results/")
     parser.add_argument("--word-candidates", type=int, default=50, help="per word source (0: vectors only)")
+    parser.add_argument("--memory-candidates", type=int, default=0, help="p's nearest added to the lists (default 0)")
+    parser.add_argument("--memory-boost", type=float, default=None, help="the model's memory weight in its scores "
+                        "(default: its own)")
     parser.add_argument("--variants", help="groups to try, e.g. 'pool;local;pool+local' (default: the ten of "
                         "VARIANTS, which the earlier records ran)")
     args = parser.parse_args()
@@ -83,10 +96,10 @@ def main() -> int:
         parser.error(f"unknown groups {sorted(unknown)}; the groups are {sorted(GROUPS)}")
 
     import torch
-    from nextpara.attention_core import lexical
+    from nextpara.attention_core import lexical, transitions
     from nextpara.attention_core.candidates import search_excluding
     from nextpara.attention_core.general import served_model
-    from nextpara.attention_core.metrics import hit_rank, summarize
+    from nextpara.attention_core.metrics import hit_rank, paired_gain, summarize
     from nextpara.attention_core.model import NextParagraphModel
     from nextpara.attention_core.pipeline import RerankPipeline
     from nextpara.attention_core.sequences import ParagraphSequences
@@ -98,6 +111,8 @@ def main() -> int:
     docs = np.asarray(seq.doc_ids)
     texts = [p.text for p in store.get_paragraphs([int(i) for i in seq.ids])]
     model, meta = served_model(store)  # the store's own model, else the general model
+    if args.memory_boost is not None:
+        model.cfg.memory_boost = args.memory_boost
     pipeline = RerankPipeline(model, store, 100)
     lexicon = pipeline.lexicon
     whole, first, last = (lexicon.matrix(texts), lexicon.matrix([first_sentence(t) for t in texts]),
@@ -117,16 +132,23 @@ def main() -> int:
     query_vectors = pipeline.query_vectors(ctx)
     sources = [search_excluding(store, query_vectors, 100, exclude),
                search_excluding(store, np.stack([c[-1] for c in ctx]), 100, exclude)]
+    memory = transitions.for_store(store).get()
+    last_vectors = np.ascontiguousarray(np.stack([c[-1] for c in ctx]), dtype=np.float32)
+    p_next = memory.predict(last_vectors)
+    nearest_key = memory.index.search(last_vectors, 1)[0][:, 0]
     if args.word_candidates:
         ctx_texts = [[texts[r] for r in q.context] for q in qs]
         sources += [store.word_search([t[-1] for t in ctx_texts], args.word_candidates, exclude),
                     store.word_search([" ".join(t) for t in ctx_texts], args.word_candidates, exclude)]
+    ranked_sources = list(sources)  # the ``ranks`` group's: the memory's candidates have none
+    if args.memory_candidates:
+        sources.append(search_excluding(store, p_next, args.memory_candidates, exclude))
     lists, feats = [], []
     for i, q in enumerate(qs):
         ids = list(dict.fromkeys(sum((s[i] for s in sources), [])))
         rows = np.asarray([seq.row_of_id[j] for j in ids], np.int64)
         f = np.zeros((len(rows), N_COLUMNS), np.float32)
-        for s, source in enumerate(sources):
+        for s, source in enumerate(ranked_sources):
             rank = {j: k for k, j in enumerate(source[i])}
             f[:, s] = [1.0 / (1 + rank[j]) if j in rank else 0.0 for j in ids]
         c_last, c_first = q.context[-1], q.context[0]
@@ -152,6 +174,9 @@ def main() -> int:
         f[:, 19] = (lw @ lc[-1].T).toarray().ravel()
         ctx_sum = np.asarray(lc.sum(0)).ravel()
         f[:, 20] = lw @ (ctx_sum / max(np.linalg.norm(ctx_sum), 1e-9))
+        to_p = seq.vectors[rows] @ p_next[i]
+        f[:, 21], f[:, 22], f[:, 23] = to_p, nearest_key[i], to_p * nearest_key[i]
+        f[np.argsort(-to_p, kind="stable"), 24] = 1.0 / (1.0 + np.arange(len(rows)))
         lists.append(rows)
         feats.append(f)
     words = pipeline.lexical_features([[texts[r] for r in q.context] for q in qs], [[texts[r] for r in l] for l in lists])
@@ -173,6 +198,7 @@ def main() -> int:
     fold = np.array([zlib.crc32(seq.doc_ids[q.target].encode()) % 2 for q in qs])  # by document: a fold never sees its own docs
 
     def ranked(scores: list[np.ndarray]):
+        """(metrics with direction accuracy, each query's rank)."""
         ranks, direction = [], []
         for l, s, q, c, hit in zip(lists, scores, qs, target_class, in_list):
             order = l[np.argsort(-s, kind="stable")]
@@ -182,7 +208,7 @@ def main() -> int:
                 direction.append(seq.text_class[order[same_doc][0]] == c)
         out = summarize(np.array(ranks), n_boot=500)
         out["direction"] = float(np.mean(direction))
-        return out
+        return out, np.array(ranks)
 
     def fit(cols: np.ndarray, train: np.ndarray) -> torch.nn.Module:
         """A 16-unit MLP over [model score, features] added to the model score, listwise softmax over padded lists."""
@@ -219,21 +245,32 @@ def main() -> int:
                         scores[i] = (x[:, 0] + net(x).squeeze(-1)).numpy()
         else:
             scores = base
-        m = ranked(scores)
+        m, ranks = ranked(scores)
+        if not groups:
+            model_ranks = ranks
+        m["gain"] = paired_gain(model_ranks, ranks, n_boot=500)
         name = " + ".join(("model",) + groups)
         rows_out.append({"features": name, **m})
-        print(f"{name}: R@1 {m['recall@1']:.4f} MRR@10 {m['mrr@10']:.4f} direction {m['direction']:.3f}", flush=True)
+        print(f"{name}: R@1 {m['recall@1']:.4f} MRR@10 {m['mrr@10']:.4f} direction {m['direction']:.3f} paired "
+              f"{m['gain']['recall@1']:+.4f} {m['gain']['recall@1_ci']} {m['gain']['mrr@10']:+.4f} {m['gain']['mrr@10_ci']}",
+              flush=True)
 
     stamp = record.stamp(__file__)
-    about = f"model {meta['model_version']} ({meta.get('source', 'trained')})"
+    about = (f"model {meta['model_version']} ({meta.get('source', 'trained')}), memory weight "
+             f"{model.cfg.memory_boost:g}")
     lines = [f"# Seam probe: cheap signals beside the trained model ({stamp['date']})", "",
              f"Command: `{stamp['command']}`", "", f"Model: {about}; {len(qs)} validation queries (L = 4); stage-1 "
-             f"recall {in_list.mean():.3f} with {np.mean([len(l) for l in lists]):.0f} candidates on average. "
-             "Each added group goes through a 16-unit MLP fitted listwise, 2-fold cross-validated by document.", "",
-             "| features | R@1 | MRR@10 | direction accuracy |", "| --- | --- | --- | --- |"]
+             f"recall {in_list.mean():.3f} with {np.mean([len(l) for l in lists]):.0f} candidates on average (query head "
+             f"100, last paragraph 100, the word index {args.word_candidates} per source, the transition memory's p "
+             f"{args.memory_candidates}). Each added group goes through a 16-unit MLP fitted listwise, 2-fold "
+             "cross-validated by document; each change is paired with the model's ranking of the same queries.", "",
+             "| features | R@1 | MRR@10 | direction accuracy | R@1 change, paired | MRR@10 change, paired |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for r in rows_out:
+        g = r["gain"]
         lines.append(f"| {r['features']} | {r['recall@1']:.4f} [{r['recall@1_ci'][0]:.3f}, {r['recall@1_ci'][1]:.3f}] | "
-                     f"{r['mrr@10']:.4f} | {r['direction']:.3f} |")
+                     f"{r['mrr@10']:.4f} | {r['direction']:.3f} | {g['recall@1']:+.4f} [{g['recall@1_ci'][0]:+.4f}, "
+                     f"{g['recall@1_ci'][1]:+.4f}] | {g['mrr@10']:+.4f} [{g['mrr@10_ci'][0]:+.4f}, {g['mrr@10_ci'][1]:+.4f}] |")
     record.save(args.output, {**stamp, "model": about, "rows": rows_out, "queries": len(qs),
                               "stage1_recall": float(in_list.mean())}, "\n".join(lines) + "\n")
     return 0

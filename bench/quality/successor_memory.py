@@ -1,7 +1,8 @@
 """Probe: does a memory of the training documents' transitions find and rank the next paragraph?
 
     python -m bench.quality.successor_memory --data-dir DIR [--model PATH] [--queries 2000] [--k 16]
-        [--temperature 0.05] [--offset] [--max-key-cosine C] [--backward [--forward W]] [--add 50] [--output NAME]
+        [--temperature 0.05] [--offset [--mixture TAU]] [--max-key-cosine C] [--backward [--forward W]] [--add 50]
+        [--output NAME]
 
 The query head learns one smooth map from a context to where its next paragraph lies. A memory keeps the
 transitions themselves, as a k-nearest-neighbour language model keeps its training text: every (paragraph, next
@@ -22,6 +23,13 @@ stored vectors and texts; the test split is not touched, docs/evaluation.md), be
 successors nearest c vote for their steps back; backward_predictions), and ranks by beta * cos(last, r(c)) instead. It
 asks a different question (does c look like what follows paragraphs like the last one?), one that may tell the next
 paragraph from the one after it, whose predicted predecessor is the next paragraph rather than the last.
+
+``--mixture TAU`` (with ``--offset``) keeps the k predictions apart instead of averaging them: each key's own
+p_j = normalize(last + its step), and a candidate's term TAU * log sum_j w_j exp(cos(c, p_j) / TAU), as a
+nearest-neighbour language model mixes its neighbours' distributions rather than their vectors. Where the neighbours'
+transitions go different ways, the mean p lies between them, near none of the paragraphs that follow; the mixture
+scores a candidate by the transitions it matches. Its rows are added beside the mean's, each also paired with the
+mean's at the same beta.
 """
 
 from __future__ import annotations
@@ -45,11 +53,12 @@ DEPTHS = (50, 100, 200, 500)
 
 
 def memory_predictions(seq, queries, k: int, temperature: float, offset: bool,
-                       max_key_cosine: float = 2.0) -> tuple[np.ndarray, float]:
+                       max_key_cosine: float = 2.0, parts: bool = False) -> tuple:
     """(p per query, mean cosine of the nearest key): the training documents' successors of the k keys nearest
     each query's last context paragraph, weighted by softmax(cosine / temperature), normalised; with ``offset``,
     the last paragraph plus the weighted steps (successor - key) instead. Keys at or above ``max_key_cosine`` to the
-    last paragraph are left out (how much of the memory's use is boilerplate found again)."""
+    last paragraph are left out (how much of the memory's use is boilerplate found again). With ``parts`` (and
+    ``offset``) also (log weights (Q, k), each key's own prediction normalize(last + step), (Q, k, D))."""
     import faiss
 
     pairs = seq.queries("train", 1)
@@ -64,7 +73,11 @@ def memory_predictions(seq, queries, k: int, temperature: float, offset: bool,
     w /= w.sum(axis=1, keepdims=True)
     last = seq.vectors[[q.context[-1] for q in queries]]
     p = np.einsum("qk,qkd->qd", w, values[rows] - keys[rows]) + last if offset else np.einsum("qk,qkd->qd", w, values[rows])
-    return p / np.linalg.norm(p, axis=1, keepdims=True), float(sims[:, 0].mean())
+    out = (p / np.linalg.norm(p, axis=1, keepdims=True), float(sims[:, 0].mean()))
+    if not parts:
+        return out
+    each = last[:, None, :] + values[rows] - keys[rows]
+    return (*out, np.log(np.maximum(w, 1e-30)), each / np.linalg.norm(each, axis=2, keepdims=True))
 
 
 def backward_predictions(seq, k: int, temperature: float) -> np.ndarray:
@@ -107,6 +120,8 @@ def main() -> int:
                                                                         "0.05, cosine units)")
     parser.add_argument("--offset", action="store_true", help="predict the last paragraph plus its neighbours' steps "
                                                                 "(successor - key), not their successors")
+    parser.add_argument("--mixture", type=float, default=0.0, help="with --offset: also rank by the mixture of the "
+                                                                    "k predictions at this temperature (0: not)")
     parser.add_argument("--max-key-cosine", type=float, default=2.0, help="leave out keys at least this near the last "
                                                                           "paragraph (default: none left out)")
     parser.add_argument("--backward", action="store_true", help="rank by each candidate's predicted predecessor's "
@@ -118,6 +133,8 @@ def main() -> int:
     parser.add_argument("--output", default=None, help="results name under bench/results/ (default "
                                                        "successor_memory_<store>)")
     args = parser.parse_args()
+    if args.mixture and (not args.offset or args.backward):
+        parser.error("--mixture needs --offset, and not --backward")
     from pathlib import Path
 
     from nextpara.attention_core.metrics import paired_gain, summarize
@@ -134,8 +151,8 @@ def main() -> int:
     qs = seq.queries("validation", 4, limit=args.queries, seed=1)
     targets = [seq.text_class[q.target] for q in qs]
     t0 = time.perf_counter()
-    p, key_cosine = memory_predictions(seq, qs, args.k, args.temperature, args.offset,
-                                       args.max_key_cosine)
+    p, key_cosine, *parts = memory_predictions(seq, qs, args.k, args.temperature, args.offset,
+                                               args.max_key_cosine, parts=bool(args.mixture))
     memory_ms = (time.perf_counter() - t0) * 1000 / len(qs)
     n_pairs = len(seq.queries("train", 1))
 
@@ -166,8 +183,15 @@ def main() -> int:
         def term(rows, i):
             return seq.vectors[rows] @ p[i]
 
-    def ranks(lists, scores, beta) -> np.ndarray:
-        return np.asarray([first_hit(l, s + beta * term(l, i), seq.text_class, t)
+    def mixture(rows, i):
+        log_w, each = parts
+        z = log_w[i][None, :] + (seq.vectors[rows] @ each[i].T) / args.mixture  # (n, k)
+        top = z.max(axis=1)
+        return args.mixture * (top + np.log(np.exp(z - top[:, None]).sum(axis=1)))
+
+    def ranks(lists, scores, beta, by=None) -> np.ndarray:
+        by = by or term
+        return np.asarray([first_hit(l, s + beta * by(l, i), seq.text_class, t)
                            for i, (l, s, t) in enumerate(zip(lists, scores, targets))])
 
     rows = {}
@@ -178,6 +202,10 @@ def main() -> int:
         for beta in betas:
             r = ranks(lists, scores, beta)
             rows[f"{method} beta {beta:g}"] = {**summarize(r), "gain": paired_gain(reference, r)}
+            if args.mixture and method.startswith("model") and beta:
+                m = ranks(lists, scores, beta, mixture)
+                rows[f"{method}, mixture beta {beta:g}"] = {**summarize(m), "gain": paired_gain(reference, m)}
+                rows[f"{method}, mixture beta {beta:g}, against the mean's"] = {**summarize(m), "gain": paired_gain(r, m)}
     stamp = record.stamp(__file__)
     lines = [f"# Successor memory: the training documents' transitions as a predicted next vector ({stamp['date']})",
              "", f"Command: `{stamp['command']}`", "",
@@ -185,6 +213,7 @@ def main() -> int:
              f"{memory_ms:.2f} ms per query to predict; the nearest key's mean cosine {key_cosine:.3f}); "
              f"{len(qs):,} validation queries, L = 4; k = {args.k}, temperature {args.temperature:g}"
              f"{', p the last paragraph plus the steps' if args.offset else ''}"
+             f"{f'; the mixture of the k predictions at temperature {args.mixture:g}' if args.mixture else ''}"
              f"{f', keys below cosine {args.max_key_cosine:g} only' if args.max_key_cosine <= 1 else ''}"
              f"{'; ranked by the backward memory: cos(last, r(c))' if args.backward else ''}"
              f"{f', the model with {args.forward:g} cos(c, p)' if args.backward and args.forward else ''}; model "
@@ -199,7 +228,7 @@ def main() -> int:
               "list's against the served list's model ranking):", "", *paired_table(rows)]
     name = args.output or f"successor_memory_{Path(args.data_dir).name}"
     record.save(name, {**stamp, "queries": len(qs), "k": args.k, "temperature": args.temperature, "add": args.add,
-                       "offset": args.offset, "backward": args.backward, "forward": args.forward, "max_key_cosine": args.max_key_cosine,
+                       "offset": args.offset, "mixture": args.mixture, "backward": args.backward, "forward": args.forward, "max_key_cosine": args.max_key_cosine,
                        "model": meta["model_version"], "training_transitions": n_pairs, "memory_ms": memory_ms,
                        "key_cosine": key_cosine, "stage1": stage1, "rankings": rows},
                 "\n".join(lines) + "\n")
