@@ -18,7 +18,11 @@ sequence it ends rather than by its last paragraph alone; and ``memory-head``, a
 vector instead (a nearest-neighbour language model's keys are its context representations): each training query's
 query vector q_i is a key, the step to its target t_i - q_i its value, and a query's prediction is its own q plus
 the steps of the K training queries whose q_i are nearest, weighted as transitions.py weighs them, normalised: the
-head corrected by where it erred on contexts like this one. All are fused with the others too.
+head corrected by where it erred on contexts like this one. And ``blend A``: the query vector and the memory's
+prediction in one vector, normalize(q + A p), searched in the head's place. And ``backward``, the transitions read
+the other way: every stored paragraph's predicted predecessor r(c) (bench/quality/successor_memory.py:
+backward_predictions, a training paragraph's own transition left out), searched by the last context paragraph, so a
+candidate is found by where its predecessor would lie. All are fused with the others too.
 The model is the store's own, else the general model. It also times the word searches. No model is trained
 here: it says which sources and depths are worth a reranker's time. Writes bench/results/NAME.{md,json}
 (``--output``, default stage1_recall).
@@ -68,13 +72,21 @@ MEMORY_UNIONS = {
     "memory-head 100 + last 100": {"memory-head": 100, "last": 100},
     "head 50 + memory-head 100 + last 100": {"head": 50, "memory-head": 100, "last": 100},
     "head 100 + last 100 + memory 50 + memory-head 50": {"head": 100, "last": 100, "memory": 50, "memory-head": 50},
+    "blend 0.5 100 + last 100": {"blend 0.5": 100, "last": 100},
+    "blend 1 100 + last 100": {"blend 1": 100, "last": 100},
+    "blend 0.5 100 + last 100 + memory 50": {"blend 0.5": 100, "last": 100, "memory": 50},
+    "blend 1 100 + last 100 + memory 50": {"blend 1": 100, "last": 100, "memory": 50},
+    "head 100 + last 100 + backward 50": {"head": 100, "last": 100, "backward": 50},
+    "head 100 + last 100 + memory 50 + backward 50": {"head": 100, "last": 100, "memory": 50, "backward": 50},
 }
+BLENDS = (0.5, 1.0)
 FUSED_SOURCES = ("head", "last", "words-last", "words-context")
 FUSIONS = {"four": FUSED_SOURCES, "five, with memory": FUSED_SOURCES + ("memory",),
            "six, with memory and memory-2": FUSED_SOURCES + ("memory", "memory-2"),
            "head, last, memory, memory-2": ("head", "last", "memory", "memory-2"),
            "five, with memory-head": FUSED_SOURCES + ("memory-head",),
-           "six, with memory and memory-head": FUSED_SOURCES + ("memory", "memory-head")}
+           "six, with memory and memory-head": FUSED_SOURCES + ("memory", "memory-head"),
+           "six, with memory-head and backward": FUSED_SOURCES + ("memory-head", "backward")}
 
 
 FUSED = (100, 150, 200, 300)  # candidates kept by reciprocal-rank fusion
@@ -136,6 +148,12 @@ def pair_memory(seq, pair_weight: float):
     return predict
 
 
+def blend(q: np.ndarray, p: np.ndarray, a: float) -> np.ndarray:
+    """normalize(q + a p) per row: the query vector moved toward the memory's prediction."""
+    v = q + a * p
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
 def head_memory(seq, pipeline):
     """The probe's memory keyed by the model's query vectors (the module's docstring, ``memory-head``): returns
     predict(contexts, q) -> (B, D) unit vectors."""
@@ -190,6 +208,9 @@ def main() -> int:
     pipeline = RerankPipeline(model, store)
     memory, memory2 = transitions.for_store(store).get(), pair_memory(seq, args.pair_weight)
     memory_head = head_memory(seq, pipeline)
+    from bench.quality.successor_memory import backward_predictions, nearest_rows
+
+    predecessors = backward_predictions(seq, transitions.K, transitions.TEMPERATURE)
     deepest = max(DEPTHS)
     out: dict = {"sources": {}, "unions": {}, "seconds_per_query": {}}
     for split, seed in (("validation", 1), ("test", 0)):
@@ -200,10 +221,14 @@ def main() -> int:
             store.get_paragraphs([int(seq.ids[r]) for r in sorted({int(r) for q in qs for r in q.context})]))}
         contexts = [seq.vectors[q.context] for q in qs]
         q = pipeline.query_vectors(contexts)
+        p_next = memory.predict(np.stack([c[-1] for c in contexts]))
         lists = {"head": store.search(q, deepest, exclude)[1],
                  "memory-head": store.search(memory_head(q), deepest, exclude)[1],
+                 **{f"blend {a:g}": store.search(blend(q, p_next, a), deepest, exclude)[1] for a in BLENDS},
                  "last": store.search(np.stack([c[-1] for c in contexts]), deepest, exclude)[1],
-                 "memory": store.search(memory.predict(np.stack([c[-1] for c in contexts])), deepest, exclude)[1],
+                 "memory": store.search(p_next, deepest, exclude)[1],
+                 "backward": [seq.ids[r] for r in nearest_rows(seq, qs, np.stack([c[-1] for c in contexts]), deepest,
+                                                               predecessors)],
                  "memory-2": store.search(memory2(contexts), deepest, exclude)[1]}
         for name, query_texts in (("words-last", [texts[int(q.context[-1])] for q in qs]),
                                   ("words-context", [" ".join(texts[int(r)] for r in q.context) for q in qs]),

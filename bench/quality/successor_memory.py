@@ -102,12 +102,14 @@ def backward_predictions(seq, k: int, temperature: float) -> np.ndarray:
     return r / np.linalg.norm(r, axis=1, keepdims=True)
 
 
-def nearest_rows(seq, queries, vectors: np.ndarray, depth: int) -> list[np.ndarray]:
-    """Each vector's ``depth`` nearest stored rows, its query's context and the context's copies excluded."""
+def nearest_rows(seq, queries, vectors: np.ndarray, depth: int, table: np.ndarray | None = None) -> list[np.ndarray]:
+    """Each vector's ``depth`` nearest stored rows, its query's context and the context's copies excluded; by their
+    vectors, or by the rows of ``table`` (one per stored row) when given."""
     import faiss
 
-    index = faiss.IndexFlatIP(seq.vectors.shape[1])
-    index.add(seq.vectors)
+    table = seq.vectors if table is None else table
+    index = faiss.IndexFlatIP(table.shape[1])
+    index.add(np.ascontiguousarray(table, dtype=np.float32))
     _, rows = index.search(np.ascontiguousarray(vectors, dtype=np.float32), depth + 64)
     return [r[~np.isin(r, seq.same_text_rows(q.context)) & (r >= 0)][:depth] for q, r in zip(queries, rows)]
 
