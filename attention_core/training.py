@@ -21,7 +21,10 @@ split's texts first (never on the documents validation or test queries come from
 none); after early stopping, one weight of the words' cosine to the last paragraph is fitted on
 the validation lists (tune_lexical_boost). Then, for any model, the weight of the transition memory
 (transitions.py: where the training documents' paragraphs like the last one led) on the same lists, widened by the
-memory's candidates for every weight above 0, as they serve with it (tune_memory_boost).
+memory's candidates for every weight above 0, as they serve with it (tune_memory_boost). With ``memory_weight``
+(off by default: on PEPs it ranked as training without it, bench/quality/README.md) phase 2 already scores its lists
+beside the memory's term at that weight, on lists widened by its candidates, each training query predicted from the
+other documents' transitions (TransitionMemory.predict_leaving_out: its own document's hold its target's step).
 """
 
 from __future__ import annotations
@@ -302,16 +305,19 @@ class Trainer:
         query, _ = self.model.encode(x, m)
         return self._query_loss(query, batch)
 
-    def phase2_step(self, batch: list[tuple[Query, np.ndarray]]) -> torch.Tensor:
-        queries = [q for q, _ in batch]
-        lists = [rows for _, rows in batch]
+    def phase2_step(self, batch: list[tuple[Query, np.ndarray, np.ndarray | None]]) -> torch.Tensor:
+        queries = [q for q, _, _ in batch]
+        lists = [rows for _, rows, _ in batch]
         contexts = self._contexts(queries, train=False)
         x, m = context_batch(self.seq, contexts, self.model.cfg.max_context)
         c, cm = candidate_batch(self.seq, lists)
         lex = self._lexical(contexts, lists, train=True)
         out = self.model(x, m, c, cm, lexical_features=pad_candidates(lex)[0] if lex is not None else None)
+        if self.cfg.memory_weight:  # the memory's term, as pipeline.score adds it when serving
+            p = torch.from_numpy(np.stack([pq for _, _, pq in batch]))
+            out["scores"] = out["scores"] + self.cfg.memory_weight * (c @ p[:, :, None]).squeeze(-1)
         positive = torch.zeros_like(cm)
-        for i, (q, rows) in enumerate(batch):
+        for i, (q, rows, _) in enumerate(batch):
             positive[i, :len(rows)] = torch.from_numpy(self.seq.text_class[rows] == self.seq.text_class[q.target])
         loss = multi_positive_nce(out["scores"], positive)
         if self.cfg.near_weight:
@@ -320,15 +326,25 @@ class Trainer:
             loss = loss + self.cfg.phase2_query_weight * self._query_loss(out["query"], queries)
         return loss
 
-    def near_positives(self, batch: list[tuple[Query, np.ndarray]], positive: torch.Tensor) -> torch.Tensor:
+    def near_positives(self, batch: list[tuple[Query, np.ndarray, np.ndarray | None]],
+                       positive: torch.Tensor) -> torch.Tensor:
         """(B,K) ``positive`` (the target and its copies) and every candidate whose text is one of the ``near_window``
         paragraphs after the target in its document (a store's rows are in document order)."""
         near = positive.clone()
-        for i, (q, rows) in enumerate(batch):
+        for i, (q, rows, _) in enumerate(batch):
             last = min(q.target + self.cfg.near_window, int(self.seq.doc_rows[self.seq.doc_ids[q.target]][-1]))
             after = np.arange(q.target + 1, last + 1)
             near[i, :len(rows)] |= torch.from_numpy(np.isin(self.seq.text_class[rows], self.seq.text_class[after]))
         return near
+
+    def training_memory_predictions(self) -> list[np.ndarray]:
+        """The transition memory's prediction for each training query (TrainConfig.memory_weight), each from the
+        transitions of the other training documents: its own document's would name its target."""
+        memory = transitions.TransitionMemory.of_documents(self.seq.doc_ids, self.seq.vectors)
+        codes = transitions.document_codes(self.seq.doc_ids)
+        last = self.seq.vectors[[q.context[-1] for q in self.train_q]]
+        p = memory.predict_leaving_out(last, np.array([codes[self.seq.doc_ids[q.target]] for q in self.train_q]))
+        return list(p) if p is not None else list(last)
 
     def holds_target(self, rows: np.ndarray, q: Query) -> bool:
         """Whether the candidate ``rows`` hold ``q``'s target or a paragraph with its text."""
@@ -397,9 +413,12 @@ class Trainer:
         stale = 0
         for group in self.opt.param_groups:
             group["lr"] = self.cfg.phase2_lr or self.cfg.lr
+        p_train = self.training_memory_predictions() if self.cfg.memory_weight else [None] * len(self.train_q)
+        self.model.cfg.memory_boost = self.cfg.memory_weight  # validation lists and scores as they would serve
         for epoch in range(self.cfg.phase2_epochs):
-            lists = self.mine(self.train_q)  # re-mined with the current query head, as inference would
-            usable = [(q, rows) for q, rows in zip(self.train_q, lists) if self.holds_target(rows, q)]
+            # re-mined with the current query head, as inference would
+            lists = self.mine(self.train_q, np.stack(p_train) if self.cfg.memory_weight else None)
+            usable = [(q, rows, pq) for q, rows, pq in zip(self.train_q, lists, p_train) if self.holds_target(rows, q)]
             loss = self._epoch(f"phase 2 (scorer) epoch {epoch + 1}/{self.cfg.phase2_epochs}",
                                self._batches(usable), self.phase2_step)
             metrics = self.validate()
@@ -414,6 +433,7 @@ class Trainer:
                 if stale >= self.cfg.patience:
                     log.info("early stop: no better validation MRR@10 for %d epochs", stale)
                     break
+        self.model.cfg.memory_boost = 0.0  # fitted below
         if best_state is not None:
             self.model.load_state_dict(best_state)
         boost = memory_boost = None

@@ -20,6 +20,9 @@ paragraph on all three and the general model's ranking on PEPs and the built-in 
 the successors' vectors alone (without the last paragraph) predicted far worse than the last paragraph itself. On the
 test splits it raised the general model's on the built-in docs and left the other two's where they were.
 
+Training can score its lists beside the memory's term (TrainConfig.memory_weight, off by default): a training
+query's own transition is in the memory, so it is predicted without its document's (predict_leaving_out).
+
 Only content is read at query time (the query's last vector, the candidates' vectors): the positions and doc_ids are
 read to make the memory from the training documents, as training reads them, never to score a candidate. Validation
 and test documents are never in it, so evaluation (docs/evaluation.md) is unchanged. The memory is made from the store
@@ -51,11 +54,15 @@ CANDIDATES = 50  # the predicted vector's nearest paragraphs that stage 1 adds, 
 INLINE_SECONDS = 0.05  # a memory made faster than this is made again in the call that finds the store changed
 
 
+LEAVE_OUT_DEPTH = 256  # predict_leaving_out: keys searched beyond K, for those of the query's own document to drop
+
+
 class TransitionMemory:
-    def __init__(self, keys: np.ndarray, steps: np.ndarray):
+    def __init__(self, keys: np.ndarray, steps: np.ndarray, key_docs: np.ndarray | None = None):
         import faiss
 
         self.steps = steps
+        self.key_docs = key_docs  # (n,) each key's document (its index among of_documents' doc_ids), when known
         if len(keys) > EXACT_UP_TO:
             self.index = faiss.IndexHNSWFlat(keys.shape[1], HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
             self.index.hnsw.efConstruction, self.index.hnsw.efSearch = HNSW_BUILD_DEPTH, HNSW_SEARCH_DEPTH
@@ -81,7 +88,8 @@ class TransitionMemory:
         train = {d: split_of(d) == "train" for d in set(doc_ids)}
         pairs = follows[np.fromiter((train[doc[i]] for i in follows), bool, len(follows))]
         keys = vectors[pairs]
-        return cls(keys, vectors[pairs + 1] - keys)
+        codes = document_codes(doc_ids)
+        return cls(keys, vectors[pairs + 1] - keys, np.fromiter((codes[doc[i]] for i in pairs), np.int64, len(pairs)))
 
     @classmethod
     def from_store(cls, store: ParagraphStore) -> "TransitionMemory":
@@ -103,12 +111,40 @@ class TransitionMemory:
             return None
         last = np.ascontiguousarray(last, dtype=np.float32)
         sims, rows = self.index.search(last, min(K, len(self)))
+        return self._vote(last, sims, rows)
+
+    def predict_leaving_out(self, last: np.ndarray, docs: np.ndarray) -> np.ndarray | None:
+        """predict() for queries of the memory's own documents (training's): row i votes without the transitions of
+        document ``docs[i]`` (a code of ``key_docs``), which would name its target exactly; of the K + LEAVE_OUT_DEPTH
+        nearest keys, the K nearest of other documents vote (fewer where fewer are found; none: the last paragraph)."""
+        import faiss
+
+        if not len(self) or not len(last):
+            return None
+        last = np.ascontiguousarray(last, dtype=np.float32)
+        depth = min(K + LEAVE_OUT_DEPTH, len(self))
+        params = (faiss.SearchParametersHNSW(efSearch=max(HNSW_SEARCH_DEPTH, depth))
+                  if isinstance(self.index, faiss.IndexHNSW) else None)
+        sims, rows = self.index.search(last, depth, params=params)
+        other = (rows >= 0) & (self.key_docs[np.maximum(rows, 0)] != np.asarray(docs)[:, None])
+        order = np.argsort(~other, axis=1, kind="stable")[:, :K]  # each row's first K keys of other documents
+        sims, rows = np.take_along_axis(sims, order, 1), np.take_along_axis(rows, order, 1)
+        return self._vote(last, sims, np.where(np.take_along_axis(other, order, 1), rows, -1))
+
+    def _vote(self, last: np.ndarray, sims: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """normalize(last + the steps of ``rows`` weighted by softmax(sims / TEMPERATURE)); -1 rows do not vote."""
         found = rows >= 0  # (a graph search may find fewer)
         sims, rows = np.where(found, sims, -np.inf), np.where(found, rows, 0)
-        w = np.exp((sims - sims[:, :1]) / TEMPERATURE)
-        w /= w.sum(axis=1, keepdims=True)
+        top = np.where(found[:, :1], sims[:, :1], 0.0)
+        w = np.where(found, np.exp((sims - top) / TEMPERATURE), 0.0)
+        w /= np.maximum(w.sum(axis=1, keepdims=True), 1e-30)
         p = last + np.einsum("bk,bkd->bd", w, self.steps[rows])
         return p / np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12)
+
+
+def document_codes(doc_ids: Sequence[str]) -> dict[str, int]:
+    """Each document's code in a memory made by of_documents(doc_ids, ...): its place among them, in order."""
+    return {d: i for i, d in enumerate(dict.fromkeys(doc_ids))}
 
 
 class StoreMemory:

@@ -169,7 +169,7 @@ def test_near_positives_are_the_target_and_the_paragraphs_after_it(predictable_s
         lists = [np.array([doc[4], doc[5], doc[6], doc[7], other[5], doc[1]]), np.array([doc[-1], doc[-2], other[0]])]
         positive = torch.zeros(2, 6, dtype=torch.bool)
         positive[0, 0] = positive[1, 0] = True
-        near = trainer.near_positives(list(zip([near_end, at_end], lists)), positive)
+        near = trainer.near_positives(list(zip([near_end, at_end], lists, [None, None])), positive)
     assert near[0].tolist() == [True, True, True, False, False, False]  # the target, then 2 after it
     assert near[1].tolist() == [True, False, False, False, False, False]  # the document's last: nothing after it
 

@@ -21,7 +21,7 @@ from nextpara.attention_core.served import read_checkpoint_meta
 from nextpara.attention_core.train_config import TrainConfig
 from nextpara.attention_core.train_flow import train
 from nextpara.attention_core.training import MEMORY_BOOSTS
-from nextpara.attention_core.transitions import CANDIDATES, EXACT_UP_TO, TransitionMemory, for_store
+from nextpara.attention_core.transitions import CANDIDATES, EXACT_UP_TO, TransitionMemory, document_codes, for_store
 from nextpara.store.corpus import Document
 from nextpara.store.store import open_store
 
@@ -187,6 +187,50 @@ def test_training_fits_the_memorys_weight_and_the_served_checkpoint_keeps_it(tmp
     assert "memory_boost" not in read_checkpoint_meta(tmp_path / "none.safetensors")["model_config"]
     assert load_checkpoint(tmp_path / "none.safetensors")[0].cfg.memory_boost == 0.0
     assert none["model_version"] == weights_version(model.state_dict()) != outcome.meta["model_version"]
+
+
+def test_a_training_query_is_predicted_without_its_own_documents_transitions():
+    """Training with the memory (TrainConfig.memory_weight) predicts each training query's next vector from the other
+    documents' transitions: its own document's hold the very step to its target. Documents of random vectors, so
+    that no other document's transition leads there."""
+    rng = np.random.default_rng(3)
+    doc_ids = [f"d{d}" for d in range(200) for _ in range(5)]
+    vectors = unit_vectors(len(doc_ids), DIM, seed=4)
+    memory = TransitionMemory.of_documents(doc_ids, vectors)
+    train_docs = [d for d in dict.fromkeys(doc_ids) if split_of(d) == "train"]
+    rows = np.array([doc_ids.index(d) + int(rng.integers(4)) for d in train_docs])  # a paragraph with a next one
+    codes = document_codes(doc_ids)
+    own = memory.predict(vectors[rows])
+    left_out = memory.predict_leaving_out(vectors[rows], np.array([codes[doc_ids[r]] for r in rows]))
+    to_next = lambda p: np.sum(p * vectors[rows + 1], axis=1)  # noqa: E731
+    assert (to_next(own) > 0.95).all()  # its own transition, found again: the target itself
+    assert (to_next(left_out) < 0.7).all()
+    nobody = memory.predict_leaving_out(vectors[rows], np.full(len(rows), -1))  # no key's document: as predict()
+    np.testing.assert_allclose(nobody, own, atol=1e-5)
+
+
+def test_training_beside_the_memorys_term_serves_a_model_with_it(tmp_path):
+    """``nextpara train --memory-weight W``: phase 2 scores its lists with the memory's term and mines them widened by
+    its candidates, each training query's from the other documents' transitions; the weight that serves is fitted
+    after training, as without it."""
+    docs, _ = chain_docs(120)
+    data_dir = vector_store(tmp_path, "chain", docs)
+    cfg = TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50, n_candidates=5,
+                      memory_weight=4)
+    outcome = train(data_dir, cfg=cfg, quiet=True, force=True)
+    assert outcome.served and outcome.meta["training"]["train_config"]["memory_weight"] == 4
+    assert outcome.meta["model_config"]["memory_boost"] in MEMORY_BOOSTS[1:]
+    history = [h for h in outcome.meta["training"]["history"] if h["phase"] == 2]
+    # 5-deep vector sources hold the next topic for almost no query (the test above): the training lists that hold
+    # it were widened by the memory's candidates, from the other documents' transitions
+    n = outcome.meta["training"]["train_queries"]
+    assert history and 0.6 * n < history[0]["usable_queries"]
+    # ... but not every one: a query's own document's transition would put its very target among them (every list
+    # held it when training mined with the store's whole memory)
+    assert history[0]["usable_queries"] < 0.95 * n
+    assert history[0]["stage1_recall"] > 0.6
+    r = run_cli("train", "--data-dir", str(data_dir), "--memory-weight", "-1")
+    assert r.returncode != 0 and "--memory-weight must be at least 0" in r.stderr, r.stderr
 
 
 def test_a_large_memory_is_searched_by_a_graph_that_is_the_same_every_time_it_is_built():
