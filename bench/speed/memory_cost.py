@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from bench import record
-from bench.speed.profile_request import semantic_search_p50_ms
+from bench.speed.profile_request import semantic_search_p50_ms, warm_predictor
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -47,20 +47,12 @@ def main() -> int:
     args = parser.parse_args()
 
     from nextpara.attention_core import transitions
-    from nextpara.attention_core.pipeline import use_threads
-    from nextpara.attention_core.predictor import Predictor
 
     n = args.queries
-    predictor = Predictor.open(args.data_dir)
-    use_threads(os.cpu_count() or 1)
+    predictor, ids, windows = warm_predictor(args.data_dir, n)
     pipeline, store = predictor.pipeline, predictor.store
     if pipeline.memory is None:
         raise SystemExit(f"{args.data_dir}: its model ({predictor.model_version}) has no transition memory weight")
-    pipeline.warm_word_rows()
-    ids, docs, _, _ = store.paragraph_table()
-    rng = np.random.default_rng(0)
-    starts = [int(s) for s in rng.choice(len(ids) - 40, size=4 * n, replace=False) if docs[s] == docs[s + 4]][:2 * n]
-    windows = [[int(i) for i in ids[s:s + 4]] for s in starts]
     lasts = store.vectors([w[-1] for w in windows[:n]])
 
     makes = []

@@ -29,6 +29,22 @@ from bench import record
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def warm_predictor(data_dir: str, n: int):
+    """(predictor, ids, windows): a Predictor of ``data_dir`` using every core, its word rows computed as a server
+    computes them once loaded; the store's paragraph ids in (doc_id, position) order; and 2 x ``n`` (or fewer)
+    seeded contexts of four consecutive stored ids of one document, as the speed scripts call PredictNext with."""
+    from nextpara.attention_core.pipeline import use_threads
+    from nextpara.attention_core.predictor import Predictor
+
+    predictor = Predictor.open(data_dir)
+    use_threads(os.cpu_count() or 1)
+    predictor.pipeline.warm_word_rows()
+    ids, docs, _, _ = predictor.store.paragraph_table()
+    rng = np.random.default_rng(0)
+    starts = [int(s) for s in rng.choice(len(ids) - 40, size=4 * n, replace=False) if docs[s] == docs[s + 4]][:2 * n]
+    return predictor, ids, [[int(i) for i in ids[s:s + 4]] for s in starts]
+
+
 def semantic_search_p50_ms(store, ids: np.ndarray, lasts: np.ndarray) -> float:
     """The reference of the speed scripts: the p50 of sentence-transformers' ``util.semantic_search`` (top 10) of one
     vector of ``lasts`` at a time over the store's vectors of ``ids`` (B1 with no model), in milliseconds."""

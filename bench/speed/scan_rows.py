@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from bench import record
-from bench.speed.profile_request import semantic_search_p50_ms
+from bench.speed.profile_request import semantic_search_p50_ms, warm_predictor
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PRODUCT_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 24, 26, 28, 31, 32, 42, 45, 47, 48, 64)
@@ -58,22 +58,15 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from nextpara.attention_core.pipeline import use_threads
-    from nextpara.attention_core.predictor import Predictor
     from nextpara.store.vector_table import scan_rows
 
     n = args.queries
-    predictor = Predictor.open(args.data_dir)
-    use_threads(os.cpu_count() or 1)
+    predictor, ids, windows = warm_predictor(args.data_dir, n)
     store = predictor.store
     table = store.vector_table
     if not table.index.is_flat:
         raise SystemExit(f"{args.data_dir}: its index ({table.index.choice.factory}) is not scanned exactly")
-    predictor.pipeline.warm_word_rows()
-    ids, docs, _, _ = store.paragraph_table()
     rng = np.random.default_rng(0)
-    starts = [int(s) for s in rng.choice(len(ids) - 40, size=4 * n, replace=False) if docs[s] == docs[s + 4]][:2 * n]
-    windows = [[int(i) for i in ids[s:s + 4]] for s in starts]
     stored = table.vectors
     vectors = torch.from_numpy(stored)
 
