@@ -40,9 +40,11 @@ class TrainConfig:
     init_shrink: float = 1.0  # fine-tuning starts from init_shrink x the starting model's weights + the rest x a fresh
     #                           initialisation ("shrink and perturb": a warm start can generalise worse than a fresh one);
     #                           below 1, phase 1 runs phase1_epochs, as from scratch
-    memory_weight: float = 0.0  # phase 2 scores the lists with the transition memory's term at this weight, as they
-    #                             serve with it, the lists widened by its candidates (each training query's prediction
-    #                             without its own document's transitions); 0: the memory is fitted after training only
+    train_memory_weight: float = 0.0  # phase 2 scores the lists with the transition memory's term at this weight, as
+    #                                   they serve with it, the lists widened by its candidates (each training query's
+    #                                   prediction without its own document's transitions); 0: the memory's weight is
+    #                                   fitted after training only (the weight that serves is fitted after training
+    #                                   either way: RerankerConfig.memory_boost)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -57,8 +59,8 @@ class TrainConfig:
             if not (low < value <= high if open_low else low <= value <= high):  # NaN fails both
                 raise ValueError(f"{name} must be {'above' if open_low else 'at least'} {low} and at most {high}, "
                                  f"got {value}")
-        if not 0.0 <= self.memory_weight <= 100.0:  # NaN fails too
-            raise ValueError(f"memory_weight must be at least 0 and at most 100, got {self.memory_weight}")
+        if not 0.0 <= self.train_memory_weight <= 100.0:  # NaN fails too
+            raise ValueError(f"train_memory_weight must be at least 0 and at most 100, got {self.train_memory_weight}")
         if self.near_weight < 0 or self.near_window < 1:
             raise ValueError(f"near_weight ({self.near_weight}) must be 0 or more and near_window ({self.near_window}) "
                              "1 or more")
@@ -104,7 +106,7 @@ HELP = {
     "near_window": "paragraphs after the target that count as near for --near-weight",
     "init_shrink": "start from this times the starting model's weights plus the rest of a fresh initialisation; "
                    "1: off",
-    "memory_weight": "train the scorer beside the transition memory's term at this weight, on lists widened by its "
+    "train_memory_weight": "train the scorer beside the transition memory's term at this weight, on lists widened by its "
                      "candidates; 0: the memory's weight is fitted after training only",
     "seed": "random seed",
 }

@@ -21,7 +21,7 @@ split's texts first (never on the documents validation or test queries come from
 none); after early stopping, one weight of the words' cosine to the last paragraph is fitted on
 the validation lists (tune_lexical_boost). Then, for any model, the weight of the transition memory
 (transitions.py: where the training documents' paragraphs like the last one led) on the same lists, widened by the
-memory's candidates for every weight above 0, as they serve with it (tune_memory_boost). With ``memory_weight``
+memory's candidates for every weight above 0, as they serve with it (tune_memory_boost). With ``train_memory_weight``
 (off by default: on PEPs it ranked as training without it, bench/quality/README.md) phase 2 already scores its lists
 beside the memory's term at that weight, on lists widened by its candidates, each training query predicted from the
 other documents' transitions (TransitionMemory.predict_leaving_out: its own document's hold its target's step).
@@ -313,9 +313,9 @@ class Trainer:
         c, cm = candidate_batch(self.seq, lists)
         lex = self._lexical(contexts, lists, train=True)
         out = self.model(x, m, c, cm, lexical_features=pad_candidates(lex)[0] if lex is not None else None)
-        if self.cfg.memory_weight:  # the memory's term, as pipeline.score adds it when serving
+        if self.cfg.train_memory_weight:  # the memory's term, as pipeline.score adds it when serving
             p = torch.from_numpy(np.stack([pq for _, _, pq in batch]))
-            out["scores"] = out["scores"] + self.cfg.memory_weight * (c @ p[:, :, None]).squeeze(-1)
+            out["scores"] = out["scores"] + self.cfg.train_memory_weight * (c @ p[:, :, None]).squeeze(-1)
         positive = torch.zeros_like(cm)
         for i, (q, rows, _) in enumerate(batch):
             positive[i, :len(rows)] = torch.from_numpy(self.seq.text_class[rows] == self.seq.text_class[q.target])
@@ -338,7 +338,7 @@ class Trainer:
         return near
 
     def training_memory_predictions(self) -> list[np.ndarray]:
-        """The transition memory's prediction for each training query (TrainConfig.memory_weight), each from the
+        """The transition memory's prediction for each training query (TrainConfig.train_memory_weight), each from the
         transitions of the other training documents: its own document's would name its target."""
         memory = transitions.TransitionMemory.of_documents(self.seq.doc_ids, self.seq.vectors)
         codes = transitions.document_codes(self.seq.doc_ids)
@@ -404,20 +404,15 @@ class Trainer:
                 "best_epoch": best_epoch, "epochs_run": run,
                 "gain_se": se if np.isfinite(se) else None, "kept": "trained" if kept else "start"}
 
-    def fit(self) -> dict:
-        started = time.perf_counter()
-        history = []
-        best = {"mrr@10": -1.0}
-        best_state = None
-        head = self.phase1(history)
-        stale = 0
-        for group in self.opt.param_groups:
-            group["lr"] = self.cfg.phase2_lr or self.cfg.lr
-        p_train = self.training_memory_predictions() if self.cfg.memory_weight else [None] * len(self.train_q)
-        self.model.cfg.memory_boost = self.cfg.memory_weight  # validation lists and scores as they would serve
+    def phase2(self, history: list) -> tuple[dict, dict | None]:
+        """The scorer's epochs, each on lists mined again with the current query head, early-stopped on validation
+        MRR@10; with ``train_memory_weight``, beside the memory's term (the model's memory_boost set to it meanwhile,
+        fit's doing). Returns (the best epoch's validation figures, its weights; None: no epoch ran)."""
+        best, best_state, stale = {"mrr@10": -1.0}, None, 0
+        p_train = self.training_memory_predictions() if self.cfg.train_memory_weight else [None] * len(self.train_q)
         for epoch in range(self.cfg.phase2_epochs):
             # re-mined with the current query head, as inference would
-            lists = self.mine(self.train_q, np.stack(p_train) if self.cfg.memory_weight else None)
+            lists = self.mine(self.train_q, np.stack(p_train) if self.cfg.train_memory_weight else None)
             usable = [(q, rows, pq) for q, rows, pq in zip(self.train_q, lists, p_train) if self.holds_target(rows, q)]
             loss = self._epoch(f"phase 2 (scorer) epoch {epoch + 1}/{self.cfg.phase2_epochs}",
                                self._batches(usable), self.phase2_step)
@@ -433,7 +428,19 @@ class Trainer:
                 if stale >= self.cfg.patience:
                     log.info("early stop: no better validation MRR@10 for %d epochs", stale)
                     break
-        self.model.cfg.memory_boost = 0.0  # fitted below
+        return best, best_state
+
+    def fit(self) -> dict:
+        started = time.perf_counter()
+        history = []
+        head = self.phase1(history)
+        for group in self.opt.param_groups:
+            group["lr"] = self.cfg.phase2_lr or self.cfg.lr
+        self.model.cfg.memory_boost = self.cfg.train_memory_weight  # validation lists and scores as they would serve
+        try:
+            best, best_state = self.phase2(history)
+        finally:
+            self.model.cfg.memory_boost = 0.0  # fitted below
         if best_state is not None:
             self.model.load_state_dict(best_state)
         boost = memory_boost = None

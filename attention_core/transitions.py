@@ -20,7 +20,7 @@ paragraph on all three and the general model's ranking on PEPs and the built-in 
 the successors' vectors alone (without the last paragraph) predicted far worse than the last paragraph itself. On the
 test splits it raised the general model's on the built-in docs and left the other two's where they were.
 
-Training can score its lists beside the memory's term (TrainConfig.memory_weight, off by default): a training
+Training can score its lists beside the memory's term (TrainConfig.train_memory_weight, off by default): a training
 query's own transition is in the memory, so it is predicted without its document's (predict_leaving_out).
 
 Only content is read at query time (the query's last vector, the candidates' vectors): the positions and doc_ids are
@@ -119,6 +119,8 @@ class TransitionMemory:
         nearest keys, the K nearest of other documents vote (fewer where fewer are found; none: the last paragraph)."""
         import faiss
 
+        if self.key_docs is None:
+            raise ValueError("this memory does not know its keys' documents: make it with of_documents")
         if not len(self) or not len(last):
             return None
         last = np.ascontiguousarray(last, dtype=np.float32)

@@ -239,7 +239,8 @@ class VectorTable:
         """Exact top-k over the vectors at ``rows`` (ascending; None: every row but those of ``blocked``), never the
         (query, column) pairs of ``row_blocked`` (each query's own exclusions, _row_blocked), ties in id order; short
         rows padded with -1. A matrix product and torch's top-k, at most SCAN_SCORES scores at a time (queries
-        in blocks, each padded to scan_rows' number of rows), the table as the left operand: as the right one, torch packs all of it before multiplying, and one
+        in blocks, each padded to scan_rows' number of rows where that stays within SCAN_SCORES), the table as the left
+        operand: as the right one, torch packs all of it before multiplying, and one
         call's two queries spent 3.2x as long in the search on PEPs' 43,588 x 384 (bench/speed/README.md, Serving
         latency); on 2 cores a query costs about a third of FAISS's flat search, and a batch of 32 about a fifth (FAISS
         keeps each query's top k in a heap as it scans; torch selects from the finished scores). torch's top-k picks
@@ -258,7 +259,8 @@ class VectorTable:
         for start in range(0, len(queries), block):
             with torch.no_grad():
                 part = queries[start:start + block]
-                q = np.zeros((scan_rows(len(part)), part.shape[1]), np.float32)
+                padded = scan_rows(len(part))
+                q = np.zeros((padded if padded * len(ids) <= SCAN_SCORES else len(part), part.shape[1]), np.float32)
                 q[:len(part)] = part
                 scores = (table @ torch.from_numpy(q).T).T[:len(part)]  # the table on the left (see above)
                 if blocked is not None and len(blocked):

@@ -196,3 +196,29 @@ def test_init_shrink_starts_between_the_given_weights_and_a_fresh_model(predicta
     for k in STORE_FITTED:
         assert torch.equal(mixed[k], fresh[k]) and torch.equal(whole[k], fresh[k]), k
     assert float(mixed["lexical_boost"]) == 0.0
+
+
+def test_phase_two_scores_its_lists_beside_the_memorys_term(predictable_store, monkeypatch):
+    """train_memory_weight W: phase 2's listwise loss reads the model's scores plus W times each candidate's cosine to
+    the query's memory prediction, as serving adds the term; 0 leaves the scores as the model gives them."""
+    from dataclasses import replace
+
+    from nextpara.attention_core import training
+
+    seen = []
+    nce = training.multi_positive_nce
+    monkeypatch.setattr(training, "multi_positive_nce", lambda scores, positive: seen.append(scores.detach()) or
+                        nce(scores, positive))
+    with open_store(predictable_store, readonly=True) as store:
+        seq = ParagraphSequences(store)
+        cfg = TrainConfig(val_queries=10, max_train_queries=50, phase2_query_weight=0.0, train_memory_weight=4.0)
+        trainer = Trainer(store, seq, RerankerConfig(embed_dim=32, lexical=False, **SMALL_MODEL), cfg)
+        trainer.model.eval()  # no dropout: the two calls score alike
+        doc = seq.doc_rows["chain-0"]
+        rows = np.array([doc[4], doc[5], doc[1]])
+        p = seq.vectors[doc[5]]  # a prediction that lies on the second candidate
+        batch = [(Query(doc[:4], int(doc[4])), rows, p)]
+        trainer.phase2_step(batch)
+        trainer.cfg = replace(cfg, train_memory_weight=0.0)
+        trainer.phase2_step(batch)
+    np.testing.assert_allclose((seen[0] - seen[1])[0].numpy(), 4.0 * (seq.vectors[rows] @ p), atol=1e-4)

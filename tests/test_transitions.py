@@ -190,7 +190,7 @@ def test_training_fits_the_memorys_weight_and_the_served_checkpoint_keeps_it(tmp
 
 
 def test_a_training_query_is_predicted_without_its_own_documents_transitions():
-    """Training with the memory (TrainConfig.memory_weight) predicts each training query's next vector from the other
+    """Training with the memory (TrainConfig.train_memory_weight) predicts each training query's next vector from the other
     documents' transitions: its own document's hold the very step to its target. Documents of random vectors, so
     that no other document's transition leads there."""
     rng = np.random.default_rng(3)
@@ -209,16 +209,22 @@ def test_a_training_query_is_predicted_without_its_own_documents_transitions():
     np.testing.assert_allclose(nobody, own, atol=1e-5)
 
 
-def test_training_beside_the_memorys_term_serves_a_model_with_it(tmp_path):
-    """``nextpara train --memory-weight W``: phase 2 scores its lists with the memory's term and mines them widened by
-    its candidates, each training query's from the other documents' transitions; the weight that serves is fitted
-    after training, as without it."""
+def test_training_beside_the_memorys_term_serves_a_model_with_it(tmp_path, monkeypatch):
+    """``nextpara train --train-memory-weight W``: phase 2 scores its lists with the memory's term and mines them
+    widened by its candidates, each training query's from the other documents' transitions; the weights that serve
+    are fitted after training from the memory's term at 0, as without it."""
+    from nextpara.attention_core.training import Trainer
+
+    fitted_at = []
+    fit = Trainer.tune_lexical_boost
+    monkeypatch.setattr(Trainer, "tune_lexical_boost", lambda self, lists: fitted_at.append(self.model.cfg.memory_boost)
+                        or fit(self, lists))
     docs, _ = chain_docs(120)
     data_dir = vector_store(tmp_path, "chain", docs)
     cfg = TrainConfig(phase1_epochs=1, phase2_epochs=1, batch_size=32, val_queries=50, n_candidates=5,
-                      memory_weight=4)
+                      train_memory_weight=4)
     outcome = train(data_dir, cfg=cfg, quiet=True, force=True)
-    assert outcome.served and outcome.meta["training"]["train_config"]["memory_weight"] == 4
+    assert outcome.served and outcome.meta["training"]["train_config"]["train_memory_weight"] == 4
     assert outcome.meta["model_config"]["memory_boost"] in MEMORY_BOOSTS[1:]
     history = [h for h in outcome.meta["training"]["history"] if h["phase"] == 2]
     # 5-deep vector sources hold the next topic for almost no query (the test above): the training lists that hold
@@ -228,9 +234,10 @@ def test_training_beside_the_memorys_term_serves_a_model_with_it(tmp_path):
     # ... but not every one: a query's own document's transition would put its very target among them (every list
     # held it when training mined with the store's whole memory)
     assert history[0]["usable_queries"] < 0.95 * n
+    assert fitted_at == [0.0]  # the word boost fitted as before: without the memory's term
     assert history[0]["stage1_recall"] > 0.6
-    r = run_cli("train", "--data-dir", str(data_dir), "--memory-weight", "-1")
-    assert r.returncode != 0 and "--memory-weight must be at least 0" in r.stderr, r.stderr
+    r = run_cli("train", "--data-dir", str(data_dir), "--train-memory-weight", "-1")
+    assert r.returncode != 0 and "--train-memory-weight must be at least 0" in r.stderr, r.stderr
 
 
 def test_a_large_memory_is_searched_by_a_graph_that_is_the_same_every_time_it_is_built():

@@ -90,9 +90,13 @@ def test_candidate_lists_keep_each_id_once_where_it_first_came():
     assert first_seen(np.array([-1, -1])).tolist() == [] and first_seen(np.zeros(0, np.int64)).dtype == np.int64
 
 
-def test_padded_scans_rank_as_unpadded_ones(monkeypatch):
+@pytest.mark.parametrize("scan_scores", [1 << 24, 300 * 4, 300 * 16])  # one block; blocks of 4 and of 16 queries
+def test_padded_scans_rank_as_unpadded_ones(monkeypatch, scan_scores):
     """The exact scan pads its query rows with zero rows (vector_table.scan_rows: the matrix product is faster at some
-    widths); the padding's scores never reach a row, and each row's exclusions stay its own."""
+    widths; a block is padded where the padded block stays within SCAN_SCORES: a block of fewer queries than the
+    others, at the end); the padding's scores never reach a row, and each row's exclusions stay its own, block after
+    block."""
+    monkeypatch.setattr(vector_table, "SCAN_SCORES", scan_scores)
     assert [vector_table.scan_rows(n) for n in (1, 3, 4, 5, 9, 10, 15, 16, 17, 26, 47, 48)] == [
         4, 4, 4, 5, 9, 16, 16, 16, 17, 32, 48, 48]
     rng = np.random.default_rng(2)
