@@ -42,7 +42,8 @@ groups, all from content (docs/evaluation.md):
   rank by cos(c, p) in the list). The served model adds one constant times cos(c, p) to every list
   (``memory_boost``, in the model's score here); the group asks whether a weight that depends on the nearest key's
   cosine ranks better; ``memory_cos``, the cosine to p alone, asks how much of that a weight refitted on these
-  lists gives. ``--memory-candidates N`` adds p's N nearest to the lists, as stage 1 serves them.
+  lists gives. ``--memory-candidates N`` adds p's N nearest to the lists (their union with the other sources: stage
+  1 serves up to N of p's nearest that the others did not find, so a little more than this adds).
 
 The document id of a candidate is read only to compute direction accuracy, never as a feature.
 """
@@ -134,6 +135,8 @@ def main() -> int:
                search_excluding(store, np.stack([c[-1] for c in ctx]), 100, exclude)]
     memory = transitions.for_store(store).get()
     last_vectors = np.ascontiguousarray(np.stack([c[-1] for c in ctx]), dtype=np.float32)
+    if not len(memory):
+        raise SystemExit(f"{args.data_dir}: no training transitions to remember (the memory group needs them)")
     p_next = memory.predict(last_vectors)
     nearest_key = memory.index.search(last_vectors, 1)[0][:, 0]
     if args.word_candidates:
@@ -233,6 +236,7 @@ def main() -> int:
         return net
 
     rows_out = []
+    model_ranks = ranked(base)[1]  # every row's change is paired with the model's own ranking
     for groups in variants:
         cols = np.concatenate([np.arange(N_COLUMNS)[GROUPS[g]] for g in groups]).astype(int) if groups else np.zeros(0, int)
         if groups:
@@ -246,8 +250,6 @@ def main() -> int:
         else:
             scores = base
         m, ranks = ranked(scores)
-        if not groups:
-            model_ranks = ranks
         m["gain"] = paired_gain(model_ranks, ranks, n_boot=500)
         name = " + ".join(("model",) + groups)
         rows_out.append({"features": name, **m})

@@ -207,6 +207,8 @@ def main() -> int:
     model, meta = served_model(store)
     pipeline = RerankPipeline(model, store)
     memory, memory2 = transitions.for_store(store).get(), pair_memory(seq, args.pair_weight)
+    if not len(memory):
+        raise SystemExit(f"{args.data_dir}: no training transitions to remember (the memory's sources need them)")
     memory_head = head_memory(seq, pipeline)
     from bench.quality.successor_memory import backward_predictions, nearest_rows
 
