@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, replace
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -262,8 +263,7 @@ class Trainer:
         self.model.cfg.memory_boost = 0.0  # the scores without it
         pipeline = RerankPipeline(self.model, self.store, self.cfg.n_candidates)
         contexts = [self.seq.vectors[q.context] for q in self.val_q]
-        memory = transitions.TransitionMemory.of_documents(self.seq.doc_ids, self.seq.vectors)  # (the rows trained on)
-        p = memory.predict(np.stack([c[-1] for c in contexts]))
+        p = self.training_memory.predict(np.stack([c[-1] for c in contexts]))
         if p is None:
             log.info("memory boost: no training transitions to remember")
             return 0.0, lists
@@ -337,14 +337,21 @@ class Trainer:
             near[i, :len(rows)] |= torch.from_numpy(np.isin(self.seq.text_class[rows], self.seq.text_class[after]))
         return near
 
-    def training_memory_predictions(self) -> list[np.ndarray]:
-        """The transition memory's prediction for each training query (TrainConfig.train_memory_weight), each from the
-        transitions of the other training documents: its own document's would name its target."""
-        memory = transitions.TransitionMemory.of_documents(self.seq.doc_ids, self.seq.vectors)
+    @cached_property
+    def training_memory(self) -> transitions.TransitionMemory:
+        """The transition memory of the rows trained on (their training documents'), made once for phase 2's
+        predictions and the memory weight's fit."""
+        return transitions.TransitionMemory.of_documents(self.seq.doc_ids, self.seq.vectors)
+
+    def training_memory_predictions(self) -> np.ndarray:
+        """(training queries, D) the transition memory's prediction for each training query
+        (TrainConfig.train_memory_weight), each from the transitions of the other training documents: its own
+        document's would name its target."""
         codes = transitions.document_codes(self.seq.doc_ids)
         last = self.seq.vectors[[q.context[-1] for q in self.train_q]]
-        p = memory.predict_leaving_out(last, np.array([codes[self.seq.doc_ids[q.target]] for q in self.train_q]))
-        return list(p) if p is not None else list(last)
+        p = self.training_memory.predict_leaving_out(last, np.array([codes[self.seq.doc_ids[q.target]]
+                                                                       for q in self.train_q]))
+        return p if p is not None else last
 
     def holds_target(self, rows: np.ndarray, q: Query) -> bool:
         """Whether the candidate ``rows`` hold ``q``'s target or a paragraph with its text."""
@@ -409,11 +416,11 @@ class Trainer:
         MRR@10; with ``train_memory_weight``, beside the memory's term (the model's memory_boost set to it meanwhile,
         fit's doing). Returns (the best epoch's validation figures, its weights; None: no epoch ran)."""
         best, best_state, stale = {"mrr@10": -1.0}, None, 0
-        p_train = self.training_memory_predictions() if self.cfg.train_memory_weight else [None] * len(self.train_q)
+        p_train = self.training_memory_predictions() if self.cfg.train_memory_weight else None
         for epoch in range(self.cfg.phase2_epochs):
-            # re-mined with the current query head, as inference would
-            lists = self.mine(self.train_q, np.stack(p_train) if self.cfg.train_memory_weight else None)
-            usable = [(q, rows, pq) for q, rows, pq in zip(self.train_q, lists, p_train) if self.holds_target(rows, q)]
+            lists = self.mine(self.train_q, p_train)  # re-mined with the current query head, as inference would
+            usable = [(q, rows, None if p_train is None else p_train[i])
+                      for i, (q, rows) in enumerate(zip(self.train_q, lists)) if self.holds_target(rows, q)]
             loss = self._epoch(f"phase 2 (scorer) epoch {epoch + 1}/{self.cfg.phase2_epochs}",
                                self._batches(usable), self.phase2_step)
             metrics = self.validate()

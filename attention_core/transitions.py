@@ -111,7 +111,7 @@ class TransitionMemory:
             return None
         last = np.ascontiguousarray(last, dtype=np.float32)
         sims, rows = self.index.search(last, min(K, len(self)))
-        return self._vote(last, sims, rows)
+        return vote(last, sims, rows, self.steps)
 
     def predict_leaving_out(self, last: np.ndarray, docs: np.ndarray) -> np.ndarray | None:
         """predict() for queries of the memory's own documents (training's): row i votes without the transitions of
@@ -131,17 +131,20 @@ class TransitionMemory:
         other = (rows >= 0) & (self.key_docs[np.maximum(rows, 0)] != np.asarray(docs)[:, None])
         order = np.argsort(~other, axis=1, kind="stable")[:, :K]  # each row's first K keys of other documents
         sims, rows = np.take_along_axis(sims, order, 1), np.take_along_axis(rows, order, 1)
-        return self._vote(last, sims, np.where(np.take_along_axis(other, order, 1), rows, -1))
+        return vote(last, sims, np.where(np.take_along_axis(other, order, 1), rows, -1), self.steps)
 
-    def _vote(self, last: np.ndarray, sims: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """normalize(last + the steps of ``rows`` weighted by softmax(sims / TEMPERATURE)); -1 rows do not vote."""
-        found = rows >= 0  # (a graph search may find fewer)
-        sims, rows = np.where(found, sims, -np.inf), np.where(found, rows, 0)
-        top = np.where(found[:, :1], sims[:, :1], 0.0)
-        w = np.where(found, np.exp((sims - top) / TEMPERATURE), 0.0)
-        w /= np.maximum(w.sum(axis=1, keepdims=True), 1e-30)
-        p = last + np.einsum("bk,bkd->bd", w, self.steps[rows])
-        return p / np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12)
+
+def vote(base: np.ndarray, sims: np.ndarray, rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """(B, D) normalize(base + the ``steps`` of each row's keys ``rows`` (B, k), nearest first, weighted by
+    softmax(sims / TEMPERATURE)): the memory's prediction from its nearest keys. -1 rows (a graph search may find
+    fewer) do not vote; a row none vote for is its base."""
+    found = rows >= 0
+    sims, rows = np.where(found, sims, -np.inf), np.where(found, rows, 0)
+    top = np.where(found[:, :1], sims[:, :1], 0.0)
+    w = np.where(found, np.exp((sims - top) / TEMPERATURE), 0.0)
+    w /= np.maximum(w.sum(axis=1, keepdims=True), 1e-30)
+    p = base + np.einsum("bk,bkd->bd", w, steps[rows])
+    return p / np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12)
 
 
 def document_codes(doc_ids: Sequence[str]) -> dict[str, int]:

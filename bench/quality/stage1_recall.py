@@ -121,7 +121,7 @@ def pair_memory(seq, pair_weight: float):
     training documents, the key (w a, b) / sqrt(1 + w^2) and the step c - b; a query's (w prev, last) / sqrt(1 + w^2)
     finds the transitions whose two paragraphs are nearest its last two (a one-paragraph context repeats its last).
     Returns predict(contexts) -> (B, D) unit vectors, the last paragraph plus the K nearest steps weighted as
-    transitions.py weighs them."""
+    transitions.py weighs them (transitions.vote)."""
     import faiss
     from nextpara.attention_core import transitions
 
@@ -140,10 +140,7 @@ def pair_memory(seq, pair_weight: float):
         last = np.stack([c[-1] for c in contexts])
         prev = np.stack([c[-2] if len(c) > 1 else c[-1] for c in contexts])
         sims, rows = index.search(key(prev, last), transitions.K)
-        w = np.exp((sims - sims[:, :1]) / transitions.TEMPERATURE)
-        w /= w.sum(axis=1, keepdims=True)
-        p = last + np.einsum("bk,bkd->bd", w, steps[rows])
-        return (p / np.linalg.norm(p, axis=1, keepdims=True)).astype(np.float32)
+        return transitions.vote(last, sims, rows, steps).astype(np.float32)
 
     return predict
 
@@ -169,10 +166,7 @@ def head_memory(seq, pipeline):
     def predict(q: np.ndarray) -> np.ndarray:
         q = np.ascontiguousarray(q, dtype=np.float32)
         sims, rows = index.search(q, transitions.K)
-        w = np.exp((sims - sims[:, :1]) / transitions.TEMPERATURE)
-        w /= w.sum(axis=1, keepdims=True)
-        p = q + np.einsum("bk,bkd->bd", w, steps[rows])
-        return (p / np.linalg.norm(p, axis=1, keepdims=True)).astype(np.float32)
+        return transitions.vote(q, sims, rows, steps).astype(np.float32)
 
     return predict
 
